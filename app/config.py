@@ -1,0 +1,338 @@
+"""Typed settings: the gateway TOML file (``GATEWAY_CONFIG``) plus ``DATABASE_URL``.
+
+Everything the product reads from its configuration goes through :func:`load_settings`, which
+either returns a fully validated :class:`Settings` or raises one :class:`ConfigError` whose message
+names the file, the key and what is allowed. API keys are never part of the settings: a provider
+names the environment variable holding its key, and :func:`resolve_api_key` reads it when used.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app import catalog
+from app.simulator.faults import FaultSettings
+
+DEFAULT_CONFIG_PATH = "gateway.toml"
+DEFAULT_DATA_DIR = "data"
+SIM_SCHEME = "sim://"
+INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the operator: file, key, what is allowed."""
+
+
+class ProviderNotConfigured(RuntimeError):
+    """A real provider was used but the environment variable holding its key is unset."""
+
+    def __init__(self, provider: str, env_var: str):
+        self.provider = provider
+        self.env_var = env_var
+        super().__init__(f"provider {provider!r} not configured: set {env_var}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProviderConfig(_Strict):
+    base_url: str
+    api_key_env: str | None = None
+    models: list[str] = Field(min_length=1)
+    default_model: str
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Initial fault injection for a simulated provider; the database overrides it at run time.
+    faults: FaultSettings = FaultSettings()
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v.startswith(SIM_SCHEME):
+            if not v[len(SIM_SCHEME):].strip("/"):
+                raise ValueError("sim:// needs a name, e.g. sim://holysheep")
+            return v
+        if not (v.startswith("http://") or v.startswith("https://")):
+            raise ValueError("must start with sim://, http:// or https://")
+        return v.rstrip("/")
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, v: list[str]) -> list[str]:
+        known = catalog.model_names()
+        unknown = [m for m in v if m not in known]
+        if unknown:
+            raise ValueError(f"unknown model(s) {', '.join(unknown)}; supported: {', '.join(known)}")
+        return v
+
+    @model_validator(mode="after")
+    def _default_in_models(self) -> ProviderConfig:
+        if self.default_model not in self.models:
+            raise ValueError(f"default_model {self.default_model!r} must be one of models {self.models}")
+        if not self.is_simulated and not self.api_key_env:
+            raise ValueError("api_key_env is required for a non-simulated provider")
+        return self
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.base_url.startswith(SIM_SCHEME)
+
+    @property
+    def sim_name(self) -> str:
+        return self.base_url[len(SIM_SCHEME):].strip("/")
+
+
+class IntentRule(_Strict):
+    intent: str = Field(min_length=1)
+    model: str
+    keywords: list[str] = Field(min_length=1)
+
+    @field_validator("model")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in catalog.model_names():
+            raise ValueError(f"unknown model {v!r}; supported: {', '.join(catalog.model_names())}")
+        return v
+
+
+class IntentConfig(_Strict):
+    chars_per_token: int = Field(default=4, ge=1)
+    long_context_tokens: int = Field(default=8000, ge=1)
+    long_context_model: str = "claude-sonnet-4-20250514"
+    default_model: str = "gemini-2.5-flash"
+    rules: list[IntentRule] = []
+
+    @field_validator("long_context_model", "default_model")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in catalog.model_names():
+            raise ValueError(f"unknown model {v!r}; supported: {', '.join(catalog.model_names())}")
+        return v
+
+
+class RoutingConfig(_Strict):
+    primary: str
+    fallback: str
+    initial_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    fallback_enabled: bool = True
+    # How old the cached canary ratio may get before a router re-reads it from the database.
+    ratio_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+
+
+class RetryConfig(_Strict):
+    max_attempts: int = Field(default=3, ge=1, le=10)          # per provider
+    base_delay_s: float = Field(default=0.25, ge=0)
+    max_delay_s: float = Field(default=8.0, ge=0)
+    max_total_wait_s: float = Field(default=20.0, ge=0)        # all backoff sleeps of one request
+    retry_after_cap_s: float = Field(default=10.0, ge=0)       # a server's Retry-After is capped here
+    long_prompt_tokens: int = Field(default=8000, ge=1)        # prompts above this get long_timeout_s
+    long_timeout_s: float = Field(default=60.0, gt=0)
+    timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0)  # timeout grows with prompt size
+
+
+class TelemetryConfig(_Strict):
+    store_prompts: bool = False          # opt-in: prompt text is not stored by default
+    queue_size: int = Field(default=10_000, ge=1)
+    batch_size: int = Field(default=500, ge=1)
+    flush_interval_s: float = Field(default=0.2, gt=0)
+
+
+class SimulatorConfig(_Strict):
+    latency_scale: float = Field(default=1.0, ge=0)  # 0 = answer instantly (tests, benchmarks)
+    seed: int | None = None
+
+
+class GuardrailConfig(_Strict):
+    enabled: bool = False
+    error_rate_threshold: float = Field(default=0.5, gt=0, le=1)
+    window_minutes: int = Field(default=5, ge=1, le=60)
+    min_requests: int = Field(default=20, ge=1)
+
+
+class DashboardConfig(_Strict):
+    refresh_s: float = Field(default=5.0, gt=0)
+
+
+class FileConfig(_Strict):
+    """The TOML file as written by the operator."""
+
+    routing: RoutingConfig
+    providers: dict[str, ProviderConfig] = Field(min_length=1)
+    intents: IntentConfig | None = None
+    retry: RetryConfig = RetryConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    simulator: SimulatorConfig = SimulatorConfig()
+    guardrail: GuardrailConfig = GuardrailConfig()
+    dashboard: DashboardConfig = DashboardConfig()
+    database_url: str | None = None
+
+    @model_validator(mode="after")
+    def _routes_exist(self) -> FileConfig:
+        for role in ("primary", "fallback"):
+            name = getattr(self.routing, role)
+            if name not in self.providers:
+                raise ValueError(
+                    f"routing.{role} = {name!r} is not a provider; defined: {', '.join(self.providers)}"
+                )
+        return self
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    config_path: str
+    database_url: str
+    routing: RoutingConfig
+    providers: dict[str, ProviderConfig]
+    intents: IntentConfig
+    retry: RetryConfig
+    telemetry: TelemetryConfig
+    simulator: SimulatorConfig
+    guardrail: GuardrailConfig
+    dashboard: DashboardConfig
+
+    @property
+    def primary(self) -> ProviderConfig:
+        return self.providers[self.routing.primary]
+
+    @property
+    def fallback(self) -> ProviderConfig:
+        return self.providers[self.routing.fallback]
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk the model tree along ``loc`` (minus the bad key) to list the allowed keys there."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(str(part))
+            if field is None:
+                return []
+            ann = field.annotation
+            args = getattr(ann, "__args__", ())
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                current = ann
+            elif args:  # dict[str, X], list[X], X | None
+                inner = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+                current = inner[0] if inner else None
+            else:
+                return []
+        # non-model parts (dict keys, list indexes) keep `current` as the element model
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        loc = (*prefix, *err["loc"])
+        key = _format_loc(loc) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            root: type[BaseModel] = IntentConfig if prefix else FileConfig
+            allowed = _allowed_keys(root, loc[len(prefix):])
+            lines.append(f"{path}: {key}: unknown key; allowed: {', '.join(allowed)}")
+        elif err["type"] == "missing":
+            lines.append(f"{path}: {key}: required key is missing")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {key}: {msg} (got {err.get('input')!r})")
+    return ConfigError("; ".join(lines))
+
+
+def _default_database_url(base_dir: Path) -> str:
+    data_dir = base_dir / DEFAULT_DATA_DIR
+    return f"sqlite:///{(data_dir / 'gateway.db').resolve()}"
+
+
+def _load_intents(path: str, raw: Mapping[str, Any] | None) -> IntentConfig:
+    if raw is not None:
+        try:
+            return IntentConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise _explain(path, exc, prefix=("intents",)) from None
+    with INTENT_RULES_FILE.open("rb") as fh:
+        return IntentConfig.model_validate(tomllib.load(fh))
+
+
+def load_settings(path: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the configuration; raise :class:`ConfigError` with a clear message."""
+    env = os.environ if env is None else env
+    cfg_path = Path(path if path is not None else env.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)
+    shown = str(cfg_path)
+    try:
+        with cfg_path.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{shown}: configuration file not found (set GATEWAY_CONFIG to its path)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{shown}: is a directory, expected a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{shown}: not valid TOML: {exc}") from None
+
+    intents_raw = raw.pop("intents", None)
+    try:
+        file_cfg = FileConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _explain(shown, exc) from None
+    intents = _load_intents(shown, intents_raw)
+
+    database_url = env.get("DATABASE_URL") or file_cfg.database_url or _default_database_url(Path.cwd())
+    if not database_url.startswith(("sqlite:", "postgresql")):
+        raise ConfigError(
+            f"DATABASE_URL: unsupported database {database_url.split(':', 1)[0]!r}; "
+            "use sqlite:///path/to/file.db or postgresql+psycopg://user:pass@host/db"
+        )
+    return Settings(
+        config_path=str(cfg_path.resolve()),
+        database_url=database_url,
+        routing=file_cfg.routing,
+        providers=file_cfg.providers,
+        intents=intents,
+        retry=file_cfg.retry,
+        telemetry=file_cfg.telemetry,
+        simulator=file_cfg.simulator,
+        guardrail=file_cfg.guardrail,
+        dashboard=file_cfg.dashboard,
+    )
+
+
+KeyState = Literal["simulated", "set", "missing"]
+
+
+def resolve_api_key(name: str, provider: ProviderConfig,
+                    env: Mapping[str, str] | None = None,
+                    secrets: Mapping[str, str] | None = None) -> str:
+    """The provider's API key, read when used: from the environment, or the UI's secrets.
+
+    Simulated providers need none. A missing key raises :class:`ProviderNotConfigured`.
+    """
+    if provider.is_simulated:
+        return "sim"
+    env = os.environ if env is None else env
+    var = provider.api_key_env or ""
+    key = env.get(var) or (secrets or {}).get(var)
+    if not key:
+        raise ProviderNotConfigured(name, var)
+    return key
+
+
+def key_state(provider: ProviderConfig, env: Mapping[str, str] | None = None,
+              secrets: Mapping[str, str] | None = None) -> KeyState:
+    """``simulated``, ``set`` or ``missing``: what the UI may show about a key (never the key)."""
+    if provider.is_simulated:
+        return "simulated"
+    env = os.environ if env is None else env
+    var = provider.api_key_env or ""
+    return "set" if (env.get(var) or (secrets or {}).get(var)) else "missing"

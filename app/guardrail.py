@@ -1,0 +1,66 @@
+"""Canary guardrail: roll the canary back to 0 % when the primary fails too often.
+
+The error rate is the primary provider's failed attempts over all its attempts in the last
+``window_minutes`` (from the minute rollups), and the rollback only happens with at least
+``min_requests`` attempts in the window, so one unlucky request cannot trip it. The rollback is an
+ordinary audited canary change with actor ``guardrail``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, func, select
+
+from app.config import Settings
+from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
+from db.models import RequestRollup
+
+ACTOR = "guardrail"
+
+
+@dataclass(frozen=True)
+class GuardrailReading:
+    attempts: int
+    errors: int
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.attempts if self.attempts else 0.0
+
+
+def primary_error_rate(engine: Engine, provider: str, window_minutes: int, now: float | None = None) -> GuardrailReading:
+    now = time.time() if now is None else now
+    since = int(now // 60) * 60 - (window_minutes - 1) * 60
+    q = (select(func.coalesce(func.sum(RequestRollup.attempts), 0), func.coalesce(func.sum(RequestRollup.errors), 0))
+         .where(RequestRollup.provider == provider, RequestRollup.minute >= since))
+    with engine.connect() as conn:
+        attempts, errors = conn.execute(q).one()
+    return GuardrailReading(int(attempts), int(errors))
+
+
+def guardrail_defaults(settings: Settings) -> dict:
+    g = settings.guardrail
+    return {"enabled": g.enabled, "error_rate_threshold": g.error_rate_threshold,
+            "window_minutes": g.window_minutes, "min_requests": g.min_requests}
+
+
+def check_guardrail(engine: Engine, settings: Settings, now: float | None = None) -> float | None:
+    """Roll back if the guardrail trips; returns the error rate that tripped it, else ``None``."""
+    g = get_guardrail(engine, guardrail_defaults(settings))
+    if not g.enabled:
+        return None
+    state = get_state(engine)
+    if state.ratio <= 0.0:
+        return None
+    reading = primary_error_rate(engine, settings.routing.primary, g.window_minutes, now)
+    if reading.attempts < g.min_requests or reading.error_rate <= g.error_rate_threshold:
+        return None
+    reason = (f"automatic rollback: {settings.routing.primary} error rate {reading.error_rate:.1%} over "
+              f"{g.window_minutes} min ({reading.errors}/{reading.attempts}) exceeded {g.error_rate_threshold:.0%}")
+    try:
+        set_ratio(engine, 0.0, expected_version=state.version, actor=ACTOR, reason=reason)
+    except StaleCanaryError:
+        return None  # someone acted at the same moment; their decision stands
+    return reading.error_rate

@@ -1,0 +1,223 @@
+"""The exact KV-cache arithmetic: bytes per token, per sequence and in total, per layer group.
+
+Per layer group, for one GPU of a tensor-parallel group of size ``tp``:
+
+* full      2 (K and V) x layers x kv_heads_per_gpu x vector_bytes(head_dim)  per token held,
+            tokens held = seq_len.
+* sliding   the same per token, tokens held = min(seq_len, window).
+* mla       layers x vector_bytes(kv_lora_rank + qk_rope_head_dim) per token: one latent shared
+            by all heads, and replicated (not split) across tensor-parallel GPUs.
+* states    layers x (conv_channels x (conv_kernel - 1) + heads x head_dim x state_size) values per
+            sequence, independent of seq_len. We count conv_kernel - 1 columns of convolution
+            state, the inputs a causal convolution needs from the past (what vLLM allocates;
+            transformers' eager cache keeps conv_kernel columns, one more than needed).
+
+kv_heads_per_gpu: tp must divide the KV heads (each GPU holds kv_heads / tp), or be a multiple of
+them, in which case each GPU holds one head and every head is replicated tp / kv_heads times (the
+vLLM rule). Everything is integer arithmetic; see dtypes for per-vector packing and scale bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, KV_DTYPES, KvDtype, kv_dtype
+from app.kvcache.spec import LayerGroup, ModelSpec
+
+STATE_DTYPES = ("bf16", "fp16", "fp32")
+
+GROUP_LABELS = {
+    "full": "full attention",
+    "sliding": "sliding-window attention",
+    "mla": "MLA latent",
+    "mamba": "Mamba state",
+    "mamba2": "Mamba-2 state",
+    "linear_attention": "linear-attention state",
+}
+
+
+@dataclass(frozen=True)
+class GroupBytes:
+    """One row of the breakdown: a layer group's cache with its formula filled in."""
+
+    kind: str
+    label: str
+    layers: int
+    tokens_held: int          # per sequence; 0 for constant-state layers
+    bytes_per_token: int      # all layers of the group, one sequence, one GPU; 0 for states
+    bytes_per_sequence: int
+    bytes_total: int          # x batch
+    formula: str
+
+
+@dataclass(frozen=True)
+class KvBreakdown:
+    seq_len: int
+    batch: int
+    kv_dtype: str
+    state_dtype: str
+    tp: int
+    groups: tuple[GroupBytes, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(g.bytes_total for g in self.groups)
+
+    @property
+    def per_sequence(self) -> int:
+        return sum(g.bytes_per_sequence for g in self.groups)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes each token adds while every window is still filling (the growth rate)."""
+        return sum(g.bytes_per_token for g in self.groups)
+
+
+def _check_count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def kv_heads_per_gpu(kv_heads: int, tp: int) -> int:
+    """KV heads one GPU holds under tensor parallelism (split, or replicated beyond kv_heads)."""
+    if tp <= kv_heads:
+        if kv_heads % tp:
+            raise ValueError(f"tensor parallel size {tp} must divide the {kv_heads} KV heads")
+        return kv_heads // tp
+    if tp % kv_heads:
+        raise ValueError(
+            f"tensor parallel size {tp} exceeds the {kv_heads} KV heads and is not a multiple "
+            "of them, so the heads cannot be replicated evenly"
+        )
+    return 1
+
+
+def _shard(total: int, tp: int, what: str) -> int:
+    if total % tp:
+        raise ValueError(f"tensor parallel size {tp} must divide the {total} {what}")
+    return total // tp
+
+
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """Raise ValueError when the model cannot be split over `tp` GPUs."""
+    _check_count("tensor parallel size", tp, 1)
+    if spec.num_attention_heads:
+        _shard(spec.num_attention_heads, tp, "attention heads")
+    for g in spec.groups:
+        if g.kind in ("full", "sliding"):
+            kv_heads_per_gpu(g.kv_heads, tp)
+        elif g.state is not None:
+            state_values(g, tp)
+
+
+def tokens_held(group: LayerGroup, seq_len: int) -> int:
+    """Tokens of one sequence the group keeps: all, the window, or none (constant state)."""
+    if group.kind == "sliding":
+        return min(seq_len, group.window or seq_len)
+    if group.kind in ("full", "mla"):
+        return seq_len
+    return 0
+
+
+def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
+    """Bytes per held token for all layers of an attention group on one GPU, and the working."""
+    if group.kind == "mla":
+        values = group.kv_lora_rank + group.qk_rope_head_dim
+        per_token = group.layers * dtype.vector_bytes(values)
+        text = (f"{group.layers} layers x ({group.kv_lora_rank} kv_lora_rank + "
+                f"{group.qk_rope_head_dim} qk_rope_head_dim = {values} values: "
+                f"{dtype.describe_vector(values)}) = {per_token:,} B/token"
+                + (" (latent replicated on every TP GPU)" if tp > 1 else ""))
+        return per_token, text
+    if group.kind in ("full", "sliding"):
+        heads = kv_heads_per_gpu(group.kv_heads, tp)
+        per_token = 2 * group.layers * heads * dtype.vector_bytes(group.head_dim)
+        tp_note = ""
+        if tp > 1:
+            tp_note = (f" ({group.kv_heads} / TP {tp})" if tp <= group.kv_heads
+                       else f" ({group.kv_heads} KV heads replicated over TP {tp})")
+        text = (f"2 (K,V) x {group.layers} layers x {heads} KV heads{tp_note} x "
+                f"({dtype.describe_vector(group.head_dim)}) = {per_token:,} B/token")
+        return per_token, text
+    return 0, ""
+
+
+def state_values(group: LayerGroup, tp: int = 1) -> tuple[int, int, int]:
+    """(conv channels, conv values, ssm values) per layer per sequence on one GPU."""
+    s = group.state
+    assert s is not None
+    heads = _shard(s.heads, tp, "state heads/channels")
+    if s.groups == 0:
+        groups = 0
+    elif s.groups % tp == 0:
+        groups = s.groups // tp
+    elif tp % s.groups == 0:
+        groups = 1  # too few groups to split: each GPU keeps a replica of one
+    else:
+        raise ValueError(f"tensor parallel size {tp} cannot split {s.groups} state groups")
+    channels = heads * s.head_dim + 2 * groups * s.group_dim
+    conv = channels * (s.conv_kernel - 1)
+    ssm = heads * s.head_dim * s.state_size
+    return channels, conv, ssm
+
+
+def state_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
+    """Bytes of one sequence's state for all layers of a recurrent group on one GPU."""
+    channels, conv, ssm = state_values(group, tp)
+    s = group.state
+    assert s is not None
+    per_layer_values = conv + ssm
+    per_seq = group.layers * dtype.vector_bytes(per_layer_values)
+    text = (f"{group.layers} layers x (conv {channels:,} channels x ({s.conv_kernel} - 1) = {conv:,}"
+            f" + state {ssm:,} values) x {dtype.bits // 8} B = {per_seq:,} B/sequence")
+    return per_seq, text
+
+
+def breakdown(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: str = "bf16", *,
+              tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE) -> KvBreakdown:
+    """Per-group bytes on one GPU of a TP group, with every formula written out."""
+    _check_count("seq_len", seq_len, 0)
+    _check_count("batch", batch, 0)
+    _check_count("tensor parallel size", tp, 1)
+    kv = kv_dtype(kv_dtype_name)
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {', '.join(STATE_DTYPES)}, got {state_dtype!r}")
+    sd = KV_DTYPES[state_dtype]
+    rows = []
+    for g in spec.groups:
+        label = GROUP_LABELS[g.kind]
+        if g.is_attention:
+            per_token, text = token_bytes(g, kv, tp)
+            held = tokens_held(g, seq_len)
+            per_seq = per_token * held
+            window = f" (min({seq_len:,}, window {g.window:,}))" if g.kind == "sliding" else ""
+            text += f"; x {held:,} tokens{window} = {per_seq:,} B/sequence"
+        else:
+            per_token, held = 0, 0
+            per_seq, text = state_bytes(g, sd, tp)
+        total = per_seq * batch
+        text += f"; x {batch} sequences = {total:,} B"
+        if g.kind == "sliding":
+            label += f" ({g.window:,})"
+        rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text))
+    return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
+
+
+def kv_cache_bytes(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype: str = "bf16", *,
+                   tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE) -> int:
+    """Exact bytes to hold the cache of `batch` sequences of `seq_len` tokens.
+
+    With tp > 1 this is the cache on ONE GPU of the tensor-parallel group (the figure that has to
+    fit); with tp = 1, the whole cache.
+    """
+    return breakdown(spec, seq_len, batch, kv_dtype, tp=tp, state_dtype=state_dtype).total
+
+
+def naive_bytes(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: str = "bf16") -> int:
+    """The common wrong formula 2 x layers x hidden x bytes x tokens (ignores GQA, head_dim,
+    windows, MLA and hybrids), kept only to show how far off it is."""
+    kv = kv_dtype(kv_dtype_name)
+    return 2 * spec.num_layers * kv.vector_bytes(spec.hidden_size) * seq_len * batch

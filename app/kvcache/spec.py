@@ -1,0 +1,369 @@
+"""ModelSpec: what a model's config.json says about its cache, parsed once into layer groups.
+
+A model's decoder layers fall into groups that hold the same thing per token or per sequence:
+
+* ``full``     - standard attention (MHA / GQA / MQA): K and V for every token.
+* ``sliding``  - sliding-window attention: K and V for the last ``window`` tokens only.
+* ``mla``      - DeepSeek's multi-head latent attention: one compressed latent of
+                 ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads.
+* ``mamba`` / ``mamba2`` / ``linear_attention`` - recurrent layers holding a fixed-size state
+                 (convolution window + SSM / linear-attention state) per sequence.
+
+``ModelSpec.from_hf_config`` reads a Hugging Face config.json as published (nested ``text_config``,
+implicit per-architecture patterns, hybrids) and raises ``ValueError`` naming the field when a
+required field is missing or invalid. The arithmetic lives in ``formulas``; this module only
+decides which layer holds what.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from app.kvcache import params as _params
+
+_ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
+
+ATTENTION_KINDS = ("full", "sliding", "mla")
+STATE_KINDS = ("mamba", "mamba2", "linear_attention")
+
+# Names other model families use for the standard fields (GPT-2, Falcon, MPT style configs).
+_ALIASES = {
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
+    "num_attention_heads": ("n_head", "num_heads", "n_heads"),
+    "hidden_size": ("n_embd", "d_model"),
+    "max_position_embeddings": ("n_positions", "max_seq_len", "seq_length"),
+    "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
+}
+
+# layer_types vocabulary (transformers' names) -> our kinds. "mamba" is refined to mamba2 below
+# when the config carries Mamba-2 fields.
+_LAYER_TYPE_KINDS = {
+    "full_attention": "full",
+    "attention": "full",
+    "sliding_attention": "sliding",
+    "linear_attention": "linear_attention",
+    "mamba": "mamba",
+    "mamba2": "mamba2",
+}
+
+# Nemotron-H hybrid_override_pattern characters: M = Mamba-2 layer, * = attention, - = MLP only,
+# E = MoE only. MLP / MoE layers hold no cache.
+_PATTERN_KINDS = {"M": "mamba2", "*": "full", "-": None, "E": None}
+
+
+@dataclass(frozen=True)
+class StateDims:
+    """Shape of a recurrent layer's per-sequence state, in one form for Mamba-1, Mamba-2 and
+    gated-delta-net linear attention (see formulas.state_values for the arithmetic).
+
+    heads x head_dim channels carry the SSM state (heads is what tensor parallelism splits);
+    groups x group_dim channels are the shared B/C (Mamba-2) or q/k (linear attention)
+    projections that also pass through the causal convolution.
+    """
+
+    heads: int
+    head_dim: int
+    state_size: int
+    conv_kernel: int
+    groups: int = 0
+    group_dim: int = 0
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers that hold the same cache, with the fields the formula for their kind needs."""
+
+    kind: str
+    layer_indices: tuple[int, ...]
+    kv_heads: int = 0
+    head_dim: int = 0
+    window: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    state: StateDims | None = None
+
+    @property
+    def layers(self) -> int:
+        return len(self.layer_indices)
+
+    @property
+    def is_attention(self) -> bool:
+        return self.kind in ATTENTION_KINDS
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the calculator needs to know about one model."""
+
+    name: str
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    max_context: int
+    groups: tuple[LayerGroup, ...]
+    params_total: int
+    params_active: int
+    params_note: str = "estimated from config.json"
+    extras: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @classmethod
+    def from_hf_config(cls, config: dict, name: str | None = None) -> ModelSpec:
+        """Parse a Hugging Face config.json (as a dict). Raises ValueError naming a bad field."""
+        return _parse(config, name)
+
+    def group(self, kind: str) -> LayerGroup | None:
+        return next((g for g in self.groups if g.kind == kind), None)
+
+    @property
+    def kv_heads(self) -> int:
+        """KV heads of the standard attention layers (0 when the model has none)."""
+        return next((g.kv_heads for g in self.groups if g.kind in ("full", "sliding")), 0)
+
+    @property
+    def attention_label(self) -> str:
+        """Short description such as 'GQA 64q/8kv', 'MLA', 'GQA + sliding 4096', 'hybrid'."""
+        parts = []
+        if self.group("mla"):
+            parts.append("MLA")
+        elif self.kv_heads:
+            kv, q = self.kv_heads, self.num_attention_heads
+            kind = "MHA" if kv == q else ("MQA" if kv == 1 else "GQA")
+            parts.append(f"{kind} {q}q/{kv}kv")
+        windows = sorted({g.window for g in self.groups if g.kind == "sliding"})
+        if windows:
+            full = any(g.kind in ("full", "mla") for g in self.groups)
+            w = "/".join(str(x) for x in windows)
+            parts.append(f"sliding {w}" + (" + global" if full else ""))
+        if any(g.kind in STATE_KINDS for g in self.groups):
+            parts.append("hybrid " + "/".join(sorted({g.kind for g in self.groups if g.kind in STATE_KINDS})))
+        return " + ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing
+
+
+@lru_cache(maxsize=1)
+def _arch_defaults() -> dict[str, dict]:
+    raw = json.loads(_ARCH_DEFAULTS_FILE.read_text(encoding="utf-8"))
+    return {k: v["defaults"] for k, v in raw.items() if not k.startswith("_")}
+
+
+def _merged(config: Any) -> dict:
+    """The text model's fields: a multimodal wrapper's text_config wins over its top level."""
+    if not isinstance(config, dict):
+        raise ValueError("config.json must be a JSON object")
+    text = config.get("text_config")
+    if text is not None and not isinstance(text, dict):
+        raise ValueError("'text_config' must be a JSON object")
+    cfg = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "audio_config")}
+    if text:
+        cfg.update(text)
+    for key, value in _arch_defaults().get(str(cfg.get("model_type", "")), {}).items():
+        cfg.setdefault(key, value)
+    return cfg
+
+
+def _get(cfg: dict, key: str) -> tuple[str, Any]:
+    """Value of `key` or of one of its aliases, with the name it was found under."""
+    if key in cfg:
+        return key, cfg[key]
+    for alias in _ALIASES.get(key, ()):
+        if alias in cfg:
+            return alias, cfg[alias]
+    return key, None
+
+
+def _as_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"config.json: '{name}' must be an integer, got {value!r}")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"config.json: '{name}' must be an integer, got {value!r}")
+        value = int(value)
+    if value < minimum:
+        raise ValueError(f"config.json: '{name}' must be at least {minimum}, got {value}")
+    return value
+
+
+def _req(cfg: dict, key: str, minimum: int = 1) -> int:
+    name, value = _get(cfg, key)
+    if value is None:
+        raise ValueError(f"config.json: required field '{key}' is missing")
+    return _as_int(name, value, minimum)
+
+
+def _opt(cfg: dict, key: str, minimum: int = 1) -> int | None:
+    name, value = _get(cfg, key)
+    return None if value is None else _as_int(name, value, minimum)
+
+
+def _first(cfg: dict, *keys: str) -> tuple[str, int | None]:
+    """First present of several equivalent field names (families name Mamba fields differently)."""
+    for key in keys:
+        if cfg.get(key) is not None:
+            return key, _as_int(key, cfg[key])
+    return keys[0], None
+
+
+def _first_req(cfg: dict, *keys: str) -> int:
+    name, value = _first(cfg, *keys)
+    if value is None:
+        raise ValueError(f"config.json: required field '{name}' is missing")
+    return value
+
+
+def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | None], int | None]:
+    """Kind of every layer (None = no cache) and the sliding window, following the config."""
+    window = _opt(cfg, "sliding_window")
+    if cfg.get("use_sliding_window") is False:
+        window = None  # Qwen2/Qwen3 publish a sliding_window they do not use
+
+    if cfg.get("layer_types") is not None:
+        types = cfg["layer_types"]
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise ValueError(
+                f"config.json: 'layer_types' must list one entry per layer ({n_layers} layers)"
+            )
+        kinds: list[str | None] = []
+        for i, t in enumerate(types):
+            if t not in _LAYER_TYPE_KINDS:
+                raise ValueError(
+                    f"config.json: layer_types[{i}] is {t!r}; supported: {', '.join(_LAYER_TYPE_KINDS)}"
+                )
+            kinds.append(_LAYER_TYPE_KINDS[t])
+        if "sliding" in kinds and window is None:
+            raise ValueError("config.json: 'sliding_window' is missing but layer_types has sliding layers")
+        return kinds, window
+
+    if cfg.get("hybrid_override_pattern") is not None:
+        pattern = cfg["hybrid_override_pattern"]
+        if not isinstance(pattern, str) or len(pattern) != n_layers:
+            raise ValueError(
+                f"config.json: 'hybrid_override_pattern' must have one character per layer ({n_layers})"
+            )
+        bad = sorted(set(pattern) - set(_PATTERN_KINDS))
+        if bad:
+            raise ValueError(f"config.json: 'hybrid_override_pattern' has unknown characters {bad}")
+        return [_PATTERN_KINDS[c] for c in pattern], None
+
+    if cfg.get("attn_layer_period") is not None:  # Jamba: attention every period-th layer
+        period = _req(cfg, "attn_layer_period")
+        offset = _req(cfg, "attn_layer_offset", minimum=0)
+        kinds = ["full" if i % period == offset else "mamba" for i in range(n_layers)]
+        return kinds, None
+
+    if cfg.get("full_attention_interval") is not None:  # Qwen3-Next: 3 linear, 1 full, repeat
+        interval = _req(cfg, "full_attention_interval")
+        kinds = ["full" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
+        return kinds, None
+
+    if window is None:
+        return ["full"] * n_layers, None
+    pattern = _opt(cfg, "sliding_window_pattern")
+    if pattern is not None:  # Gemma 2/3: every pattern-th layer is global
+        return ["sliding" if (i + 1) % pattern else "full" for i in range(n_layers)], window
+    if cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        first = _req(cfg, "max_window_layers", minimum=0)  # Qwen2: layers from here on slide
+        return ["sliding" if i >= first else "full" for i in range(n_layers)], window
+    return ["sliding"] * n_layers, window  # Mistral, Phi-3: every layer slides
+
+
+def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
+    if kind == "mamba":
+        expand = _first_req(cfg, "mamba_expand", "expand")
+        return StateDims(
+            heads=expand * hidden,  # d_inner channels, each with its own d_state SSM state
+            head_dim=1,
+            state_size=_first_req(cfg, "mamba_d_state", "state_size", "ssm_state_size"),
+            conv_kernel=_first_req(cfg, "mamba_d_conv", "conv_kernel"),
+        )
+    if kind == "mamba2":
+        state = _first_req(cfg, "ssm_state_size", "mamba_d_state")
+        return StateDims(
+            heads=_first_req(cfg, "mamba_num_heads", "mamba_n_heads"),
+            head_dim=_first_req(cfg, "mamba_head_dim", "mamba_d_head"),
+            state_size=state,
+            conv_kernel=_first_req(cfg, "conv_kernel", "mamba_d_conv"),
+            groups=_first_req(cfg, "n_groups", "mamba_n_groups"),
+            group_dim=state,
+        )
+    # gated delta net (Qwen3-Next): state is v_heads x k_head_dim x v_head_dim
+    k_dim = _req(cfg, "linear_key_head_dim")
+    return StateDims(
+        heads=_req(cfg, "linear_num_value_heads"),
+        head_dim=_req(cfg, "linear_value_head_dim"),
+        state_size=k_dim,
+        conv_kernel=_req(cfg, "linear_conv_kernel_dim"),
+        groups=_req(cfg, "linear_num_key_heads"),
+        group_dim=k_dim,
+    )
+
+
+def _parse(config: dict, name: str | None) -> ModelSpec:
+    cfg = _merged(config)
+    model_type = str(cfg.get("model_type") or "unknown")
+    n_layers = _req(cfg, "num_hidden_layers")
+    hidden = _req(cfg, "hidden_size")
+    max_ctx = _req(cfg, "max_position_embeddings")
+    kinds, window = _layer_kinds(cfg, n_layers, model_type)
+    if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
+        kinds = ["mamba2" if k == "mamba" else k for k in kinds]
+
+    heads = kv_heads = head_dim = 0
+    mla = cfg.get("kv_lora_rank") is not None
+    if any(k in ATTENTION_KINDS for k in kinds):
+        heads = _req(cfg, "num_attention_heads")
+        kv_name, kv_value = _get(cfg, "num_key_value_heads")
+        kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
+        if heads % kv_heads:
+            raise ValueError(
+                f"config.json: num_attention_heads ({heads}) must be a multiple of "
+                f"num_key_value_heads ({kv_heads})"
+            )
+        explicit = _opt(cfg, "head_dim")
+        if explicit is not None:
+            head_dim = explicit  # Qwen3, Gemma: not hidden_size / heads
+        elif hidden % heads:
+            raise ValueError(
+                f"config.json: hidden_size ({hidden}) is not divisible by num_attention_heads "
+                f"({heads}); the config must give 'head_dim'"
+            )
+        else:
+            head_dim = hidden // heads
+
+    lora = rope = 0
+    if mla:
+        lora = _req(cfg, "kv_lora_rank")
+        rope = _req(cfg, "qk_rope_head_dim")
+        kinds = ["mla" if k == "full" else k for k in kinds]
+
+    groups = []
+    for kind in dict.fromkeys(k for k in kinds if k is not None):
+        idx = tuple(i for i, k in enumerate(kinds) if k == kind)
+        if kind in ("full", "sliding"):
+            groups.append(LayerGroup(kind, idx, kv_heads=kv_heads, head_dim=head_dim,
+                                     window=window if kind == "sliding" else None))
+        elif kind == "mla":
+            groups.append(LayerGroup(kind, idx, kv_lora_rank=lora, qk_rope_head_dim=rope))
+        else:
+            groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden)))
+
+    total, active = _params.estimate(cfg, kinds, hidden, heads, kv_heads, head_dim)
+    return ModelSpec(
+        name=name or str(cfg.get("_name_or_path") or model_type),
+        model_type=model_type,
+        num_layers=n_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        max_context=max_ctx,
+        groups=tuple(groups),
+        params_total=total,
+        params_active=active,
+        extras={"vocab_size": cfg.get("vocab_size")},
+    )

@@ -1,0 +1,12 @@
+"""Routing: canary split, intent rules and the RoutingClient (retries, fallback, hints, streaming)."""
+
+from app.catalog import UnknownModelError
+from app.config import ProviderNotConfigured
+from app.routing.client import ChatStream, RoutingClient, validate_messages
+from app.routing.errors import StreamBrokenError
+from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
+
+__all__ = [
+    "AllRoutesFailed", "AttemptInfo", "ChatResult", "ChatStream", "ProviderNotConfigured",
+    "RoutingClient", "StreamBrokenError", "UnknownModelError", "Usage", "validate_messages",
+]

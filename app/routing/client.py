@@ -1,0 +1,470 @@
+"""RoutingClient: one chat call in, the canary split, intent routing, retries, fallback, cache hints,
+streaming, cost and telemetry out.
+
+Each provider is a real ``openai.OpenAI`` client with the SDK's own retries off (``max_retries=0``);
+its ``httpx2.Client`` gets the transport from the provider config: the built-in simulator's mock
+transport for ``sim://`` providers, a test's transport when one is injected, the network otherwise.
+The retry and fallback policy lives here and in :mod:`app.routing.errors`; clock, sleep and
+randomness are injectable so tests of timing take milliseconds.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import httpx2
+import openai
+from sqlalchemy import Engine
+
+from app import catalog
+from app.config import ProviderConfig, Settings, load_settings, resolve_api_key
+from app.routing.canary import Refreshing, Side, assign_side
+from app.routing.errors import Failure, StreamBrokenError, classify
+from app.routing.intent import classify as classify_intent
+from app.routing.intent import estimate_tokens, message_text
+from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
+from app.routing.retry import Backoff, attempt_timeout_s
+from app.simulator import FaultSettings, SimulatedProvider, make_transport
+from app.telemetry.records import AttemptRecord
+from app.telemetry.writer import TelemetryWriter
+
+VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+PROMPT_STORE_LIMIT = 20_000
+GUARDRAIL_CHECK_EVERY_S = 2.0
+
+
+def validate_messages(messages: object) -> list[dict]:
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content'")
+        role = m.get("role")
+        if role not in VALID_ROLES:
+            raise ValueError(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
+        if not isinstance(m.get("content"), (str, list)):
+            raise ValueError(f"messages[{i}].content must be text")
+        out.append(dict(m))
+    return out
+
+
+@dataclass
+class _Plan:
+    request_id: str
+    messages: list[dict]
+    requested_model: str
+    model: str
+    intent: str
+    side: Side
+    routes: list[tuple[str, bool]]          # (provider name, is a fallback route)
+    prompt_tokens_est: int
+    session_id: str | None
+    source: str
+    params: dict[str, Any]
+    cache_hints: bool
+    stream: bool
+    records: list[AttemptRecord] = field(default_factory=list)
+    infos: list[AttemptInfo] = field(default_factory=list)
+
+
+class ChatStream:
+    """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
+
+    def __init__(self, gen_factory: Callable[[ChatStream], Iterator[str]], plan: _Plan):
+        self.result: ChatResult | None = None
+        self.request_id = plan.request_id
+        self.intent = plan.intent
+        self.side = plan.side
+        self._gen = gen_factory(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._gen
+
+    def __next__(self) -> str:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+
+
+class RoutingClient:
+    def __init__(self, settings: Settings, *, engine: Engine | None = None,
+                 transports: Mapping[str, httpx2.BaseTransport] | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.perf_counter,
+                 wall_clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None,
+                 source: str = "api",
+                 env: Mapping[str, str] | None = None,
+                 secrets: Mapping[str, str] | None = None,
+                 telemetry: TelemetryWriter | None = None,
+                 guardrail: bool = True):
+        from db.canary import ensure_setting, read_ratio_version
+        from db.engine import get_engine
+        from db.faults import get_faults
+        from db.requests import insert_batch
+
+        self.settings = settings
+        self.engine = engine if engine is not None else get_engine(settings.database_url)
+        ensure_setting(self.engine, settings.routing.initial_ratio)
+        self.source = source
+        self._sleep = sleep
+        self._clock = clock
+        self._wall = wall_clock
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self._env = env
+        self._secrets = secrets
+        self._transports = dict(transports or {})
+        self._clients: dict[str, openai.OpenAI] = {}
+        self._http_clients: list[httpx2.Client] = []
+        self._clients_lock = threading.Lock()
+        self._ratio = Refreshing(lambda: read_ratio_version(self.engine)[0], settings.routing.ratio_refresh_s)
+        self._guardrail_enabled = guardrail
+        self._last_guardrail_check = 0.0
+
+        self.simulators: dict[str, SimulatedProvider] = {}
+        for name, p in settings.providers.items():
+            if p.is_simulated and name not in self._transports:
+                faults = Refreshing(self._fault_loader(get_faults, name, p), 0.5)
+                sim = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
+                                        latency_scale=settings.simulator.latency_scale,
+                                        seed=settings.simulator.seed)
+                self.simulators[name] = sim
+                self._transports[name] = make_transport(sim)
+
+        def write(batch: Sequence[AttemptRecord]) -> int:
+            n = insert_batch(self.engine, batch)
+            self._maybe_guardrail()
+            return n
+
+        self._owns_telemetry = telemetry is None
+        self.telemetry = telemetry or TelemetryWriter(
+            write, queue_size=settings.telemetry.queue_size, batch_size=settings.telemetry.batch_size,
+            flush_interval_s=settings.telemetry.flush_interval_s)
+
+    def _fault_loader(self, get_faults: Callable, name: str, p: ProviderConfig) -> Callable[[], FaultSettings]:
+        return lambda: get_faults(self.engine, name) or p.faults
+
+    @classmethod
+    def from_config(cls, path: str | None = None, **kwargs: Any) -> RoutingClient:
+        return cls(load_settings(path), **kwargs)
+
+    # -- public API ----------------------------------------------------------------------------
+    def current_ratio(self) -> float:
+        return self._ratio.get()
+
+    def chat(self, messages: Sequence[dict], model: str = "auto", *, session_id: str | None = None,
+             stream: bool = False, temperature: float | None = None, max_tokens: int | None = None,
+             source: str | None = None, route: Side | None = None,
+             cache_hints: bool = True) -> ChatResult | ChatStream:
+        """Send one chat request through the router.
+
+        ``route`` forces one side with no fallback (the playground's compare mode).
+        """
+        plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route,
+                          cache_hints)
+        if stream:
+            return ChatStream(lambda s: self._run_stream(plan, s), plan)
+        return self._run(plan)
+
+    def flush(self) -> None:
+        self.telemetry.flush()
+
+    def close(self) -> None:
+        if self._owns_telemetry:
+            self.telemetry.close()
+        else:
+            self.telemetry.flush()
+        with self._clients_lock:
+            for hc in self._http_clients:
+                hc.close()
+            self._http_clients.clear()
+            self._clients.clear()
+
+    def __enter__(self) -> RoutingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- planning ------------------------------------------------------------------------------
+    def _plan(self, messages: Sequence[dict], model: str, session_id: str | None, stream: bool,
+              temperature: float | None, max_tokens: int | None, source: str | None,
+              route: Side | None, cache_hints: bool) -> _Plan:
+        msgs = validate_messages(messages)
+        if model in (None, "", "auto"):
+            decision = classify_intent(msgs, self.settings.intents)
+            chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
+            requested = "auto"
+        else:
+            catalog.get(model)  # UnknownModelError before any network call
+            chosen, intent, requested = model, "explicit", model
+            est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+        if temperature is not None and not 0.0 <= float(temperature) <= 2.0:
+            raise ValueError("temperature must be between 0 and 2")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ValueError("max_tokens must be a positive integer")
+        r = self.settings.routing
+        if route is not None:
+            if route not in ("primary", "fallback"):
+                raise ValueError("route must be 'primary' or 'fallback'")
+            side: Side = route
+            routes = [(getattr(r, route), False)]
+        else:
+            with self._rng_lock:
+                side = assign_side(self._ratio.get(), session_id, self._rng)
+            routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
+            if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
+                routes.append((r.fallback, True))
+        params: dict[str, Any] = {}
+        if temperature is not None:
+            params["temperature"] = float(temperature)
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        return _Plan(request_id=uuid.uuid4().hex, messages=msgs, requested_model=requested, model=chosen,
+                     intent=intent, side=side, routes=routes, prompt_tokens_est=est, session_id=session_id,
+                     source=source or self.source, params=params, cache_hints=cache_hints, stream=stream)
+
+    # -- provider clients ----------------------------------------------------------------------
+    def _client(self, name: str) -> openai.OpenAI:
+        with self._clients_lock:
+            client = self._clients.get(name)
+            if client is not None:
+                return client
+            p = self.settings.providers[name]
+            key = resolve_api_key(name, p, self._env, self._secrets)  # ProviderNotConfigured if unset
+            transport = self._transports.get(name)
+            http_client = httpx2.Client(transport=transport) if transport is not None else httpx2.Client()
+            base_url = f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
+            client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s,
+                                   http_client=http_client)
+            self._http_clients.append(http_client)
+            self._clients[name] = client
+            return client
+
+    def _model_for(self, provider: str, model: str) -> tuple[str, bool]:
+        p = self.settings.providers[provider]
+        return (model, False) if model in p.models else (p.default_model, True)
+
+    # -- attempts ------------------------------------------------------------------------------
+    def _record(self, plan: _Plan, *, provider: str, model: str, is_fallback: bool, substituted: bool,
+                ts: float, latency_ms: float, ttft_ms: float | None, with_hints: bool,
+                failure: Failure | None = None, usage: Usage | None = None, cost: float = 0.0) -> None:
+        usage = usage or Usage()
+        number = len(plan.records) + 1
+        store = self.settings.telemetry.store_prompts
+        plan.records.append(AttemptRecord(
+            request_id=plan.request_id, attempt=number, ts=ts, provider=provider, model=model,
+            requested_model=plan.requested_model, intent=plan.intent, side=plan.side,
+            status="ok" if failure is None else "error", latency_ms=latency_ms,
+            http_status=failure.http_status if failure else 200,
+            error_class=failure.error_class if failure else None,
+            error_message=failure.message if failure else None,
+            ttft_ms=ttft_ms, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens, cost_usd=cost, fallback=is_fallback, final=False,
+            substituted=substituted, stream=plan.stream, source=plan.source, session_id=plan.session_id,
+            prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
+        ))
+        plan.infos.append(AttemptInfo(
+            number=number, provider=provider, model=model, status="ok" if failure is None else "error",
+            latency_ms=latency_ms, error_class=failure.error_class if failure else None,
+            http_status=failure.http_status if failure else None,
+            error=failure.describe() if failure else None, with_hints=with_hints))
+
+    def _commit(self, plan: _Plan) -> None:
+        if not plan.records:
+            return
+        plan.records[-1] = replace(plan.records[-1], final=True)
+        self.telemetry.submit_many(plan.records)
+
+    def _headers(self, plan: _Plan, with_hints: bool) -> dict[str, str] | None:
+        if not with_hints:
+            return None
+        return {"x-session-id": plan.session_id or "", "x-cache-controls": "session_scope"}
+
+    def _attempts(self, plan: _Plan) -> Iterator[tuple[str, str, bool, bool, bool, float]]:
+        """Drive the retry/fallback loop; yields what to try next and learns each outcome.
+
+        The caller sends back ``None`` on success (the loop ends) or the :class:`Failure`.
+        """
+        backoff = Backoff(self.settings.retry, self._rng)
+        for provider, is_fallback in plan.routes:
+            model, substituted = self._model_for(provider, plan.model)
+            timeout = attempt_timeout_s(self.settings.providers[provider].timeout_s,
+                                        plan.prompt_tokens_est, self.settings.retry)
+            with_hints = plan.cache_hints and plan.session_id is not None
+            hints_dropped = False
+            retries = 0
+            while True:
+                failure: Failure | None = yield provider, model, is_fallback, substituted, with_hints, timeout
+                if failure is None:
+                    return
+                if failure.hint_rejection and not hints_dropped:
+                    with_hints, hints_dropped = False, True
+                    continue
+                if failure.retryable and retries + 1 < self.settings.retry.max_attempts:
+                    delay = backoff.next_delay(retries, failure.retry_after_s)
+                    if delay is not None:
+                        self._sleep(delay)
+                        retries += 1
+                        continue
+                if failure.fallback:
+                    break
+                raise _Stop(f"request refused by {provider}")
+        raise _Stop("all routes failed")
+
+    def _result(self, plan: _Plan, text: str, provider: str, model: str, is_fallback: bool,
+                substituted: bool, started: float, ttft_ms: float | None, usage: Usage, cost: float,
+                finish_reason: str | None) -> ChatResult:
+        return ChatResult(
+            text=text, provider=provider, model=model, requested_model=plan.requested_model,
+            intent=plan.intent, side=plan.side, fallback_used=is_fallback, attempts=len(plan.records),
+            latency_ms=(self._clock() - started) * 1000.0, ttft_ms=ttft_ms, usage=usage, cost_usd=cost,
+            request_id=plan.request_id, session_id=plan.session_id, substituted_model=substituted,
+            finish_reason=finish_reason, attempt_log=list(plan.infos))
+
+    def _run(self, plan: _Plan) -> ChatResult:
+        started = self._clock()
+        steps = self._attempts(plan)
+        try:
+            step = next(steps)
+            while True:
+                provider, model, is_fallback, substituted, with_hints, timeout = step
+                ts, t0 = self._wall(), self._clock()
+                try:
+                    client = self._client(provider)
+                    resp = client.chat.completions.create(
+                        model=model, messages=plan.messages, timeout=timeout,
+                        extra_headers=self._headers(plan, with_hints), **plan.params)
+                    text = resp.choices[0].message.content or "" if resp.choices else ""
+                    usage = _usage(resp.usage)
+                except Exception as exc:  # noqa: BLE001 - classify() re-raises what it does not know
+                    failure = classify(exc, sent_hints=with_hints)
+                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
+                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
+                                 ttft_ms=None, with_hints=with_hints, failure=failure)
+                    step = steps.send(failure)
+                    continue
+                latency = (self._clock() - t0) * 1000.0
+                cost = catalog.cost_usd(model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+                self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
+                             substituted=substituted, ts=ts, latency_ms=latency, ttft_ms=None,
+                             with_hints=with_hints, usage=usage, cost=cost)
+                finish = resp.choices[0].finish_reason if resp.choices else None
+                return self._result(plan, text, provider, model, is_fallback, substituted, started, None,
+                                    usage, cost, finish)
+        except _Stop as stop:
+            raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
+        finally:
+            steps.close()
+            self._commit(plan)
+
+    def _run_stream(self, plan: _Plan, holder: ChatStream) -> Iterator[str]:
+        started = self._clock()
+        steps = self._attempts(plan)
+        try:
+            step = next(steps)
+            while True:
+                provider, model, is_fallback, substituted, with_hints, timeout = step
+                ts, t0 = self._wall(), self._clock()
+                pieces: list[str] = []
+                ttft_ms: float | None = None
+                usage: Usage | None = None
+                finish: str | None = None
+
+                def fail(exc: BaseException | None, failure: Failure | None = None) -> Failure:
+                    f = failure or classify(exc, sent_hints=with_hints)  # type: ignore[arg-type]
+                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
+                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
+                                 ttft_ms=ttft_ms, with_hints=with_hints, failure=f,
+                                 usage=usage)
+                    return f
+
+                try:
+                    client = self._client(provider)
+                    stream = client.chat.completions.create(
+                        model=model, messages=plan.messages, timeout=timeout, stream=True,
+                        stream_options={"include_usage": True},
+                        extra_headers=self._headers(plan, with_hints), **plan.params)
+                    with stream:
+                        for chunk in stream:
+                            if chunk.usage is not None:
+                                usage = _usage(chunk.usage)
+                            for choice in chunk.choices:
+                                if choice.finish_reason:
+                                    finish = choice.finish_reason
+                                content = choice.delta.content if choice.delta else None
+                                if content:
+                                    if ttft_ms is None:
+                                        ttft_ms = (self._clock() - t0) * 1000.0
+                                    pieces.append(content)
+                                    yield content
+                    if finish is None:
+                        raise _Truncated("the stream ended without a finish reason")
+                except GeneratorExit:
+                    fail(None, Failure("cancelled", "the caller stopped reading the stream"))
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    if pieces:
+                        cause = exc.args[0] if isinstance(exc, _Truncated) else f"{type(exc).__name__}: {exc}"
+                        fail(None, Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
+                        raise StreamBrokenError(
+                            f"{provider}/{model} stream broke after {len(pieces)} chunks "
+                            f"(request {plan.request_id}): {cause}; the answer is incomplete") from exc
+                    if isinstance(exc, _Truncated):
+                        failure = fail(None, Failure("bad_response", exc.args[0], retryable=True, fallback=True))
+                    else:
+                        failure = fail(exc)
+                    step = steps.send(failure)
+                    continue
+                usage = usage or Usage()
+                cost = catalog.cost_usd(model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+                self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
+                             substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
+                             ttft_ms=ttft_ms, with_hints=with_hints, usage=usage, cost=cost)
+                holder.result = self._result(plan, "".join(pieces), provider, model, is_fallback, substituted,
+                                             started, ttft_ms, usage, cost, finish)
+                return
+        except _Stop as stop:
+            raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
+        finally:
+            steps.close()
+            self._commit(plan)
+
+    # -- guardrail -----------------------------------------------------------------------------
+    def _maybe_guardrail(self) -> None:
+        if not self._guardrail_enabled:
+            return
+        now = time.monotonic()
+        if now - self._last_guardrail_check < GUARDRAIL_CHECK_EVERY_S:
+            return
+        self._last_guardrail_check = now
+        from app.guardrail import check_guardrail
+
+        if check_guardrail(self.engine, self.settings) is not None:
+            self._ratio.invalidate()
+
+
+class _Stop(Exception):
+    """Internal: the retry/fallback loop has nothing more to try."""
+
+
+class _Truncated(Exception):
+    """Internal: a stream ended cleanly at the transport level but without a finish reason."""
+
+
+def _usage(u: Any) -> Usage:
+    if u is None:
+        return Usage()
+    details = getattr(u, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0 if details is not None else 0
+    return Usage(prompt_tokens=int(u.prompt_tokens or 0), cached_tokens=int(cached),
+                 completion_tokens=int(u.completion_tokens or 0))

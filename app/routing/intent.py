@@ -1,0 +1,61 @@
+"""Intent routing for ``model="auto"``: rules are data (``app/data/intent_rules.toml`` or the
+``[intents]`` table of the gateway config).
+
+Order: a prompt estimated above ``long_context_tokens`` goes to the long-context model; otherwise
+the first rule with a matching keyword; otherwise the default model. ASCII keywords match at the
+start of a word ("debug" matches "Debugging", "math" matches "mathematics", "code" does not match
+"barcode"); Hangul keywords match as substrings because Korean attaches particles ("코드를").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from app.config import IntentConfig
+
+
+@dataclass(frozen=True)
+class IntentDecision:
+    intent: str
+    model: str
+    estimated_tokens: int
+
+
+def message_text(messages: Sequence[dict]) -> str:
+    parts = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+    return "\n".join(parts)
+
+
+def estimate_tokens(text: str, chars_per_token: int = 4) -> int:
+    return len(text) // chars_per_token
+
+
+@lru_cache(maxsize=64)
+def _pattern(keywords: tuple[str, ...]) -> re.Pattern[str]:
+    alts = []
+    for kw in keywords:
+        escaped = re.escape(kw.lower())
+        alts.append(rf"\b{escaped}" if kw.isascii() else escaped)
+    return re.compile("|".join(alts), re.IGNORECASE)
+
+
+def classify(messages: Sequence[dict], cfg: IntentConfig) -> IntentDecision:
+    # Only what the user wrote decides the intent; a system prompt saying "you are a python
+    # tutor" should not send every question to the coding model.
+    user_text = message_text([m for m in messages if m.get("role") == "user"])
+    tokens = estimate_tokens(message_text(messages), cfg.chars_per_token)
+    if tokens > cfg.long_context_tokens:
+        return IntentDecision("long_context", cfg.long_context_model, tokens)
+    for rule in cfg.rules:
+        if _pattern(tuple(rule.keywords)).search(user_text):
+            return IntentDecision(rule.intent, rule.model, tokens)
+    return IntentDecision("general", cfg.default_model, tokens)

@@ -1,0 +1,24 @@
+"""Fault injection settings of a simulated upstream.
+
+The gateway config gives the starting values and the database overrides them at runtime, so an
+operator can rehearse an outage from the dashboard. The simulator only reads a snapshot per
+request; where the snapshot comes from is the caller's business.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["FaultSettings"]
+
+
+class FaultSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    error_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of requests answered HTTP 500")
+    rate_limit_rate: float = Field(0.0, ge=0.0, le=1.0, description="share answered HTTP 429")
+    retry_after_s: float = Field(1.0, ge=0.0, description="Retry-After sent with a 429")
+    timeout_rate: float = Field(0.0, ge=0.0, le=1.0, description="share that never answer in time")
+    latency_multiplier: float = Field(1.0, gt=0.0, description="scales time to first token and generation")
+    reject_cache_hints: bool = Field(False, description="answer 400 to requests carrying cache-hint headers")
+    stream_break_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of streams cut after the first chunk")

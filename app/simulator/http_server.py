@@ -1,0 +1,251 @@
+"""The simulator over real HTTP on loopback: ``python -m app simulate --port N``.
+
+Each request is turned into an ``httpx2.Request`` and answered by the same
+``SimulatedProvider.respond`` the in-process transport uses, so both paths behave alike.
+``/{name}/v1/...`` reaches the provider ``name``; plain ``/v1/...`` reaches the first one.
+Streams go out as chunked server-sent events, written as the provider produces them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import httpx2
+
+from app.simulator.server import MAX_HOLD_S, SimulatedProvider, UpstreamTimeout
+
+__all__ = ["SimulatorHTTPServer", "make_server", "serve"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+# Hop-by-hop and framing headers are the HTTP server's business, not the provider's.
+_NOT_FORWARDED = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length"})
+# How often a held (timed-out) request checks whether its client left or the server stops.
+_HOLD_POLL_S = 0.1
+
+
+class SimulatorHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server in front of simulated providers; ``stop()`` ends it cleanly."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], providers: Mapping[str, SimulatedProvider], *, hold_s: float = MAX_HOLD_S
+    ) -> None:
+        if not providers:
+            raise ValueError("the simulator needs at least one provider")
+        self.providers = dict(providers)
+        self.default_provider = next(iter(self.providers.values()))
+        self.hold_s = hold_s
+        # Set on stop, so requests held by the timeout fault let go at once.
+        self.stopping = threading.Event()
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start_in_thread(self) -> threading.Thread:
+        # A short poll interval so stop() returns quickly.
+        thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="simulator-http", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        """Stop serving (from another thread than ``serve_forever``) and close the socket."""
+        self.stopping.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive and chunked streams
+    server_version = "llm-gateway-simulator"
+    server: SimulatorHTTPServer
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        # The request line only: headers (and so any Authorization) are never logged.
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # ---- request ------------------------------------------------------------------------
+
+    def _route(self) -> tuple[SimulatedProvider | None, str]:
+        path = urlsplit(self.path).path
+        if path == "/v1" or path.startswith("/v1/"):
+            return self.server.default_provider, path
+        name, _, rest = path.lstrip("/").partition("/")
+        provider = self.server.providers.get(name)
+        return provider, "/" + rest
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            body = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return bytes(body)
+                if len(body) + size > MAX_BODY_BYTES:
+                    raise ValueError("request body too large")
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_BODY_BYTES:
+            raise ValueError("request body too large")
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self) -> None:
+        try:
+            body = self._read_body()
+        except ValueError as exc:
+            self.close_connection = True
+            self._send_json(413, {"error": {"message": str(exc), "type": "invalid_request_error", "code": None}})
+            return
+        provider, path = self._route()
+        if provider is None:
+            self._send_json(
+                404,
+                {
+                    "error": {
+                        "message": f"Unknown request URL: {self.command} {urlsplit(self.path).path}.",
+                        "type": "invalid_request_error",
+                        "code": "unknown_url",
+                    }
+                },
+            )
+            return
+        query = urlsplit(self.path).query
+        request = httpx2.Request(
+            self.command,
+            f"http://{provider.name}.sim{path}" + (f"?{query}" if query else ""),
+            headers=[(k, v) for k, v in self.headers.items() if k.lower() not in _NOT_FORWARDED],
+            content=body,
+        )
+        try:
+            response = provider.respond(request)
+        except UpstreamTimeout:
+            self._hold()
+            return
+        self._send(response)
+
+    # ---- response -----------------------------------------------------------------------
+
+    def _send_json(self, status: int, body: object) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _send(self, response: httpx2.Response) -> None:
+        self.send_response(response.status_code)
+        for key, value in response.headers.multi_items():
+            if key.lower() not in _NOT_FORWARDED:
+                self.send_header(key, value)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            payload = response.content
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return
+
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        stream = iter(response.stream)
+        try:
+            for chunk in stream:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except httpx2.RemoteProtocolError:
+            # The stream-break fault: drop the connection without the closing chunk, which the
+            # client sees as an incomplete body, exactly like a real upstream dying mid-answer.
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client left mid-stream
+        finally:
+            response.close()
+
+    def _hold(self) -> None:
+        """The timeout fault over HTTP: answer nothing until the client leaves, the server stops
+        or ``hold_s`` passes, then close the connection."""
+        self.close_connection = True
+        deadline = time.monotonic() + self.server.hold_s
+        while not self.server.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            readable, _, _ = select.select([self.connection], [], [], min(_HOLD_POLL_S, remaining))
+            if readable:
+                try:
+                    peeked = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    return
+                if not peeked:
+                    return  # the client closed its end
+                # A pipelined request is not a disconnect; wait without spinning on it.
+                self.server.stopping.wait(min(_HOLD_POLL_S, remaining))
+
+
+def make_server(
+    providers: Mapping[str, SimulatedProvider],
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    *,
+    hold_s: float = MAX_HOLD_S,
+) -> SimulatorHTTPServer:
+    """A bound, not yet serving server (``port=0`` picks a free port; see ``.url``)."""
+    return SimulatorHTTPServer((host, port), providers, hold_s=hold_s)
+
+
+def serve(
+    providers: Mapping[str, SimulatedProvider],
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    *,
+    ready: threading.Event | None = None,
+) -> None:
+    """Serve until Ctrl-C; ``ready`` is set once the port is bound."""
+    server = make_server(providers, host, port)
+    log.info("simulator serving %s on %s", ", ".join(server.providers), server.url)
+    if ready is not None:
+        ready.set()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        log.info("simulator stopped")
+    finally:
+        server.stopping.set()
+        server.server_close()

@@ -1,0 +1,40 @@
+"""The request record: one per attempt, as the router produces it and the log stores it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    request_id: str
+    attempt: int
+    ts: float
+    provider: str
+    model: str
+    requested_model: str
+    intent: str
+    side: str                   # canary side the request was assigned to: primary | fallback
+    status: str                 # ok | error
+    latency_ms: float
+    http_status: int | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    ttft_ms: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    fallback: bool = False
+    final: bool = True
+    substituted: bool = False
+    stream: bool = False
+    source: str = "api"
+    session_id: str | None = None
+    prompt_text: str | None = None
+
+    def to_row(self) -> dict:
+        row = asdict(self)
+        if row["error_message"]:
+            row["error_message"] = row["error_message"][:500]
+        return row

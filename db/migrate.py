@@ -1,0 +1,44 @@
+"""Alembic migrations applied programmatically: ``upgrade(engine)`` brings a database to head.
+
+Two processes starting together (the dashboard and a CLI command, say) may both try to migrate;
+the loser of that race retries once after the winner has committed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, inspect
+from sqlalchemy.exc import DBAPIError
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def alembic_config(engine: Engine | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if engine is not None:
+        cfg.attributes["engine"] = engine
+        cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                cfg = alembic_config(engine)
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+            return
+        except DBAPIError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def current_tables(engine: Engine) -> list[str]:
+    return sorted(inspect(engine).get_table_names())

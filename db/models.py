@@ -1,0 +1,161 @@
+"""SQLAlchemy 2 typed models: every table the product keeps.
+
+Times are stored as UNIX epoch seconds (float) and rollup minutes as integer epoch seconds of the
+minute's start: the same arithmetic works on SQLite and PostgreSQL and bucketing a window is an
+integer division in SQL. No table has a column for API keys or request headers, and prompt text is
+only written when the operator opts in (``telemetry.store_prompts``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.telemetry.histogram import N_BUCKETS
+
+LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
+TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]
+ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side"]
+ROLLUP_SUMS = [
+    "attempts", "requests", "errors", "request_errors", "fallbacks",
+    "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd",
+    "latency_sum_ms", "ttft_sum_ms", "ttft_count",
+]
+
+# Bigint primary keys on PostgreSQL, but SQLite only autoincrements "INTEGER PRIMARY KEY".
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RequestLog(Base):
+    """One row per attempt (a request retried twice then served by the fallback has 3+ rows)."""
+
+    __tablename__ = "request_log"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(64), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float, index=True)        # attempt start, epoch seconds
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    requested_model: Mapped[str] = mapped_column(String(128))    # "auto" or the caller's model
+    intent: Mapped[str] = mapped_column(String(32))
+    side: Mapped[str] = mapped_column(String(16))                # canary side: primary | fallback
+    status: Mapped[str] = mapped_column(String(16))              # ok | error
+    http_status: Mapped[int | None] = mapped_column(Integer)
+    error_class: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(String(500))
+    latency_ms: Mapped[float] = mapped_column(Float)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    fallback: Mapped[bool] = mapped_column(Boolean, default=False)   # served by the fallback route
+    final: Mapped[bool] = mapped_column(Boolean, default=True)       # last attempt of its request
+    substituted: Mapped[bool] = mapped_column(Boolean, default=False)
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    source: Mapped[str] = mapped_column(String(32))              # playground | loadgen | api | cli ...
+    session_id: Mapped[str | None] = mapped_column(String(128))
+    prompt_text: Mapped[str | None] = mapped_column(Text)        # only with store_prompts = true
+
+
+class RequestRollup(Base):
+    """Per-minute aggregates; the monitor reads only these, never the raw log."""
+
+    __tablename__ = "request_rollup"
+
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    intent: Mapped[str] = mapped_column(String(32), primary_key=True)
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    side: Mapped[str] = mapped_column(String(16), primary_key=True)
+
+    attempts: Mapped[int] = mapped_column(BigInteger, default=0)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)        # final attempts
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)          # failed attempts
+    request_errors: Mapped[int] = mapped_column(BigInteger, default=0)  # failed final attempts
+    fallbacks: Mapped[int] = mapped_column(BigInteger, default=0)       # final attempts on fallback
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_sum_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_sum_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    ttft_count: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+for _col in LATENCY_BUCKETS + TTFT_BUCKETS:
+    setattr(RequestRollup, _col, mapped_column(_col, Integer, default=0, nullable=False))
+
+del _col
+
+Index("ix_request_rollup_minute", RequestRollup.minute)
+
+
+class CanarySetting(Base):
+    """The single current canary ratio (row id 1) with a version for optimistic locking."""
+
+    __tablename__ = "canary_setting"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ratio: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(500))
+
+
+class CanaryAudit(Base):
+    __tablename__ = "canary_audit"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    old_ratio: Mapped[float] = mapped_column(Float)
+    new_ratio: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(Integer)
+    actor: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(500))
+
+
+class GuardrailSetting(Base):
+    """Automatic rollback of the canary when the primary's error rate crosses a threshold."""
+
+    __tablename__ = "guardrail_setting"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean)
+    error_rate_threshold: Mapped[float] = mapped_column(Float)
+    window_minutes: Mapped[int] = mapped_column(Integer)
+    min_requests: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class SimFault(Base):
+    """Run-time fault injection for one simulated provider (absent row = the config's values)."""
+
+    __tablename__ = "sim_fault"
+
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    error_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    rate_limit_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    retry_after_s: Mapped[float] = mapped_column(Float, default=1.0)
+    timeout_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    latency_multiplier: Mapped[float] = mapped_column(Float, default=1.0)
+    reject_cache_hints: Mapped[bool] = mapped_column(Boolean, default=False)
+    stream_break_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(128))

@@ -1,0 +1,82 @@
+"""Request log and per-minute rollups: the write side (batch insert + rollup upsert).
+
+One call writes a batch of attempt rows and folds them into ``request_rollup`` in the same
+transaction, so the rollups always agree with the log. The rollup upsert adds to existing counters
+(``INSERT ... ON CONFLICT DO UPDATE SET col = col + excluded.col``), which is safe when several
+processes write at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import Engine, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from app.telemetry.histogram import bucket_of
+from app.telemetry.records import AttemptRecord
+from db.models import LATENCY_BUCKETS, ROLLUP_KEY, ROLLUP_SUMS, TTFT_BUCKETS, RequestLog, RequestRollup
+
+_COUNTERS = ROLLUP_SUMS + LATENCY_BUCKETS + TTFT_BUCKETS
+
+
+def rollup_deltas(records: Iterable[AttemptRecord]) -> list[dict]:
+    """Fold attempt records into one counter row per rollup key."""
+    acc: dict[tuple, dict] = {}
+    for r in records:
+        key = (int(r.ts // 60) * 60, r.provider, r.model, r.intent, r.source, r.side)
+        row = acc.get(key)
+        if row is None:
+            row = dict(zip(ROLLUP_KEY, key))
+            row.update({c: 0 for c in _COUNTERS})
+            acc[key] = row
+        failed = r.status != "ok"
+        row["attempts"] += 1
+        row["errors"] += failed
+        if r.final:
+            row["requests"] += 1
+            row["request_errors"] += failed
+            row["fallbacks"] += bool(r.fallback)
+        row["prompt_tokens"] += r.prompt_tokens
+        row["cached_tokens"] += r.cached_tokens
+        row["completion_tokens"] += r.completion_tokens
+        row["cost_usd"] += r.cost_usd
+        row["latency_sum_ms"] += r.latency_ms
+        row[LATENCY_BUCKETS[bucket_of(r.latency_ms)]] += 1
+        if r.ttft_ms is not None:
+            row["ttft_sum_ms"] += r.ttft_ms
+            row["ttft_count"] += 1
+            row[TTFT_BUCKETS[bucket_of(r.ttft_ms)]] += 1
+    return list(acc.values())
+
+
+def _upsert(engine: Engine):
+    table = RequestRollup.__table__
+    dialect = engine.dialect.name
+    if dialect == "sqlite":
+        stmt = sqlite.insert(table)
+    elif dialect == "postgresql":
+        stmt = postgresql.insert(table)
+    else:  # pragma: no cover - config refuses other databases
+        raise RuntimeError(f"unsupported database {dialect}")
+    return stmt.on_conflict_do_update(
+        index_elements=ROLLUP_KEY,
+        set_={c: table.c[c] + stmt.excluded[c] for c in _COUNTERS},
+    )
+
+
+def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
+    """Write ``records`` and their rollups atomically; returns the number of rows written."""
+    if not records:
+        return 0
+    rows = [r.to_row() for r in records]
+    deltas = rollup_deltas(records)
+    with engine.begin() as conn:
+        conn.execute(insert(RequestLog), rows)
+        conn.execute(_upsert(engine), deltas)
+    return len(rows)
+
+
+def count_rows(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(RequestLog)).scalar_one())

@@ -221,3 +221,38 @@ def naive_bytes(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: st
     windows, MLA and hybrids), kept only to show how far off it is."""
     kv = kv_dtype(kv_dtype_name)
     return 2 * spec.num_layers * kv.vector_bytes(spec.hidden_size) * seq_len * batch
+
+
+@dataclass(frozen=True)
+class SequenceCost:
+    """One sequence's per-GPU cost as (bytes per held token, window) per attention group plus the
+    constant state, precomputed so charts and searches can evaluate many lengths cheaply."""
+
+    token_groups: tuple[tuple[int, int | None], ...]
+    state: int
+
+    def bytes(self, seq_len: int, block_size: int | None = None) -> int:
+        """Bytes of one sequence of seq_len tokens; with block_size, whole blocks per group."""
+        total = self.state
+        for per_token, window in self.token_groups:
+            held = seq_len if window is None else min(seq_len, window)
+            if block_size:
+                held = -(-held // block_size) * block_size
+            total += per_token * held
+        return total
+
+
+def sequence_cost(spec: ModelSpec, kv_dtype_name: str = "bf16", *, tp: int = 1,
+                  state_dtype: str = DEFAULT_STATE_DTYPE) -> SequenceCost:
+    _check_count("tensor parallel size", tp, 1)
+    kv = kv_dtype(kv_dtype_name)
+    if state_dtype not in STATE_DTYPES:
+        raise ValueError(f"state_dtype must be one of {', '.join(STATE_DTYPES)}, got {state_dtype!r}")
+    sd = KV_DTYPES[state_dtype]
+    groups, state = [], 0
+    for g in spec.groups:
+        if g.is_attention:
+            groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind == "sliding" else None))
+        else:
+            state += state_bytes(g, sd, tp)[0]
+    return SequenceCost(tuple(groups), state)

@@ -77,7 +77,8 @@ def _is_moe_layer(cfg: dict, i: int, experts: int) -> bool:
 def estimate(cfg: dict, kinds: list[str | None], hidden: int, heads: int, kv: int, hd: int) -> tuple[int, int]:
     """(total, active) parameters, estimated from the merged config."""
     vocab = _i(cfg, "vocab_size")
-    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    # transformers defaults tie_word_embeddings to True when a config leaves it out (OPT, Gemma)
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings", True) else 2)
     experts = _i(cfg, "num_local_experts", "num_experts", "n_routed_experts")
     per_tok = _i(cfg, "num_experts_per_tok", "experts_per_token", default=experts)
     moe_inter = _i(cfg, "moe_intermediate_size", "intermediate_size")

@@ -87,9 +87,13 @@ def compose_answer(
         f'You asked: "{quote}".' if quote else "Your message had no text to quote.",
     ]
     target = rng.randint(MIN_TOKENS, MAX_TOKENS)
-    # Whole sentences until the target length is reached, so an uncut answer ends cleanly.
+    # Whole sentences until the target length is reached, so an uncut answer ends cleanly,
+    # without running past MAX_TOKENS.
     while len(tokenize(" ".join(parts))) < target:
-        parts.append(rng.choice(_SENTENCES).format(provider=provider, model=model))
+        sentence = rng.choice(_SENTENCES).format(provider=provider, model=model)
+        if len(tokenize(" ".join([*parts, sentence]))) > MAX_TOKENS:
+            break
+        parts.append(sentence)
     text = " ".join(parts)
     if max_tokens is not None and len(tokenize(text)) > max_tokens:
         return Answer(truncate_to_tokens(text, max_tokens), "length")

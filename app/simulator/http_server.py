@@ -33,6 +33,10 @@ _NOT_FORWARDED = frozenset({"host", "connection", "keep-alive", "transfer-encodi
 _HOLD_POLL_S = 0.1
 
 
+class _BodyTooLarge(Exception):
+    pass
+
+
 class SimulatorHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server in front of simulated providers; ``stop()`` ends it cleanly."""
 
@@ -114,20 +118,24 @@ class _Handler(BaseHTTPRequestHandler):
                         pass  # trailers
                     return bytes(body)
                 if len(body) + size > MAX_BODY_BYTES:
-                    raise ValueError("request body too large")
+                    raise _BodyTooLarge
                 body += self.rfile.read(size)
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
         if length < 0 or length > MAX_BODY_BYTES:
-            raise ValueError("request body too large")
+            raise _BodyTooLarge
         return self.rfile.read(length) if length else b""
 
     def _dispatch(self) -> None:
         try:
             body = self._read_body()
-        except ValueError as exc:
+        except _BodyTooLarge:
             self.close_connection = True
-            self._send_json(413, {"error": {"message": str(exc), "type": "invalid_request_error", "code": None}})
+            self._send_json(413, {"error": {"message": "request body too large", "type": "invalid_request_error"}})
+            return
+        except ValueError:
+            self.close_connection = True
+            self._send_json(400, {"error": {"message": "malformed request body", "type": "invalid_request_error"}})
             return
         provider, path = self._route()
         if provider is None:

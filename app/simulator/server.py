@@ -67,7 +67,6 @@ class _Draws:
 
 @dataclass(frozen=True, slots=True)
 class _Completion:
-    request_id: str
     completion_id: str
     created: int
     model: str
@@ -193,9 +192,10 @@ class SimulatedProvider:
 
         try:
             body = self._parse_body(request)
-            completion = self._complete(body, faults, draws, request_id)
+            completion = self._complete(body, faults, draws)
         except _BadRequest as bad:
-            return self._json(bad.status, _error_body(bad.message, "invalid_request_error", bad.code, bad.param), request_id)
+            error = _error_body(bad.message, "invalid_request_error", bad.code, bad.param)
+            return self._json(bad.status, error, request_id)
 
         if body.get("stream") is True:
             options = body.get("stream_options")
@@ -252,9 +252,7 @@ class SimulatedProvider:
 
     # ---- the answer ---------------------------------------------------------------------
 
-    def _complete(
-        self, body: Mapping[str, Any], faults: FaultSettings, draws: _Draws, request_id: str
-    ) -> _Completion:
+    def _complete(self, body: Mapping[str, Any], faults: FaultSettings, draws: _Draws) -> _Completion:
         model: str = body["model"]
         messages: list[dict[str, Any]] = body["messages"]
         max_tokens = body.get("max_completion_tokens")
@@ -270,7 +268,6 @@ class SimulatedProvider:
         jitter = 1.0 + profile.jitter * (2.0 * draws.jitter - 1.0)
         factor = jitter * faults.latency_multiplier * self.latency_scale
         return _Completion(
-            request_id=request_id,
             completion_id=f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",
             created=int(time.time()),
             model=model,

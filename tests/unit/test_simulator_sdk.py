@@ -52,7 +52,7 @@ def test_non_streamed_completion_with_usage(client: openai.OpenAI) -> None:
     assert reply.model == "gpt-4.1"
     assert reply.choices[0].finish_reason == "stop"
     assert reply.usage.completion_tokens == len(tokenize(text))
-    assert 40 <= reply.usage.completion_tokens <= 200
+    assert 40 <= reply.usage.completion_tokens <= 160
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
     assert reply.usage.prompt_tokens_details.cached_tokens == 0
     assert raw.headers["x-request-id"].startswith("req-sim-")
@@ -129,10 +129,13 @@ def test_a_grown_conversation_hits_the_prefix_cache() -> None:
 
 
 def test_each_provider_has_its_own_cache() -> None:
+    def cached(client: openai.OpenAI) -> int:
+        return client.chat.completions.create(model="gpt-4.1", messages=HELLO).usage.prompt_tokens_details.cached_tokens
+
     with sdk(provider()) as one, sdk(provider()) as other:
-        one.chat.completions.create(model="gpt-4.1", messages=HELLO)
-        assert other.chat.completions.create(model="gpt-4.1", messages=HELLO).usage.prompt_tokens_details.cached_tokens == 0
-        assert one.chat.completions.create(model="gpt-4.1", messages=HELLO).usage.prompt_tokens_details.cached_tokens > 0
+        cached(one)
+        assert cached(other) == 0
+        assert cached(one) > 0
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -148,7 +151,13 @@ def test_unknown_model_is_404(client: openai.OpenAI) -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [{"messages": []}, {"messages": "hi"}, {"messages": [{"content": "no role"}]}, {"max_tokens": 0}, {"temperature": 7}],
+    [
+        {"messages": []},
+        {"messages": "hi"},
+        {"messages": [{"content": "no role"}]},
+        {"max_tokens": 0},
+        {"temperature": 7},
+    ],
 )
 def test_invalid_bodies_are_400(client: openai.OpenAI, extra: dict) -> None:
     body = {"model": "gpt-4.1", "messages": HELLO, **extra}

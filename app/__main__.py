@@ -1,0 +1,224 @@
+"""Command line: ``python -m app chat|canary|loadgen|simulate``.
+
+Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
+configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def _settings():
+    from app.config import load_settings
+
+    return load_settings()
+
+
+def _engine(settings):
+    from db.canary import ensure_setting
+    from db.engine import get_engine
+
+    engine = get_engine(settings.database_url)
+    ensure_setting(engine, settings.routing.initial_ratio)
+    return engine
+
+
+def _ts(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from app.routing import RoutingClient
+
+    client = RoutingClient(_settings(), source="cli")
+    try:
+        messages = [{"role": "user", "content": args.prompt}]
+        if args.stream:
+            stream = client.chat(messages, model=args.model, session_id=args.session, stream=True)
+            for piece in stream:
+                if not args.json:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            result = stream.result
+            if not args.json:
+                sys.stdout.write("\n")
+        else:
+            result = client.chat(messages, model=args.model, session_id=args.session)
+            if not args.json:
+                print(result.text)
+        assert result is not None
+        if args.json:
+            print(json.dumps(result.to_dict(), ensure_ascii=False))
+        else:
+            u = result.usage
+            print(f"-- {result.provider}/{result.model} intent={result.intent} side={result.side} "
+                  f"fallback={'yes' if result.fallback_used else 'no'} attempts={result.attempts} "
+                  f"latency={result.latency_ms:.0f}ms tokens={u.prompt_tokens}/{u.cached_tokens} cached/"
+                  f"{u.completion_tokens} cost=${result.cost_usd:.6f}", file=sys.stderr)
+        return 0
+    finally:
+        client.close()
+
+
+def cmd_canary_show(args: argparse.Namespace) -> int:
+    from db.canary import get_state
+
+    state = get_state(_engine(_settings()))
+    if args.json:
+        print(json.dumps(state.to_dict()))
+    else:
+        print(f"canary ratio {state.ratio * 100:g} % (version {state.version}), set by {state.updated_by} "
+              f"at {_ts(state.updated_at)}: {state.reason}")
+    return 0
+
+
+def cmd_canary_set(args: argparse.Namespace) -> int:
+    from db.canary import set_ratio, validate_ratio
+
+    try:
+        ratio = validate_ratio(args.ratio)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not args.reason.strip():
+        raise CliError("--reason must not be empty")
+    actor = args.actor or getpass.getuser() or "cli"
+    engine = _engine(_settings())
+    from db.canary import get_state
+
+    old = get_state(engine)
+    state = set_ratio(engine, ratio, expected_version=None, actor=actor, reason=args.reason)
+    print(f"canary ratio {old.ratio * 100:g} % -> {state.ratio * 100:g} % (version {state.version}) by {actor}")
+    return 0
+
+
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from app.loadgen import run_loadgen
+    from app.routing import RoutingClient
+
+    if not args.rps > 0 or not args.duration > 0:
+        raise CliError("--rps and --duration must be greater than 0")
+    client = RoutingClient(_settings(), source="loadgen")
+    try:
+        with tqdm(total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr,
+                  disable=args.quiet) as bar:
+            report = run_loadgen(client, rps=args.rps, duration_s=args.duration, seed=args.seed,
+                                 progress=lambda done, planned: bar.update(1))
+    finally:
+        client.close()
+    print(json.dumps(report.to_dict()))
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from app.simulator import SimulatedProvider, serve
+
+    settings = _settings()
+    engine = _engine(settings)
+    from app.routing.canary import Refreshing
+    from db.faults import get_faults
+
+    providers: dict[str, Any] = {}
+    for name, p in settings.providers.items():
+        if not p.is_simulated:
+            continue
+        faults = Refreshing(lambda n=name, d=p.faults: get_faults(engine, n) or d, 0.5)
+        providers[p.sim_name] = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
+                                                  latency_scale=settings.simulator.latency_scale,
+                                                  seed=settings.simulator.seed)
+    if not providers:
+        raise CliError("no sim:// providers in the configuration")
+    first = next(iter(providers))
+    print(f"simulator on http://{args.host}:{args.port}/v1 ({first}); "
+          + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers), file=sys.stderr)
+    serve(providers, host=args.host, port=args.port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m app", description="LLM gateway operator tools")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    chat = sub.add_parser("chat", help="send one prompt through the routing client")
+    chat.add_argument("prompt")
+    chat.add_argument("--model", default="auto", help="auto (intent routing) or a catalog model")
+    chat.add_argument("--session", default=None, help="session id (sticky routing, cache hints)")
+    chat.add_argument("--stream", action="store_true")
+    chat.add_argument("--json", action="store_true", help="print the result record as JSON")
+    chat.set_defaults(func=cmd_chat)
+
+    canary = sub.add_parser("canary", help="show or set the canary ratio")
+    csub = canary.add_subparsers(dest="canary_command", required=True)
+    show = csub.add_parser("show")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_canary_show)
+    cset = csub.add_parser("set")
+    cset.add_argument("ratio", help="share of traffic for the primary, 0 to 1 (e.g. 0.25)")
+    cset.add_argument("--reason", required=True)
+    cset.add_argument("--actor", default=None)
+    cset.set_defaults(func=cmd_canary_set)
+
+    lg = sub.add_parser("loadgen", help="generate traffic through the routing client")
+    lg.add_argument("--rps", type=float, default=5.0)
+    lg.add_argument("--duration", type=float, default=60.0, help="seconds")
+    lg.add_argument("--seed", type=int, default=None)
+    lg.add_argument("--quiet", action="store_true", help="no progress bar")
+    lg.set_defaults(func=cmd_loadgen)
+
+    sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
+    sim.add_argument("--port", type=int, default=8001)
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.set_defaults(func=cmd_simulate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from app.catalog import UnknownModelError
+    from app.config import ConfigError
+    from app.routing import AllRoutesFailed, ProviderNotConfigured, StreamBrokenError
+    from db.canary import StaleCanaryError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (CliError, ConfigError, UnknownModelError, ValueError, StaleCanaryError) as exc:
+        if args.debug:
+            raise
+        code = exc.code if isinstance(exc, CliError) else EXIT_USAGE
+        print(f"error: {exc}", file=sys.stderr)
+        return code
+    except (AllRoutesFailed, ProviderNotConfigured, StreamBrokenError) as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        if args.debug:
+            raise
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -214,20 +214,13 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """Walk the model tree along ``loc`` (minus the bad key) to list the allowed keys there."""
     current: Any = model
     for part in loc[:-1]:
-        if isinstance(current, type) and issubclass(current, BaseModel):
-            field = current.model_fields.get(str(part))
-            if field is None:
-                return []
-            ann = field.annotation
-            args = getattr(ann, "__args__", ())
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                current = ann
-            elif args:  # dict[str, X], list[X], X | None
-                inner = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
-                current = inner[0] if inner else None
-            else:
-                return []
-        # non-model parts (dict keys, list indexes) keep `current` as the element model
+        field = current.model_fields.get(str(part)) if current is not None else None
+        if field is None:
+            continue  # a dict key or list index: stay on the element model
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]  # X, dict[str, X], list[X], X | None
+        models = [a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = models[0] if models else None
     if isinstance(current, type) and issubclass(current, BaseModel):
         return list(current.model_fields)
     return []

@@ -1,0 +1,158 @@
+"""The canary page's writes: parse what the operator typed, refuse bad input with a message and
+write nothing, and turn the database's optimistic-lock refusal into a sentence.
+
+Every function returns an :class:`Outcome` instead of raising, so the page only decides the colour.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from app.simulator.faults import FaultSettings
+from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
+from db.faults import clear_faults, set_faults
+
+from app.dashboard.fmt import ratio_pct, when
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    message: str
+    state: CanaryState | None = None   # the current canary state after the attempt, when known
+
+
+def parse_percent(value: object, *, name: str = "Canary ratio") -> float:
+    """A percent 0..100 (number or text such as ``"25"``, ``"12.5 %"``) as a ratio 0..1.
+
+    Raises ``ValueError`` with a message for the operator otherwise.
+    """
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number between 0 and 100")
+    if isinstance(value, str):
+        text = value.strip().removesuffix("%").strip().replace(",", ".")
+        if not text:
+            raise ValueError(f"{name} must be a number between 0 and 100")
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{name} must be a number between 0 and 100, got {value!r}") from None
+    else:
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number between 0 and 100, got {value!r}") from None
+    if not math.isfinite(number) or not 0.0 <= number <= 100.0:
+        raise ValueError(f"{name} must be between 0 and 100 %, got {value!r}")
+    return round(number / 100.0, 6)
+
+
+def parse_reason(reason: object) -> str:
+    text = reason.strip() if isinstance(reason, str) else ""
+    if not text:
+        raise ValueError("A reason is required: say why you are changing the canary ratio")
+    if len(text) > MAX_REASON:
+        raise ValueError(f"The reason is too long ({len(text)} characters, at most {MAX_REASON})")
+    return text
+
+
+def stale_message(current: CanaryState) -> str:
+    return (f"Refused: {current.updated_by} changed the canary ratio to {ratio_pct(current.ratio)} "
+            f"at {when(current.updated_at)} (\"{current.reason}\") after this page loaded. "
+            "Nothing was written; the page now shows the current value, check it and apply again.")
+
+
+def apply_ratio(engine: Engine, percent: object, reason: object, *, expected_version: int | None,
+                actor: str) -> Outcome:
+    """Validate and write a new ratio, optimistic-locked on ``expected_version``."""
+    try:
+        ratio = parse_percent(percent)
+        why = parse_reason(reason)
+    except ValueError as exc:
+        return Outcome(False, f"{exc}. Nothing was written.")
+    try:
+        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor or "dashboard",
+                          reason=why)
+    except StaleCanaryError as exc:
+        return Outcome(False, stale_message(exc.current), exc.current)
+    except ValueError as exc:
+        return Outcome(False, f"{exc}. Nothing was written.")
+    return Outcome(True, f"Canary ratio set to {ratio_pct(state.ratio)} (version {state.version}) by {state.updated_by}.",
+                   state)
+
+
+QUICK_ACTIONS = {
+    "rollback": (0.0, "Roll back to 0 %", "all traffic goes to the fallback"),
+    "promote": (100.0, "Promote to 100 %", "all traffic goes to the primary"),
+}
+
+
+@dataclass(frozen=True)
+class GuardrailInput:
+    enabled: bool
+    threshold: float         # 0..1
+    window_minutes: int
+    min_requests: int
+
+
+def parse_guardrail(enabled: bool, threshold_pct: object, window_minutes: object,
+                    min_requests: object) -> GuardrailInput:
+    threshold = parse_percent(threshold_pct, name="Error-rate threshold")
+    if threshold <= 0:
+        raise ValueError("Error-rate threshold must be above 0 %")
+    try:
+        window = int(window_minutes)  # type: ignore[arg-type]
+        minimum = int(min_requests)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError("Window and minimum requests must be whole numbers") from None
+    if not 1 <= window <= 60:
+        raise ValueError("Window must be 1 to 60 minutes")
+    if minimum < 1:
+        raise ValueError("Minimum requests must be at least 1")
+    return GuardrailInput(bool(enabled), threshold, window, minimum)
+
+
+def save_guardrail(engine: Engine, enabled: bool, threshold_pct: object, window_minutes: object,
+                   min_requests: object, *, actor: str) -> Outcome:
+    try:
+        g = parse_guardrail(enabled, threshold_pct, window_minutes, min_requests)
+        set_guardrail(engine, enabled=g.enabled, error_rate_threshold=g.threshold,
+                      window_minutes=g.window_minutes, min_requests=g.min_requests, actor=actor or "dashboard")
+    except ValueError as exc:
+        return Outcome(False, f"{exc}. Nothing was written.")
+    state = "on" if g.enabled else "off"
+    return Outcome(True, f"Guardrail {state}: roll back when the primary's error rate over {g.window_minutes} min "
+                         f"exceeds {g.threshold * 100:g} % (at least {g.min_requests} attempts).")
+
+
+def parse_faults(error_pct: object, rate_limit_pct: object, latency_multiplier: object,
+                 base: FaultSettings | None = None) -> FaultSettings:
+    errors = parse_percent(error_pct, name="Error rate")
+    limited = parse_percent(rate_limit_pct, name="429 rate")
+    try:
+        mult = float(latency_multiplier)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError("Latency multiplier must be a number") from None
+    if not math.isfinite(mult) or not 0.1 <= mult <= 100:
+        raise ValueError("Latency multiplier must be between 0.1 and 100")
+    return (base or FaultSettings()).model_copy(
+        update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult})
+
+
+def save_faults(engine: Engine, provider: str, error_pct: object, rate_limit_pct: object,
+                latency_multiplier: object, *, actor: str, base: FaultSettings | None = None) -> Outcome:
+    try:
+        faults = parse_faults(error_pct, rate_limit_pct, latency_multiplier, base)
+    except ValueError as exc:
+        return Outcome(False, f"{exc}. Nothing was written.")
+    set_faults(engine, provider, faults, actor=actor or "dashboard")
+    return Outcome(True, f"Fault injection for {provider}: {faults.error_rate * 100:g} % errors, "
+                         f"{faults.rate_limit_rate * 100:g} % 429s, latency x{faults.latency_multiplier:g}.")
+
+
+def reset_faults(engine: Engine, provider: str) -> Outcome:
+    clear_faults(engine, provider)
+    return Outcome(True, f"Fault injection for {provider} cleared: back to the configuration's values.")

@@ -1,0 +1,106 @@
+"""Plotly figures and tables for the canary page: the audited ratio as a step chart and the observed
+vs target split. Built from plain records so they can be checked without a browser."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from db.canary import AuditEntry, CanaryState
+
+PRIMARY_COLOR = "#2563eb"
+TARGET_COLOR = "#f59e0b"
+
+
+def _dt(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
+    """Newest first: time, old, new, actor, reason (percent columns as numbers)."""
+    return pd.DataFrame({
+        "time (UTC)": [_dt(e.ts).strftime("%Y-%m-%d %H:%M:%S") for e in entries],
+        "old %": [round(e.old_ratio * 100, 4) for e in entries],
+        "new %": [round(e.new_ratio * 100, 4) for e in entries],
+        "actor": [e.actor for e in entries],
+        "reason": [e.reason for e in entries],
+        "version": [e.version for e in entries],
+    }, columns=["time (UTC)", "old %", "new %", "actor", "reason", "version"])
+
+
+def ratio_history(entries: Sequence[AuditEntry], current: CanaryState, now: float) -> tuple[list[float], list[float]]:
+    """Step points (epoch, percent) from the oldest audited value to now."""
+    ordered = sorted(entries, key=lambda e: (e.ts, e.version))
+    xs: list[float] = []
+    ys: list[float] = []
+    if ordered:
+        first = ordered[0]
+        xs.append(min(first.ts - 60, now - 3600))
+        ys.append(first.old_ratio * 100)
+        for e in ordered:
+            xs.append(e.ts)
+            ys.append(e.new_ratio * 100)
+    else:
+        xs.append(min(current.updated_at, now - 3600) if current.updated_at else now - 3600)
+        ys.append(current.ratio * 100)
+    xs.append(now)
+    ys.append(current.ratio * 100)
+    return xs, ys
+
+
+def _layout(fig: go.Figure, title: str, height: int = 300) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), height=height,
+                      margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2),
+                      yaxis=dict(title="% to primary", range=[-5, 105], ticksuffix=" %"),
+                      xaxis=dict(title=None), hovermode="x unified")
+    return fig
+
+
+def ratio_step_figure(entries: Sequence[AuditEntry], current: CanaryState, now: float) -> go.Figure:
+    xs, ys = ratio_history(entries, current, now)
+    fig = go.Figure(go.Scatter(x=[_dt(x) for x in xs], y=ys, mode="lines+markers", line_shape="hv",
+                               name="canary ratio", line=dict(color=PRIMARY_COLOR, width=2)))
+    return _layout(fig, "Canary ratio changes")
+
+
+def _get(point: Any, *names: str) -> Any:
+    for n in names:
+        if isinstance(point, dict) and n in point:
+            return point[n]
+        if hasattr(point, n):
+            return getattr(point, n)
+    return None
+
+
+def split_figure(points: Sequence[Any], entries: Sequence[AuditEntry], current: CanaryState, now: float,
+                 minutes: int) -> go.Figure:
+    """Observed share of requests assigned to the primary per minute, over the target step line."""
+    since = now - minutes * 60
+    xs: list[datetime] = []
+    observed: list[float | None] = []
+    for p in points:
+        minute = _get(p, "minute", "ts", "t")
+        share = _get(p, "observed", "observed_ratio", "primary_share", "actual")
+        if minute is None:
+            continue
+        xs.append(_dt(float(minute)))
+        observed.append(None if share is None else float(share) * 100)
+    tx, ty = ratio_history(entries, current, now)
+    # Clip the target line to the window, starting from the value in force at its start.
+    start_val = ty[0]
+    for x, y in zip(tx, ty):
+        if x <= since:
+            start_val = y
+    target = [(since, start_val)] + [(x, y) for x, y in zip(tx, ty) if x > since]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[_dt(x) for x, _ in target], y=[y for _, y in target], mode="lines",
+                             line_shape="hv", name="target", line=dict(color=TARGET_COLOR, width=2, dash="dash")))
+    fig.add_trace(go.Scatter(x=xs, y=observed, mode="lines+markers", name="observed",
+                             line=dict(color=PRIMARY_COLOR, width=2), connectgaps=False))
+    _layout(fig, f"Observed vs target split, last {minutes} min")
+    fig.update_xaxes(range=[_dt(since), _dt(now)])
+    return fig

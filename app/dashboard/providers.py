@@ -1,0 +1,118 @@
+"""What the overview says about each provider: simulated, configured, key missing, failing recently.
+
+The key itself never leaves :func:`app.config.key_state`; this module only sees ``set`` / ``missing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.config import Settings, key_state
+from app.simulator.faults import FaultSettings
+
+# A provider is "failing recently" with at least this many attempts in the health window and at
+# least this share of them failed: one unlucky request does not paint it red.
+FAILING_MIN_ATTEMPTS = 3
+FAILING_ERROR_RATE = 0.2
+
+
+class HealthLike(Protocol):
+    attempts: int
+    errors: int
+    error_rate: float
+    last_error_class: str | None
+
+
+@dataclass(frozen=True)
+class ProviderStatus:
+    name: str
+    role: str               # primary | fallback | spare
+    base: str               # "simulated" or the upstream host, never a key
+    key: str                # simulated | set | missing
+    state: str              # simulated | configured | key missing | failing recently
+    detail: str
+    attempts: int = 0
+    error_rate: float | None = None
+    faults: str | None = None  # active fault injection, described
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("simulated", "configured")
+
+
+def describe_faults(f: FaultSettings | None) -> str | None:
+    if f is None or f == FaultSettings():
+        return None
+    parts = []
+    if f.error_rate:
+        parts.append(f"{f.error_rate * 100:g} % errors")
+    if f.rate_limit_rate:
+        parts.append(f"{f.rate_limit_rate * 100:g} % 429s")
+    if f.timeout_rate:
+        parts.append(f"{f.timeout_rate * 100:g} % timeouts")
+    if f.latency_multiplier != 1.0:
+        parts.append(f"latency x{f.latency_multiplier:g}")
+    if f.stream_break_rate:
+        parts.append(f"{f.stream_break_rate * 100:g} % broken streams")
+    if f.reject_cache_hints:
+        parts.append("rejects cache hints")
+    return ", ".join(parts) or "custom faults"
+
+
+def _host(url: str) -> str:
+    return url.split("://", 1)[-1].split("/", 1)[0]
+
+
+def provider_statuses(settings: Settings, health: Mapping[str, HealthLike] | None = None, *,
+                      env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None,
+                      faults: Mapping[str, FaultSettings] | None = None) -> list[ProviderStatus]:
+    """One status per configured provider, primary first, then fallback, then the rest."""
+    health = health or {}
+    faults = faults or {}
+    str_secrets = {k: v for k, v in (secrets or {}).items() if isinstance(v, str)}
+    order = [settings.routing.primary, settings.routing.fallback]
+    order += [n for n in settings.providers if n not in order]
+    out = []
+    for name in dict.fromkeys(order):
+        p = settings.providers[name]
+        role = ("primary" if name == settings.routing.primary
+                else "fallback" if name == settings.routing.fallback else "spare")
+        key = key_state(p, env=env, secrets=str_secrets)
+        h = health.get(name)
+        attempts = int(getattr(h, "attempts", 0) or 0)
+        rate = float(h.error_rate) if h is not None and attempts else None
+        active_faults = describe_faults(faults.get(name) or p.faults) if p.is_simulated else None
+        if key == "missing":
+            state, detail = "key missing", f"set {p.api_key_env} (environment or .streamlit/secrets.toml)"
+        elif rate is not None and attempts >= FAILING_MIN_ATTEMPTS and rate >= FAILING_ERROR_RATE:
+            last = getattr(h, "last_error_class", None)
+            state = "failing recently"
+            detail = f"{rate * 100:.0f} % of {attempts} attempts failed" + (f" (last: {last})" if last else "")
+        elif p.is_simulated:
+            state, detail = "simulated", "built-in simulator, no key needed"
+        else:
+            state, detail = "configured", f"key {p.api_key_env} is set"
+        out.append(ProviderStatus(name=name, role=role,
+                                  base="simulated" if p.is_simulated else _host(p.base_url),
+                                  key=key, state=state, detail=detail, attempts=attempts,
+                                  error_rate=rate, faults=active_faults))
+    return out
+
+
+STATE_ICONS = {"simulated": "🧪", "configured": "✅", "key missing": "🔑", "failing recently": "🔥"}
+
+
+def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
+    """Rows for a table: no key value anywhere, only its state."""
+    return [{
+        "provider": s.name,
+        "role": s.role,
+        "upstream": s.base,
+        "key": s.key,
+        "state": f"{STATE_ICONS.get(s.state, '')} {s.state}".strip(),
+        "attempts (5 min)": s.attempts,
+        "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
+        "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
+    } for s in statuses]

@@ -1,0 +1,33 @@
+"""KV-cache engine: exact cache bytes for every attention type, paged allocation, prefix sharing,
+capacity planning and the shipped model / GPU catalogs. Imports no streamlit.
+
+    from app.kvcache import ModelSpec, kv_cache_bytes
+    spec = ModelSpec.from_hf_config(json.load(open("config.json")))
+    kv_cache_bytes(spec, seq_len=131072, batch=1, kv_dtype="bf16")  # -> int, exact bytes
+"""
+
+from app.kvcache.capacity import CapacityPlan, parse_utilization, plan
+from app.kvcache.catalog import Gpu, gpu, gpus, model_spec, models
+from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
+from app.kvcache.formulas import (
+    GroupBytes,
+    KvBreakdown,
+    SequenceCost,
+    breakdown,
+    check_tp,
+    kv_cache_bytes,
+    kv_heads_per_gpu,
+    naive_bytes,
+    sequence_cost,
+)
+from app.kvcache.paged import PagedAllocation, paged_allocation
+from app.kvcache.prefix import PrefixSharing, prefix_sharing
+from app.kvcache.spec import LayerGroup, ModelSpec, StateDims
+
+__all__ = [
+    "KV_DTYPES", "WEIGHT_DTYPES", "CapacityPlan", "Gpu", "GroupBytes", "KvBreakdown", "LayerGroup",
+    "ModelSpec", "PagedAllocation", "PrefixSharing", "SequenceCost", "StateDims", "breakdown",
+    "check_tp", "gpu", "gpus", "kv_cache_bytes", "kv_dtype", "kv_heads_per_gpu", "model_spec",
+    "models", "naive_bytes", "paged_allocation", "parse_utilization", "plan", "prefix_sharing",
+    "sequence_cost", "weight_dtype",
+]

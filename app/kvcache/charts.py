@@ -1,0 +1,97 @@
+"""Plotly figures for the KV-calculator page, built from numbers the engine computed.
+
+Figures are plain plotly objects (no streamlit). Byte counts stay exact integers in the engine;
+only here are they turned into GiB floats for plotting.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.kvcache.capacity import CapacityPlan
+
+GIB = float(1 << 30)
+
+
+def context_points(chosen: int, maximum: int) -> list[int]:
+    """Powers of two from 512 up to the model's maximum, plus the maximum and the chosen length."""
+    points = {chosen, maximum}
+    n = 512
+    while n < maximum:
+        points.add(n)
+        n *= 2
+    return sorted(p for p in points if 0 < p <= maximum)
+
+
+def _hline(y: float, color: str, dash: str, text: str) -> tuple[dict, dict]:
+    """A full-width horizontal line and its label, as layout dicts (add_hline is slow)."""
+    shape = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
+             "line": {"color": color, "dash": dash}}
+    note = {"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": y, "yanchor": "bottom",
+            "text": text, "showarrow": False}
+    return shape, note
+
+
+def memory_figure(contexts: list[int], plan: CapacityPlan, kv_per_gpu: list[int]) -> go.Figure:
+    """Stacked per-GPU memory (weights, reserve, KV for the batch) against context length."""
+    x = [f"{c:,}" for c in contexts]
+    cap_line = _hline(plan.gpu_memory / GIB, "red", "solid", f"{plan.gpu_name} capacity")
+    use_line = _hline(plan.usable / GIB, "orange", "dash",
+                      f"usable at utilization {float(plan.utilization):g}")
+    return go.Figure({
+        "data": [
+            {"type": "bar", "name": "weights", "x": x, "y": [plan.weights_per_gpu / GIB] * len(x)},
+            {"type": "bar", "name": "runtime reserve", "x": x, "y": [plan.reserve / GIB] * len(x)},
+            {"type": "bar", "name": f"KV cache ({plan.batch_per_replica} seq)", "x": x,
+             "y": [b / GIB for b in kv_per_gpu]},
+        ],
+        "layout": {
+            "barmode": "stack", "title": {"text": "Memory per GPU against context length"},
+            "xaxis": {"title": {"text": "context length (tokens)"}},
+            "yaxis": {"title": {"text": "GiB per GPU"}},
+            "shapes": [cap_line[0], use_line[0]], "annotations": [cap_line[1], use_line[1]],
+            "margin": {"t": 50, "b": 40},
+        },
+    })
+
+
+def concurrency_figure(contexts: list[int], concurrency: list[int], chosen: int) -> go.Figure:
+    """Maximum concurrent sequences (all replicas) against context length."""
+    return go.Figure({
+        "data": [{"type": "scatter", "x": contexts, "y": concurrency, "mode": "lines+markers",
+                  "name": "max sequences",
+                  "hovertemplate": "%{x:,} tokens: %{y:,} sequences<extra></extra>"}],
+        "layout": {
+            "title": {"text": "Maximum concurrent sequences against context length"},
+            "xaxis": {"title": {"text": "context length (tokens)"}, "type": "log"},
+            "yaxis": {"title": {"text": "sequences"}},
+            "shapes": [{"type": "line", "xref": "x", "x0": chosen, "x1": chosen, "yref": "paper",
+                        "y0": 0, "y1": 1, "line": {"dash": "dot"}}],
+            "annotations": [{"xref": "x", "x": chosen, "yref": "paper", "y": 1, "showarrow": False,
+                             "text": f"{chosen:,} tokens", "yanchor": "bottom"}],
+            "margin": {"t": 50, "b": 40},
+        },
+    })
+
+
+def catalog_figure(rows: list[dict], dtypes: list[str], context: int) -> go.Figure:
+    """Average bytes per token at `context` for every catalog model and several KV dtypes.
+
+    rows: {"label": str, "dtype": str, "bytes_per_token": float, "tokens": int}
+    """
+    data = []
+    for dtype in dtypes:
+        sub = [r for r in rows if r["dtype"] == dtype]
+        data.append({"type": "bar", "name": dtype, "x": [r["label"] for r in sub],
+                     "y": [r["bytes_per_token"] for r in sub], "customdata": [r["tokens"] for r in sub],
+                     "hovertemplate": "%{x}<br>%{y:,.0f} B/token at %{customdata:,} tokens<extra>"
+                     + dtype + "</extra>"})
+    return go.Figure({
+        "data": data,
+        "layout": {
+            "barmode": "group", "title": {"text": f"KV bytes per token across models (at {context:,} tokens)"},
+            "yaxis": {"type": "log", "title": {"text": "bytes per token (cache / tokens)"}},
+            "xaxis": {"tickangle": -40}, "legend": {"title": {"text": "KV dtype"}},
+            "margin": {"t": 50, "b": 160},
+        },
+    })

@@ -1,0 +1,461 @@
+"""Everything the KV-calculator page shows, from its raw inputs: validation with one message per
+field, link (query-parameter) round trip, and one function computing all numbers, tables, figures
+and exports for a render. The page itself holds no arithmetic.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any, Mapping
+
+import plotly.graph_objects as go
+
+from app.kvcache import catalog, charts
+from app.kvcache.capacity import GIB, CapacityPlan, max_sequences, parse_utilization, plan
+from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
+from app.kvcache.paged import PagedAllocation, paged_allocation
+from app.kvcache.prefix import PrefixSharing, prefix_sharing
+from app.kvcache.spec import ModelSpec
+
+CUSTOM = "custom"
+MAX_CONFIG_CHARS = 1_000_000
+CATALOG_CHART_DTYPES = ["bf16", "fp8", "int4"]
+
+# Field order is the order of the URL; defaults answer the headline question
+# (Llama-3.1-70B, fp8 weights and KV, 32k context, 2x H100).
+DEFAULTS: dict[str, Any] = {
+    "model": "llama-3.1-70b",
+    "kv_dtype": "fp8",
+    "weight_dtype": "fp8",
+    "state_dtype": "bf16",
+    "context_len": 32768,
+    "batch": 8,
+    "prefix_len": 0,
+    "gpu": "h100-80gb",
+    "gpu_count": 2,
+    "tp": 2,
+    "utilization": 0.9,
+    "reserve_gib": 2.0,
+    "block_size": 16,
+}
+INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size")
+DECIMAL_FIELDS = ("utilization", "reserve_gib")
+LABELS = {
+    "model": "Model", "config": "config.json", "kv_dtype": "KV cache dtype",
+    "weight_dtype": "Weight dtype", "state_dtype": "State dtype (hybrids)",
+    "context_len": "Context length (tokens)", "batch": "Concurrent sequences",
+    "prefix_len": "Shared prefix (tokens)", "gpu": "GPU", "gpu_count": "GPU count",
+    "tp": "Tensor parallel size", "utilization": "gpu_memory_utilization",
+    "reserve_gib": "Runtime reserve (GiB per GPU)", "block_size": "Block size (tokens)",
+}
+_LIMITS = {"batch": (1, 1_000_000), "prefix_len": (0, None), "gpu_count": (1, 4096),
+           "tp": (1, 1024), "block_size": (1, 4096), "context_len": (1, None)}
+
+
+@dataclass(frozen=True)
+class KvInputs:
+    """Validated page inputs."""
+
+    model: str
+    kv_dtype: str
+    weight_dtype: str
+    state_dtype: str
+    context_len: int
+    batch: int
+    prefix_len: int
+    gpu: str
+    gpu_count: int
+    tp: int
+    utilization: Fraction
+    reserve_bytes: int
+    block_size: int
+    spec: ModelSpec = field(compare=False)
+    source: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# options and links
+
+
+def model_options() -> dict[str, str]:
+    """Catalog id -> display name, then the custom-config option."""
+    return {**{k: m.name for k, m in catalog.models().items()}, CUSTOM: "Custom config.json"}
+
+
+def gpu_options() -> dict[str, str]:
+    return {k: f"{g.name} ({g.memory_gib} GiB)" for k, g in catalog.gpus().items()}
+
+
+def kv_dtype_options() -> list[str]:
+    return list(KV_DTYPES)
+
+
+def weight_dtype_options() -> list[str]:
+    return list(WEIGHT_DTYPES)
+
+
+def state_dtype_options() -> list[str]:
+    return list(STATE_DTYPES)
+
+
+def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Widget values from a link: defaults overlaid with parsable link values, plus one message
+    per link value that could not be used (the widget then shows the default)."""
+    values = dict(DEFAULTS)
+    errors: dict[str, str] = {}
+    choices = {"model": model_options(), "gpu": gpu_options(), "kv_dtype": KV_DTYPES,
+               "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES}
+    for key in DEFAULTS:
+        if key not in params:
+            continue
+        raw = str(params[key]).strip()
+        if key in choices:
+            if raw in choices[key]:
+                values[key] = raw
+            else:
+                errors[key] = f"The link's {key}={raw!r} is not an option; showing the default."
+        elif key in INT_FIELDS:
+            try:
+                values[key] = _parse_int(raw)
+            except ValueError as e:
+                errors[key] = f"The link's {key}={raw!r}: {e}; showing the default."
+        else:
+            try:
+                values[key] = float(Fraction(raw))
+            except (ValueError, ZeroDivisionError):
+                errors[key] = f"The link's {key}={raw!r} is not a number; showing the default."
+    return values, errors
+
+
+def to_query_params(values: Mapping[str, Any]) -> dict[str, str]:
+    """The link for the current widget values (a custom config.json is not put in the link)."""
+    out = {}
+    for key in DEFAULTS:
+        v = values.get(key, DEFAULTS[key])
+        out[key] = f"{v:g}" if isinstance(v, float) else str(v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("must be a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if value.is_integer():
+            return int(value)
+        raise ValueError(f"must be a whole number, got {value:g}")
+    text = str(value).strip().replace(",", "").replace("_", "")
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise ValueError(f"must be a whole number, got {str(value)!r}")
+    return int(text)
+
+
+def _parse_decimal(value: Any) -> Fraction:
+    if isinstance(value, bool):
+        raise ValueError("must be a number")
+    try:
+        return Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"must be a number, got {value!r}") from None
+
+
+def parse_config(text: str | None) -> ModelSpec:
+    """A pasted / uploaded config.json as a ModelSpec; ValueError with a readable message."""
+    if not text or not text.strip():
+        raise ValueError("paste or upload a config.json")
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ValueError("config.json is larger than 1 MB; that is not a model config")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    spec = ModelSpec.from_hf_config(data)
+    return spec
+
+
+def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> tuple[KvInputs | None, dict[str, str]]:
+    """Check every field; return (inputs, {}) or (None, {field: message})."""
+    errors: dict[str, str] = {}
+    ints: dict[str, int] = {}
+    for key in INT_FIELDS:
+        try:
+            value = _parse_int(raw.get(key, DEFAULTS[key]))
+        except ValueError as e:
+            errors[key] = f"{LABELS[key]} {e}."
+            continue
+        low, high = _LIMITS[key]
+        if value < low:
+            errors[key] = f"{LABELS[key]} must be at least {low}, got {value:,}."
+        elif high is not None and value > high:
+            errors[key] = f"{LABELS[key]} must be at most {high:,}, got {value:,}."
+        else:
+            ints[key] = value
+
+    choices = {"kv_dtype": KV_DTYPES, "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES,
+               "gpu": catalog.gpus()}
+    for key, options in choices.items():
+        if raw.get(key, DEFAULTS[key]) not in options:
+            errors[key] = f"{LABELS[key]}: choose one of {', '.join(options)}."
+
+    utilization = None
+    try:
+        utilization = parse_utilization(raw.get("utilization", DEFAULTS["utilization"]))
+    except ValueError:
+        errors["utilization"] = "gpu_memory_utilization must be a number above 0 and at most 1."
+    reserve = None
+    try:
+        reserve_gib = _parse_decimal(raw.get("reserve_gib", DEFAULTS["reserve_gib"]))
+        if reserve_gib < 0:
+            raise ValueError("must not be negative")
+        reserve = reserve_gib.numerator * GIB // reserve_gib.denominator
+    except ValueError as e:
+        errors["reserve_gib"] = f"{LABELS['reserve_gib']} {e}."
+
+    model = raw.get("model", DEFAULTS["model"])
+    spec: ModelSpec | None = None
+    source = ""
+    if model == CUSTOM:
+        try:
+            spec = parse_config(config_text)
+        except ValueError as e:
+            errors["config"] = f"config.json: {str(e).removeprefix('config.json: ')}"
+    elif model in catalog.models():
+        spec = catalog.model_spec(model)
+        source = str(catalog.models()[model].source)
+    else:
+        errors["model"] = f"Unknown model {model!r}."
+
+    if spec is not None:
+        ctx = ints.get("context_len")
+        if ctx is not None and ctx > spec.max_context:
+            errors["context_len"] = (f"{spec.name} supports at most {spec.max_context:,} tokens "
+                                     f"(max_position_embeddings); got {ctx:,}.")
+        if "tp" in ints:
+            try:
+                check_tp(spec, ints["tp"])
+            except ValueError as e:
+                errors["tp"] = f"{str(e)[0].upper()}{str(e)[1:]}."
+    if "tp" in ints and "gpu_count" in ints and ints["gpu_count"] % ints["tp"]:
+        errors["gpu_count"] = (f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor "
+                               f"parallel size ({ints['tp']}).")
+    if "prefix_len" in ints and "context_len" in ints and ints["prefix_len"] > ints["context_len"]:
+        errors["prefix_len"] = "The shared prefix cannot be longer than the context."
+
+    if errors:
+        return None, errors
+    assert spec is not None and utilization is not None and reserve is not None
+    return KvInputs(
+        model=model, kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
+        weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
+        state_dtype=raw.get("state_dtype", DEFAULTS["state_dtype"]),
+        utilization=utilization, reserve_bytes=reserve, spec=spec, source=source,
+        gpu=raw.get("gpu", DEFAULTS["gpu"]), **ints,
+    ), {}
+
+
+# ---------------------------------------------------------------------------------------------
+# the page's data
+
+
+def fmt_bytes(n: int) -> str:
+    """'39.06 GiB (41,943,040,000 B)': the exact count with a readable unit."""
+    sign = "-" if n < 0 else ""
+    a = abs(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            return f"{sign}{a / size:,.2f} {unit} ({n:,} B)"
+    return f"{n:,} B"
+
+
+@dataclass
+class PageData:
+    inputs: KvInputs
+    model_rows: list[dict]
+    whole: KvBreakdown            # the whole model's cache (tp = 1)
+    per_gpu: KvBreakdown          # one GPU of the TP group
+    naive: int
+    paged: PagedAllocation
+    capacity: CapacityPlan
+    prefix: PrefixSharing | None
+    metrics: dict[str, str]
+    verdict: str
+    fits: bool
+    working: list[str]
+    breakdown_rows: list[dict]
+    capacity_rows: list[dict]
+    paged_rows: list[dict]
+    prefix_rows: list[dict]
+    figures: dict[str, go.Figure]
+    export: dict
+
+    def export_json(self) -> str:
+        return json.dumps(self.export, indent=2)
+
+    def export_csv(self) -> str:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=["section", "item", "value", "formula"])
+        writer.writeheader()
+        for section, rows in (("breakdown", self.breakdown_rows), ("capacity", self.capacity_rows),
+                              ("paged", self.paged_rows), ("prefix", self.prefix_rows)):
+            for r in rows:
+                writer.writerow({"section": section, "item": r["item"], "value": r["bytes"],
+                                 "formula": r.get("formula", "")})
+        return buf.getvalue()
+
+
+def _row(item: str, value: int, formula: str = "") -> dict:
+    return {"item": item, "bytes": value, "readable": fmt_bytes(value), "formula": formula}
+
+
+def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
+    specs = [catalog.model_spec(k) for k in catalog.models()]
+    if extra is not None:
+        specs.append(extra)
+    rows = []
+    for spec in specs:
+        tokens = min(context, spec.max_context)
+        for dtype in CATALOG_CHART_DTYPES:
+            total = sequence_cost(spec, dtype).bytes(tokens)
+            rows.append({"label": f"{spec.name} ({spec.attention_label})", "dtype": dtype,
+                         "bytes_per_token": total / tokens, "tokens": tokens})
+    return rows
+
+
+def build_page_data(v: KvInputs) -> PageData:
+    """All numbers, tables, figures and exports of one render of the KV-calculator page."""
+    spec = v.spec
+    whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
+    per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
+    cap = plan(spec, catalog.gpu(v.gpu), gpu_count=v.gpu_count, tp=v.tp, weight_dtype_name=v.weight_dtype,
+               kv_dtype=v.kv_dtype, context_len=v.context_len, batch=v.batch, utilization=v.utilization,
+               reserve_bytes=v.reserve_bytes, block_size=v.block_size, state_dtype=v.state_dtype)
+    paged = paged_allocation(spec, v.context_len, cap.batch_per_replica, v.kv_dtype, block_size=v.block_size,
+                             tp=v.tp, state_dtype=v.state_dtype)
+    prefix = None
+    if v.prefix_len:
+        prefix = prefix_sharing(spec, cap.batch_per_replica, v.prefix_len, v.context_len, v.kv_dtype,
+                                block_size=v.block_size, tp=v.tp, state_dtype=v.state_dtype)
+    naive = naive_bytes(spec, v.context_len, v.batch, v.kv_dtype)
+
+    # charts: one cost model, many lengths
+    cost = sequence_cost(spec, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
+    contexts = charts.context_points(v.context_len, spec.max_context)
+    seq_bytes = [cost.bytes(c, v.block_size) for c in contexts]
+    figures = {
+        "memory": charts.memory_figure(contexts, cap, [cap.batch_per_replica * b for b in seq_bytes]),
+        "concurrency": charts.concurrency_figure(
+            contexts, [max_sequences(cap.kv_budget, b) * cap.replicas for b in seq_bytes], v.context_len),
+        "catalog": charts.catalog_figure(_catalog_rows(v.context_len, spec if v.model == CUSTOM else None),
+                                         CATALOG_CHART_DTYPES, v.context_len),
+    }
+
+    if not cap.weights_fit:
+        verdict = (f"Does not fit: the weights ({fmt_bytes(cap.weights_per_gpu)} per GPU) and the reserve "
+                   f"leave no KV budget out of {fmt_bytes(cap.usable)} usable per GPU.")
+    elif cap.fits:
+        verdict = (f"Fits: {v.batch:,} sequences of {v.context_len:,} tokens need "
+                   f"{fmt_bytes(cap.batch_bytes)} of KV per GPU; headroom {fmt_bytes(cap.headroom)} "
+                   f"({cap.headroom * 100 // cap.kv_budget}% of the KV budget). Up to "
+                   f"{cap.max_concurrency:,} such sequences fit.")
+    else:
+        verdict = (f"Does not fit: {v.batch:,} sequences of {v.context_len:,} tokens need "
+                   f"{fmt_bytes(cap.batch_bytes)} of KV per GPU but the budget is "
+                   f"{fmt_bytes(cap.kv_budget)} (short by {fmt_bytes(-cap.headroom)}). At most "
+                   f"{cap.max_concurrency:,} such sequences fit.")
+
+    growth = whole.bytes_per_token
+    metrics = {
+        "Bytes per token": f"{growth:,} B",
+        "Per sequence": fmt_bytes(whole.per_sequence),
+        f"Total ({v.batch:,} seq)": fmt_bytes(whole.total),
+        "Per GPU (TP)": fmt_bytes(cap.batch_bytes),
+        "Max concurrent sequences": f"{cap.max_concurrency:,}",
+        f"Max context at {v.batch:,} seq": f"{cap.max_context_at_batch:,} tokens",
+    }
+    working = [f"{g.label}: {g.formula}" for g in whole.groups]
+    if v.tp > 1:
+        working += [f"per GPU (TP {v.tp}), {g.label}: {g.formula}" for g in per_gpu.groups]
+    working.append(f"naive 2 x layers x hidden_size formula: 2 x {spec.num_layers} x {spec.hidden_size} x "
+                   f"{KV_DTYPES[v.kv_dtype].describe_vector(1)} x {v.context_len:,} tokens x {v.batch} = "
+                   f"{naive:,} B ({naive / whole.total:.2f}x the exact figure)" if whole.total else
+                   "naive formula: n/a")
+
+    breakdown_rows = [
+        {"item": g.label, "layers": g.layers, "tokens held": g.tokens_held,
+         "B/token": g.bytes_per_token, "B/sequence": g.bytes_per_sequence, "bytes": g.bytes_total,
+         "readable": fmt_bytes(g.bytes_total), "formula": g.formula}
+        for g in whole.groups
+    ]
+    breakdown_rows.append({"item": "total", "layers": spec.num_layers, "tokens held": v.context_len,
+                           "B/token": growth, "B/sequence": whole.per_sequence, "bytes": whole.total,
+                           "readable": fmt_bytes(whole.total), "formula": "sum of the groups"})
+    weight = WEIGHT_DTYPES[v.weight_dtype]
+    capacity_rows = [
+        _row("GPU memory", cap.gpu_memory, f"{catalog.gpu(v.gpu).memory_gib} GiB"),
+        _row("usable per GPU", cap.usable, f"floor({cap.gpu_memory:,} x {cap.utilization})"),
+        _row("weights (all GPUs of a replica)", cap.weights_total, weight.describe(spec.params_total)),
+        _row("weights per GPU", cap.weights_per_gpu, f"ceil({cap.weights_total:,} / TP {v.tp})"),
+        _row("runtime reserve per GPU", cap.reserve),
+        _row("KV budget per GPU", cap.kv_budget, "usable - weights per GPU - reserve"),
+        _row(f"one sequence of {v.context_len:,} tokens per GPU (whole blocks)", cap.sequence_bytes),
+        _row(f"{cap.batch_per_replica} sequences per replica, per GPU", cap.batch_bytes),
+        _row("headroom per GPU", cap.headroom, "KV budget - batch"),
+        _row(f"one max-length request ({cap.max_len:,} tokens) per GPU", cap.max_len_sequence_bytes,
+             "fits" if cap.max_len_fits else "does not fit"),
+    ]
+    paged_rows = [
+        _row("used by the tokens", paged.used),
+        _row(f"paged allocation ({v.block_size}-token blocks)", paged.allocated,
+             "ceil(tokens held / block) x block per group"),
+        _row("internal fragmentation", paged.fragmentation, "allocated - used"),
+        _row(f"contiguous pre-allocation to {paged.max_len:,} tokens", paged.contiguous),
+        _row("saved by paging", paged.saved_by_paging, "contiguous - allocated"),
+    ]
+    prefix_rows = []
+    if prefix is not None:
+        prefix_rows = [
+            _row(f"{prefix.requests} requests without prefix caching", prefix.without_sharing),
+            _row(f"with a shared {prefix.shared_tokens:,}-token prefix", prefix.with_sharing,
+                 "prefix stored once; only whole blocks are shared"),
+            _row("saved by prefix caching", prefix.saved),
+        ]
+    model_rows = [
+        {"field": "attention", "value": spec.attention_label},
+        {"field": "layers", "value": f"{spec.num_layers}"},
+        {"field": "layer groups", "value": ", ".join(f"{g.layers} {g.kind}" for g in spec.groups)},
+        {"field": "max context", "value": f"{spec.max_context:,} tokens"},
+        {"field": "parameters", "value": f"{spec.params_total:,} total, {spec.params_active:,} active "
+                                         f"({spec.params_note})"},
+        {"field": "source", "value": v.source or "pasted config.json"},
+    ]
+    inputs = {k: getattr(v, k) for k in ("model", "kv_dtype", "weight_dtype", "state_dtype", "context_len",
+                                         "batch", "prefix_len", "gpu", "gpu_count", "tp", "block_size",
+                                         "reserve_bytes")}
+    inputs["utilization"] = str(v.utilization)
+    export = {
+        "inputs": inputs,
+        "model": {"name": spec.name, **{r["field"]: r["value"] for r in model_rows}},
+        "verdict": verdict,
+        "fits": cap.fits,
+        "kv_whole_model": {"bytes_per_token": growth, "per_sequence": whole.per_sequence, "total": whole.total,
+                           "groups": [asdict(g) for g in whole.groups]},
+        "kv_per_gpu": {"total": per_gpu.total, "groups": [asdict(g) for g in per_gpu.groups]},
+        "capacity": {r["item"]: r["bytes"] for r in capacity_rows}
+        | {"max_concurrency": cap.max_concurrency, "max_context_at_batch": cap.max_context_at_batch,
+           "replicas": cap.replicas, "max_len_fits": cap.max_len_fits},
+        "paged": {r["item"]: r["bytes"] for r in paged_rows},
+        "prefix": {r["item"]: r["bytes"] for r in prefix_rows},
+    }
+    return PageData(v, model_rows, whole, per_gpu, naive, paged, cap, prefix, metrics, verdict,
+                    cap.fits, working, breakdown_rows, capacity_rows, paged_rows, prefix_rows, figures, export)

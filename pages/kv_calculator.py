@@ -1,0 +1,142 @@
+"""KV-cache calculator: size GPU memory, context and concurrency for a model, with the working."""
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+import streamlit as st
+
+from app.kvcache import page_data as kv
+
+
+@dataclass
+class KvPageState:
+    """This page's session state: the last input values (widget state is dropped while another
+    page is shown, so they are restored from here) and the link values that could not be used."""
+
+    values: dict = field(default_factory=dict)
+    link_errors: dict = field(default_factory=dict)
+
+    @classmethod
+    def get(cls) -> "KvPageState":
+        return st.session_state.setdefault("kv_page_state", cls())
+
+
+state = KvPageState.get()
+if not state.values:
+    state.values, state.link_errors = kv.from_query_params(st.query_params.to_dict())
+for name, value in state.values.items():
+    st.session_state.setdefault(f"kv_{name}", value)
+
+st.title("KV-cache calculator")
+st.caption("Exact KV-cache bytes for GQA, MLA, sliding-window and hybrid models, and what fits on your GPUs.")
+
+errors: dict = {}
+
+
+def field_error(name: str) -> None:
+    message = errors.get(name) or state.link_errors.get(name)
+    if message:
+        st.error(message)
+
+
+models = kv.model_options()
+gpus = kv.gpu_options()
+
+with st.container(border=True):
+    st.subheader("Model")
+    model = st.selectbox("Model", list(models), format_func=models.get, key="kv_model")
+    config_text = None
+    if model == kv.CUSTOM:
+        upload = st.file_uploader("Upload config.json", type=["json"], key="kv_upload")
+        pasted = st.text_area("config.json", height=160, key="kv_config",
+                              placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}')
+        config_text = upload.getvalue().decode("utf-8", errors="replace") if upload else pasted
+    config_slot = st.empty()
+
+cols = st.columns(3)
+with cols[0]:
+    st.subheader("Precision")
+    st.selectbox("KV cache dtype", kv.kv_dtype_options(), key="kv_kv_dtype")
+    kv_dtype_slot = st.empty()
+    st.selectbox("Weight dtype", kv.weight_dtype_options(), key="kv_weight_dtype")
+    st.selectbox("State dtype (hybrids)", kv.state_dtype_options(), key="kv_state_dtype")
+with cols[1]:
+    st.subheader("Workload")
+    st.number_input("Context length (tokens)", step=1024, key="kv_context_len")
+    context_slot = st.empty()
+    st.number_input("Concurrent sequences", step=1, key="kv_batch")
+    batch_slot = st.empty()
+    st.number_input("Shared prefix (tokens)", step=256, key="kv_prefix_len")
+    prefix_slot = st.empty()
+with cols[2]:
+    st.subheader("Hardware")
+    st.selectbox("GPU", list(gpus), format_func=gpus.get, key="kv_gpu")
+    st.number_input("GPU count", step=1, key="kv_gpu_count")
+    count_slot = st.empty()
+    st.number_input("Tensor parallel size", step=1, key="kv_tp")
+    tp_slot = st.empty()
+    st.number_input("gpu_memory_utilization", step=0.01, format="%.2f", key="kv_utilization")
+    util_slot = st.empty()
+    st.number_input("Runtime reserve (GiB per GPU)", step=0.5, key="kv_reserve_gib")
+    reserve_slot = st.empty()
+    st.number_input("Block size (tokens)", step=1, key="kv_block_size")
+    block_slot = st.empty()
+
+raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}
+if raw != state.values:
+    state.link_errors = {}  # the user has edited since the link was opened
+state.values = raw
+inputs, errors = kv.validate_inputs(raw, config_text)
+for name, slot in (("config", config_slot), ("model", config_slot), ("kv_dtype", kv_dtype_slot),
+                   ("context_len", context_slot), ("batch", batch_slot), ("prefix_len", prefix_slot),
+                   ("gpu_count", count_slot), ("tp", tp_slot), ("utilization", util_slot),
+                   ("reserve_gib", reserve_slot), ("block_size", block_slot)):
+    with slot.container():
+        field_error(name)
+
+link = kv.to_query_params(raw)
+if st.query_params.to_dict() != link:
+    st.query_params.from_dict(link)
+
+if inputs is None:
+    st.warning("Fix the fields marked above to see the results.")
+    st.stop()
+
+data = kv.build_page_data(inputs)
+
+if data.fits:
+    st.success(data.verdict)
+else:
+    st.error(data.verdict)
+
+metric_cols = st.columns(len(data.metrics))
+for col, (label, value) in zip(metric_cols, data.metrics.items()):
+    col.metric(label, value)
+
+st.subheader("Working")
+st.dataframe(pd.DataFrame(data.breakdown_rows), hide_index=True, width="stretch")
+with st.expander("Formulas with the numbers filled in", expanded=True):
+    for line in data.working:
+        st.text(line)
+with st.expander("Model"):
+    st.dataframe(pd.DataFrame(data.model_rows), hide_index=True, width="stretch")
+
+st.subheader("Capacity")
+st.dataframe(pd.DataFrame(data.capacity_rows), hide_index=True, width="stretch")
+st.plotly_chart(data.figures["memory"], key="kv_chart_memory")
+st.plotly_chart(data.figures["concurrency"], key="kv_chart_concurrency")
+
+st.subheader("Paged allocation")
+st.dataframe(pd.DataFrame(data.paged_rows), hide_index=True, width="stretch")
+if data.prefix_rows:
+    st.subheader("Prefix sharing")
+    st.dataframe(pd.DataFrame(data.prefix_rows), hide_index=True, width="stretch")
+
+st.subheader("Across models")
+st.plotly_chart(data.figures["catalog"], key="kv_chart_catalog")
+
+export_cols = st.columns(2)
+export_cols[0].download_button("Download JSON", data.export_json(), file_name="kv_plan.json",
+                               mime="application/json", key="kv_export_json")
+export_cols[1].download_button("Download CSV", data.export_csv(), file_name="kv_plan.csv",
+                               mime="text/csv", key="kv_export_csv")

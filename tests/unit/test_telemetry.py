@@ -1,0 +1,423 @@
+"""Telemetry: the bounded queue + background batch writer, the per-minute rollups it keeps, and the
+fixed log-spaced latency histogram the monitor reads percentiles from.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event, select
+
+from app.telemetry.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
+from app.telemetry.records import AttemptRecord
+from app.telemetry.writer import TelemetryWriter
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 30.0  # generous bound on waiting for a background thread; never a timing assertion
+
+
+def rec(i: int = 0, **kw) -> AttemptRecord:
+    base = dict(request_id=f"r{i:06d}", attempt=1, ts=1_700_000_000.0 + i, provider="holysheep",
+                model="gemini-2.5-flash", requested_model="auto", intent="general", side="primary",
+                status="ok", latency_ms=12.5)
+    base.update(kw)
+    return AttemptRecord(**base)
+
+
+class Sink:
+    """A write_batch that records every batch; can be held shut and made to fail."""
+
+    def __init__(self, fail_times: int = 0) -> None:
+        self.batches: list[list[AttemptRecord]] = []
+        self.calls = 0
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail_times = fail_times
+        self.lock = threading.Lock()
+
+    def __call__(self, batch: Sequence[AttemptRecord]) -> int:
+        with self.lock:
+            self.calls += 1
+        self.entered.set()
+        assert self.gate.wait(WAIT_S), "test never released the writer"
+        if self.fail_times > 0:
+            self.fail_times -= 1
+            raise ConnectionError("database went away")
+        self.batches.append(list(batch))
+        return len(batch)
+
+    @property
+    def written(self) -> list[AttemptRecord]:
+        return [r for b in self.batches for r in b]
+
+
+# -- writer ----------------------------------------------------------------------------------------
+
+
+def test_many_queued_records_are_written_in_batches_of_bounded_size() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    w = TelemetryWriter(sink, queue_size=1000, batch_size=25, flush_interval_s=0.05)
+    try:
+        w.submit(rec(0))
+        assert sink.entered.wait(WAIT_S)
+        # While the writer is busy with the first record, 100 more pile up in the queue.
+        for i in range(1, 101):
+            w.submit(rec(i))
+        assert w.pending == 100
+        sink.gate.set()
+        w.flush()
+    finally:
+        w.close()
+    sizes = [len(b) for b in sink.batches]
+    assert sum(sizes) == 101
+    assert max(sizes) > 1, f"records were written one per call: {sizes}"
+    assert max(sizes) <= 25
+    # Far fewer calls than records: the point of batching.
+    assert len(sizes) <= 1 + math.ceil(100 / 25) + 1
+    assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(101)]
+    assert w.written == 101
+
+
+def test_full_queue_applies_backpressure_instead_of_dropping() -> None:
+    sink = Sink()
+    sink.gate.clear()
+    w = TelemetryWriter(sink, queue_size=3, batch_size=10, flush_interval_s=0.01)
+    try:
+        w.submit(rec(0))
+        assert sink.entered.wait(WAIT_S)  # the writer holds record 0 and is stuck in write_batch
+        for i in range(1, 4):
+            w.submit(rec(i), timeout=WAIT_S)
+        assert w.pending == 3
+        with pytest.raises(queue.Full):
+            w.submit(rec(99), timeout=0.05)
+        assert w.pending == 3  # the refused record was not silently queued or dropped elsewhere
+
+        # A producer without a timeout waits until there is room, then its record is written.
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (w.submit(rec(4)), done.set()))
+        t.start()
+        t.join(0.2)
+        assert not done.is_set()  # still waiting: the queue is full and the writer is held
+        sink.gate.set()
+        t.join(WAIT_S)
+        assert done.is_set()
+        w.flush()
+    finally:
+        w.close()
+    ids = sorted(r.request_id for r in sink.written)
+    assert ids == [f"r{i:06d}" for i in range(5)]
+    assert "r000099" not in ids
+
+
+def test_failing_write_batch_is_retried_without_loss_or_duplicates() -> None:
+    sink = Sink(fail_times=2)
+    w = TelemetryWriter(sink, queue_size=100, batch_size=50, flush_interval_s=0.01,
+                        retry_delays_s=(0.001, 0.002))
+    try:
+        for i in range(30):
+            w.submit(rec(i))
+        w.flush()
+    finally:
+        w.close()
+    ids = [r.request_id for r in sink.written]
+    assert sorted(ids) == [f"r{i:06d}" for i in range(30)]
+    assert len(ids) == len(set(ids))
+    assert w.write_failures == 2
+    assert sink.calls == len(sink.batches) + 2
+    assert w.last_error is not None and "database went away" in w.last_error
+    assert w.written == 30
+
+
+def test_failure_inside_the_insert_transaction_rolls_back_and_retry_does_not_duplicate(engine) -> None:
+    """insert_batch writes log rows and rollups atomically: a failure half way through a batch leaves
+    nothing behind, so the writer's retry writes every row exactly once."""
+    from db.models import RequestLog, RequestRollup
+    from db.requests import count_rows, insert_batch
+
+    failures = {"left": 2}
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _boom(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if statement.lstrip().upper().startswith("INSERT INTO REQUEST_ROLLUP") and failures["left"] > 0:
+            failures["left"] -= 1
+            raise ConnectionError("connection lost during rollup upsert")
+
+    try:
+        w = TelemetryWriter(lambda b: insert_batch(engine, b), batch_size=100, flush_interval_s=0.01,
+                            retry_delays_s=(0.001, 0.002, 0.004))
+        records = [rec(i, ts=1_700_000_000.0) for i in range(40)]
+        w.submit_many(records)
+        w.flush()
+        w.close()
+    finally:
+        event.remove(engine, "before_cursor_execute", _boom)
+
+    assert failures["left"] == 0
+    assert w.write_failures >= 2
+    assert count_rows(engine) == 40
+    with engine.connect() as conn:
+        ids = conn.execute(select(RequestLog.request_id)).scalars().all()
+        attempts = conn.execute(select(RequestRollup.attempts)).scalars().all()
+    assert sorted(ids) == sorted(r.request_id for r in records)
+    assert sum(attempts) == 40
+
+
+def test_close_flushes_everything_queued_and_refuses_later_records() -> None:
+    sink = Sink()
+    # A long flush interval: without close() draining, the writer would still be filling a batch.
+    w = TelemetryWriter(sink, queue_size=1000, batch_size=10_000, flush_interval_s=60.0)
+    for i in range(250):
+        w.submit(rec(i))
+    w.close()
+    assert sorted(r.request_id for r in sink.written) == [f"r{i:06d}" for i in range(250)]
+    assert w.pending == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        w.submit(rec(999))
+    w.close()  # a second close is harmless
+    assert len(sink.written) == 250
+
+
+def _run_script(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, **env_extra, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_interpreter_exit_flushes_a_writer_that_was_never_closed(sqlite_url: str) -> None:
+    from db.engine import dispose_all, get_engine
+    from db.requests import count_rows
+
+    proc = _run_script("""
+        import os
+        from app.telemetry.records import AttemptRecord
+        from app.telemetry.writer import TelemetryWriter
+        from db.engine import get_engine
+        from db.requests import insert_batch
+
+        engine = get_engine(os.environ["DATABASE_URL"])
+        w = TelemetryWriter(lambda b: insert_batch(engine, b), batch_size=50, flush_interval_s=30.0)
+        for i in range(300):
+            w.submit(AttemptRecord(request_id=f"exit-{i}", attempt=1, ts=1.7e9 + i, provider="p",
+                                   model="m", requested_model="auto", intent="general", side="primary",
+                                   status="ok", latency_ms=5.0))
+        print("submitted", w.written)
+        # no close(): interpreter exit must flush
+    """, {"DATABASE_URL": sqlite_url})
+    assert proc.returncode == 0, proc.stderr
+    assert "submitted" in proc.stdout
+    engine = get_engine(sqlite_url)
+    try:
+        assert count_rows(engine) == 300
+    finally:
+        dispose_all()
+
+
+def test_interpreter_exit_flushes_a_routing_client_that_was_never_closed(sqlite_url: str, tmp_path: Path) -> None:
+    from db.engine import dispose_all, get_engine
+    from db.models import RequestLog
+
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text((REPO / "gateway.toml").read_text()
+                   + "\n[simulator]\nlatency_scale = 0\n\n[telemetry]\nflush_interval_s = 30.0\n")
+    proc = _run_script("""
+        from app.routing import RoutingClient
+        client = RoutingClient.from_config(sleep=lambda s: None)
+        ids = [client.chat([{"role": "user", "content": f"hello number {i}"}], session_id=f"s{i}").request_id
+               for i in range(25)]
+        print("\\n".join(ids))
+        # no client.close(): interpreter exit must flush
+    """, {"DATABASE_URL": sqlite_url, "GATEWAY_CONFIG": str(cfg)})
+    assert proc.returncode == 0, proc.stderr
+    printed = set(proc.stdout.split())
+    assert len(printed) == 25
+    engine = get_engine(sqlite_url)
+    try:
+        with engine.connect() as conn:
+            final_ids = set(conn.execute(select(RequestLog.request_id).where(RequestLog.final.is_(True)))
+                            .scalars().all())
+    finally:
+        dispose_all()
+    assert final_ids == printed
+
+
+# -- rollups ---------------------------------------------------------------------------------------
+
+
+def _random_records(seed: int, n: int) -> list[AttemptRecord]:
+    rng = random.Random(seed)
+    out = []
+    t0 = 1_700_000_040.0  # mid-minute, so records straddle minute boundaries
+    for i in range(n):
+        status = "ok" if rng.random() < 0.75 else "error"
+        ttft = rng.choice([None, rng.uniform(0.1, 3000.0)])
+        out.append(rec(
+            i, request_id=uuid.uuid4().hex, attempt=rng.randint(1, 3), ts=t0 + rng.uniform(0, 240),
+            provider=rng.choice(["holysheep", "direct"]),
+            model=rng.choice(["gpt-4.1", "gemini-2.5-flash", "deepseek-chat-v3.2"]),
+            intent=rng.choice(["coding", "general", "long_context"]),
+            source=rng.choice(["api", "loadgen"]), side=rng.choice(["primary", "fallback"]),
+            status=status, latency_ms=rng.choice([0.0, rng.uniform(0.0, 2.0), rng.lognormvariate(5, 1.5)]),
+            ttft_ms=ttft, http_status=200 if status == "ok" else rng.choice([429, 500, 503]),
+            error_class=None if status == "ok" else "server_error",
+            prompt_tokens=rng.randint(0, 5000), cached_tokens=rng.randint(0, 1000),
+            completion_tokens=rng.randint(0, 800), cost_usd=round(rng.uniform(0, 0.05), 7),
+            fallback=rng.random() < 0.3, final=rng.random() < 0.6))
+    return out
+
+
+def test_rollups_equal_aggregates_over_raw_request_log_rows(engine) -> None:
+    from db.models import LATENCY_BUCKETS, ROLLUP_KEY, TTFT_BUCKETS, RequestLog, RequestRollup
+    from db.requests import insert_batch
+
+    records = _random_records(seed=11, n=600)
+    # Small batches through the real writer so the same rollup key is upserted many times.
+    w = TelemetryWriter(lambda b: insert_batch(engine, b), batch_size=37, flush_interval_s=0.01)
+    w.submit_many(records)
+    w.close()
+
+    with engine.connect() as conn:
+        raw = conn.execute(select(RequestLog)).mappings().all()
+        rollups = {tuple(r[k] for k in ROLLUP_KEY): dict(r)
+                   for r in conn.execute(select(RequestRollup)).mappings().all()}
+    assert len(raw) == len(records)
+
+    expected: dict[tuple, Counter] = defaultdict(Counter)
+    costs: dict[tuple, float] = defaultdict(float)
+    lat_sums: dict[tuple, float] = defaultdict(float)
+    for r in raw:
+        key = (int(math.floor(r["ts"] / 60.0)) * 60, r["provider"], r["model"], r["intent"], r["source"], r["side"])
+        e = expected[key]
+        failed = r["status"] != "ok"
+        e["attempts"] += 1
+        e["errors"] += failed
+        e["requests"] += bool(r["final"])
+        e["request_errors"] += bool(r["final"]) and failed
+        e["fallbacks"] += bool(r["final"]) and bool(r["fallback"])
+        for col in ("prompt_tokens", "cached_tokens", "completion_tokens"):
+            e[col] += r[col]
+        costs[key] += r["cost_usd"]
+        lat_sums[key] += r["latency_ms"]
+        e[LATENCY_BUCKETS[bucket_of(r["latency_ms"])]] += 1
+        if r["ttft_ms"] is not None:
+            e["ttft_count"] += 1
+            e[TTFT_BUCKETS[bucket_of(r["ttft_ms"])]] += 1
+
+    assert set(rollups) == set(expected)
+    assert len(expected) > 20  # the data really spreads over minutes, providers, models, ...
+    for key, e in expected.items():
+        got = rollups[key]
+        for col in ("attempts", "errors", "requests", "request_errors", "fallbacks", "prompt_tokens",
+                    "cached_tokens", "completion_tokens", "ttft_count"):
+            assert got[col] == e[col], (key, col)
+        assert got["cost_usd"] == pytest.approx(costs[key], rel=1e-9, abs=1e-12), key
+        assert got["latency_sum_ms"] == pytest.approx(lat_sums[key], rel=1e-9, abs=1e-9), key
+        assert [got[c] for c in LATENCY_BUCKETS] == [e[c] for c in LATENCY_BUCKETS], key
+        assert [got[c] for c in TTFT_BUCKETS] == [e[c] for c in TTFT_BUCKETS], key
+        assert sum(got[c] for c in LATENCY_BUCKETS) == got["attempts"]
+
+    # Totals, as the monitor would show them for the whole window.
+    assert sum(r["errors"] for r in rollups.values()) == sum(r.status != "ok" for r in records)
+    assert sum(r["fallbacks"] for r in rollups.values()) == sum(r.final and r.fallback for r in records)
+    assert sum(r["completion_tokens"] for r in rollups.values()) == sum(r.completion_tokens for r in records)
+    assert sum(r["cost_usd"] for r in rollups.values()) == pytest.approx(sum(r.cost_usd for r in records))
+
+
+def test_percentile_from_rollup_histogram_matches_raw_rows(engine) -> None:
+    from db.models import LATENCY_BUCKETS, RequestLog, RequestRollup
+    from db.requests import insert_batch
+
+    records = _random_records(seed=5, n=400)
+    insert_batch(engine, records[:150])
+    insert_batch(engine, records[150:])
+    with engine.connect() as conn:
+        lat = sorted(conn.execute(select(RequestLog.latency_ms)).scalars().all())
+        rows = conn.execute(select(*[RequestRollup.__table__.c[c] for c in LATENCY_BUCKETS])).all()
+    counts = [sum(r[i] for r in rows) for i in range(N_BUCKETS)]
+    for q in (0.5, 0.9, 0.95, 0.99):
+        exact = lat[max(math.ceil(q * len(lat)) - 1, 0)]
+        lo, hi = bucket_bounds(bucket_of(exact))
+        assert lo <= percentile(counts, q) <= hi
+
+
+# -- histogram ---------------------------------------------------------------------------------
+
+
+def _exact_percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, no numpy."""
+    s = sorted(values)
+    return s[max(math.ceil(q * len(s)) - 1, 0)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.floats(min_value=0.0, max_value=100_000.0, allow_nan=False), min_size=1, max_size=300),
+       q=st.floats(min_value=0.0, max_value=1.0))
+def test_histogram_percentile_is_within_bucket_resolution_of_exact(values: list[float], q: float) -> None:
+    counts = [0] * N_BUCKETS
+    for v in values:
+        counts[bucket_of(v)] += 1
+    est = percentile(counts, q)
+    exact = _exact_percentile(values, q)
+    lo, hi = bucket_bounds(bucket_of(exact))
+    assert est is not None
+    assert lo <= est <= hi
+    # Relative resolution: above the first edge, one bucket spans a factor of GROWTH.
+    if exact >= EDGES[0]:
+        assert exact / GROWTH <= est <= exact * GROWTH
+
+
+def test_percentile_edge_cases() -> None:
+    assert percentile([0] * N_BUCKETS, 0.5) is None
+    assert percentile([], 0.9) is None
+    with pytest.raises(ValueError):
+        percentile([1] * N_BUCKETS, 1.5)
+    with pytest.raises(ValueError):
+        percentile([1] * N_BUCKETS, -0.1)
+    one = [0] * N_BUCKETS
+    one[10] = 7
+    lo, hi = bucket_bounds(10)
+    for q in (0.0, 0.5, 1.0):
+        assert lo <= percentile(one, q) <= hi
+    assert percentile(one, 0.5) < percentile(one, 1.0)
+
+
+def test_bucket_of_edges() -> None:
+    assert len(EDGES) == N_BUCKETS - 1
+    assert bucket_of(0.0) == 0
+    assert bucket_of(-3.0) == 0
+    assert bucket_of(math.nextafter(EDGES[0], 0.0)) == 0
+    for i, edge in enumerate(EDGES):
+        # Bucket i is [EDGES[i-1], EDGES[i]): an edge value belongs to the bucket above it.
+        assert bucket_of(edge) == i + 1, i
+        assert bucket_of(math.nextafter(edge, 0.0)) == i, i
+        lo, hi = bucket_bounds(i)
+        assert lo < hi
+        assert hi == edge
+    for i in range(1, len(EDGES)):
+        assert EDGES[i] / EDGES[i - 1] == pytest.approx(GROWTH)
+    assert bucket_of(EDGES[-1] * 1000) == N_BUCKETS - 1
+    assert bucket_of(math.inf) == N_BUCKETS - 1
+    lo, hi = bucket_bounds(N_BUCKETS - 1)
+    assert lo == EDGES[-1] and hi > lo
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=0.0, max_value=EDGES[-1], allow_nan=False, exclude_max=True))
+def test_bucket_of_places_value_inside_its_bounds(v: float) -> None:
+    lo, hi = bucket_bounds(bucket_of(v))
+    assert lo <= v < hi

@@ -1,0 +1,166 @@
+"""One settings object, one engine and one RoutingClient per process (``st.cache_resource``), and
+the short-``ttl`` query helpers the pages read through (``st.cache_data``; Refresh clears them).
+
+Keys are read from the environment or ``st.secrets`` only when a provider is used; nothing here
+ever returns or displays one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+import streamlit as st
+from sqlalchemy import Engine
+
+from app.config import Settings, load_settings
+from app.routing import RoutingClient
+
+QUERY_TTL_S = 3
+
+
+def _config_key() -> tuple[str, str]:
+    # Part of every cache key, so a different GATEWAY_CONFIG / DATABASE_URL (tests) never shares state.
+    return os.environ.get("GATEWAY_CONFIG", ""), os.environ.get("DATABASE_URL", "")
+
+
+def secrets() -> dict[str, str]:
+    """Top-level string secrets (for provider keys); empty when there is no secrets file."""
+    try:
+        return {k: v for k, v in st.secrets.to_dict().items() if isinstance(v, str)}
+    except Exception:  # noqa: BLE001 - no secrets.toml is the normal case
+        return {}
+
+
+@st.cache_resource(show_spinner=False)
+def _settings(_key: tuple[str, str]) -> Settings:
+    return load_settings()
+
+
+def settings() -> Settings:
+    """The validated configuration; raises ``ConfigError`` with a clear message."""
+    return _settings(_config_key())
+
+
+@st.cache_resource(show_spinner=False)
+def _engine(url: str, initial_ratio: float) -> Engine:
+    from db.canary import ensure_setting
+    from db.engine import get_engine
+
+    engine = get_engine(url)
+    ensure_setting(engine, initial_ratio)
+    return engine
+
+
+def engine() -> Engine:
+    s = settings()
+    return _engine(s.database_url, s.routing.initial_ratio)
+
+
+@st.cache_resource(show_spinner=False, on_release=lambda c: c.close())
+def _client(_key: tuple[str, str], _secrets: Mapping[str, str]) -> RoutingClient:
+    return RoutingClient(settings(), engine=engine(), source="playground", secrets=dict(_secrets))
+
+
+def client() -> RoutingClient:
+    return _client(_config_key(), secrets())
+
+
+def database_label(url: str) -> str:
+    """What the sidebar may say about the database: its kind, never a password."""
+    if url.startswith("sqlite"):
+        return "SQLite " + url.split("///", 1)[-1].rsplit("/", 1)[-1]
+    return "PostgreSQL"
+
+
+# -- cached queries ------------------------------------------------------------------------------
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def canary_state(_key: tuple[str, str]):
+    from db.canary import get_state
+
+    return get_state(engine())
+
+
+def current_canary():
+    return canary_state(_config_key())
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _overview(_key: tuple[str, str], window_s: int):
+    from db.monitor import overview_stats
+
+    return overview_stats(engine(), now=time.time(), window_s=window_s)
+
+
+def overview(window_s: int = 900):
+    return _overview(_config_key(), window_s)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _health(_key: tuple[str, str], providers: tuple[str, ...], window_s: int):
+    from db.monitor import provider_health
+
+    return provider_health(engine(), providers=list(providers), now=time.time(), window_s=window_s)
+
+
+def health(window_s: int = 300) -> dict:
+    return _health(_config_key(), tuple(settings().providers), window_s)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _has_requests(_key: tuple[str, str]) -> bool:
+    from db.monitor import has_requests
+
+    return has_requests(engine())
+
+
+def has_requests() -> bool:
+    return _has_requests(_config_key())
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _split(_key: tuple[str, str], minutes: int):
+    from db.monitor import observed_split
+
+    return observed_split(engine(), now=time.time(), minutes=minutes)
+
+
+def split(minutes: int):
+    return _split(_config_key(), minutes)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _audit(_key: tuple[str, str], limit: int):
+    from db.canary import audit_log
+
+    return audit_log(engine(), limit=limit)
+
+
+def audit(limit: int = 200):
+    return _audit(_config_key(), limit)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _faults(_key: tuple[str, str]):
+    from db.faults import all_faults
+
+    return all_faults(engine())
+
+
+def faults() -> dict:
+    return _faults(_config_key())
+
+
+def guardrail():
+    """Not cached: the canary page edits it and must show what is stored."""
+    from app.guardrail import guardrail_defaults
+    from db.canary import get_guardrail
+
+    return get_guardrail(engine(), guardrail_defaults(settings()))
+
+
+def refresh() -> None:
+    """Drop cached query results (the Refresh button, and after every write)."""
+    st.cache_data.clear()

@@ -1,0 +1,59 @@
+"""Typed session state: one small dataclass per page instead of string keys scattered in scripts."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import streamlit as st
+
+T = TypeVar("T", bound="_PageState")
+
+
+class _PageState:
+    KEY: ClassVar[str]
+
+    @classmethod
+    def get(cls: type[T]) -> T:
+        obj = st.session_state.get(cls.KEY)
+        if not isinstance(obj, cls):
+            obj = cls()
+            st.session_state[cls.KEY] = obj
+        return obj
+
+
+def new_session_id() -> str:
+    return f"pg-{uuid.uuid4().hex[:10]}"
+
+
+@dataclass
+class AuthState(_PageState):
+    KEY: ClassVar[str] = "_auth_state"
+    authenticated: bool = False
+    actor: str | None = None
+
+
+@dataclass
+class PlaygroundState(_PageState):
+    KEY: ClassVar[str] = "_playground_state"
+    session_id: str = field(default_factory=new_session_id)
+    # Each turn: {"role", "content", "meta": ChatResult.to_dict() | None, "error": FailureView | None,
+    # "compare": [(label, result dict | None, FailureView | None), ...] | None}
+    turns: list[dict[str, Any]] = field(default_factory=list)
+
+    def new_session(self) -> None:
+        self.session_id = new_session_id()
+        self.turns.clear()
+
+    def history(self) -> list[dict]:
+        """Past user/assistant messages that reached the model (compare turns and failures excluded)."""
+        return [t for t in self.turns if not (t.get("compare") or t.get("error") or t.get("failed"))]
+
+
+@dataclass
+class CanaryPageState(_PageState):
+    KEY: ClassVar[str] = "_canary_state"
+    seen_version: int | None = None      # the version this page showed; Apply is locked on it
+    flash: tuple[str, str] | None = None  # (kind, message) shown once after a rerun
+    pending: str | None = None           # quick action awaiting confirmation: rollback | promote

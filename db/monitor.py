@@ -92,7 +92,8 @@ def choose_step(window_s: float, max_points: int = MAX_POINTS) -> int:
     for step in NICE_STEPS_MIN:
         if minutes / step + 2 <= max_points:
             return step * 60
-    return math.ceil(minutes / (max_points - 2)) * 1440 * 60 // 1440
+    days = math.ceil(minutes / (max_points - 2) / 1440)
+    return days * 1440 * 60
 
 
 def _minute_floor(ts: float) -> int:

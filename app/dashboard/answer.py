@@ -40,7 +40,8 @@ def answer_meta(result: ChatResult | dict) -> AnswerMeta:
     } for a in d.get("attempt_log") or []]
     notes = []
     if d.get("substituted_model"):
-        notes.append(f"{d['provider']} does not serve {d.get('requested_model')}; its default model answered.")
+        notes.append(f"{d['provider']} does not serve the model chosen for this prompt; "
+                     f"its default model {d['model']} answered.")
     if d.get("finish_reason") == "length":
         notes.append("The answer was cut at max tokens.")
     return AnswerMeta(headline, timing, tokens, rows, d.get("request_id", ""), notes)

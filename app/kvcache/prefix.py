@@ -10,7 +10,7 @@ where shared = the prefix tokens the group still holds: S for full and MLA layer
 sliding layer only the part of the prefix still inside its window, max(0, S - max(0, L - window)).
 Recurrent states are per sequence and never shared. With paging, only whole blocks are shared
 (S = floor(P / block_size) x block_size, as vLLM's prefix cache does) and each part is rounded up
-to whole blocks.
+to whole blocks; a prefix block the window has partly left is no longer shared.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def prefix_sharing(spec: ModelSpec, requests: int, prefix_len: int, seq_len: int
     for per_token, window in cost.token_groups:
         held = seq_len if window is None else min(seq_len, window)
         in_window = shared if window is None else max(0, shared - max(0, seq_len - window))
+        if block_size:  # a sliding window can leave a partial prefix block: it is not shared
+            in_window = in_window // block_size * block_size
         without += requests * per_token * blocks(held)
         if requests:
-            with_ += per_token * (blocks(in_window) + requests * blocks(held - in_window))
+            with_ += per_token * (in_window + requests * (blocks(held) - in_window))
     return PrefixSharing(requests, prefix_len, shared, seq_len, without, with_)

@@ -28,6 +28,7 @@ from app.kvcache import params as _params
 _ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
 
 ATTENTION_KINDS = ("full", "sliding", "mla")
+MAX_LAYERS = 10_000
 STATE_KINDS = ("mamba", "mamba2", "linear_attention")
 
 # Names other model families use for the standard fields (GPT-2, Falcon, MPT style configs).
@@ -309,6 +310,8 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     cfg = _merged(config)
     model_type = str(cfg.get("model_type") or "unknown")
     n_layers = _req(cfg, "num_hidden_layers")
+    if n_layers > MAX_LAYERS:  # a typo'd config must not make us build a billion-entry layer list
+        raise ValueError(f"config.json: 'num_hidden_layers' is {n_layers:,}; at most {MAX_LAYERS:,} supported")
     hidden = _req(cfg, "hidden_size")
     max_ctx = _req(cfg, "max_position_embeddings")
     kinds, window = _layer_kinds(cfg, n_layers, model_type)

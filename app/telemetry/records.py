@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,12 @@ class AttemptRecord:
     prompt_text: str | None = None
 
     def to_row(self) -> dict:
-        row = asdict(self)
+        # Hand-rolled rather than dataclasses.asdict, which deep-copies every value and was 75 %
+        # of the log ingest time.
+        row = {name: getattr(self, name) for name in FIELD_NAMES}
         if row["error_message"]:
             row["error_message"] = row["error_message"][:500]
         return row
+
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(AttemptRecord))

@@ -179,6 +179,7 @@ def test_invalid_layer_count(bad):
     (cfg(full_attention_interval=4), "linear_key_head_dim"),
     (cfg(kv_lora_rank=512), "qk_rope_head_dim"),
     (cfg(sliding_window=-5), "sliding_window"),
+    (cfg(num_hidden_layers=10**9), "at most 10,000"),
     (dict(NEMOTRON_H, n_groups=...), "n_groups"),
 ])
 def test_invalid_configs(config, message):

@@ -1,0 +1,1 @@
+"""Performance budgets, run with ``python -m benchmarks`` (not part of the test suite)."""

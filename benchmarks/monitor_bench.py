@@ -1,0 +1,162 @@
+"""Monitor page budget: the data for a 24-hour window over 1,000,000 logged requests in < 300 ms.
+
+The volume is real: 1,000,000 requests (plus their retry attempts) spread evenly over 24 hours
+across 2 providers x 4 models x 3 intents x 2 sources, written through
+:func:`db.requests.insert_batch` in large batches, so the rollups are exactly what the gateway
+would have produced. The database is generated once under ``benchmarks/_work/`` (git-ignored) and
+reused; a JSON file next to it records the generation parameters and the window's end time, so
+the measured window always holds the full day.
+
+    python -m benchmarks.monitor_bench              # generate if missing, then measure
+    python -m benchmarks.monitor_bench --generate   # (re)generate only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+WORK = Path(__file__).resolve().parent / "_work"
+DB_PATH = WORK / "monitor_1m.db"
+META_PATH = WORK / "monitor_1m.json"
+
+N_REQUESTS = 1_000_000
+SPAN_S = 24 * 3600
+BATCH = 50_000
+RUNS = 10
+BUDGET_MS = 300.0
+SEED = 20240601
+
+PROVIDERS = ("holysheep", "direct")        # primary, fallback
+MODELS = ("deepseek-chat-v3.2", "claude-sonnet-4-20250514", "gemini-2.5-flash", "gpt-4.1")
+INTENTS = ("coding", "general", "long_context")
+SOURCES = ("loadgen", "api")
+PRIMARY_SHARE = 0.7
+PRIMARY_FAIL = 0.03                         # failed primary attempts, retried on the fallback
+META_VERSION = 1
+
+
+def _url() -> str:
+    return f"sqlite:///{DB_PATH}"
+
+
+def _records(rng: random.Random, start: float, first: int, count: int) -> list:
+    """Requests ``first .. first+count-1``: each one ok attempt, some preceded by a failed one."""
+    from app import catalog
+    from app.telemetry.records import AttemptRecord
+
+    out = []
+    gap = SPAN_S / N_REQUESTS
+    for k in range(first, first + count):
+        ts = start + k * gap
+        model, intent, source = rng.choice(MODELS), rng.choice(INTENTS), rng.choice(SOURCES)
+        side = "primary" if rng.random() < PRIMARY_SHARE else "fallback"
+        provider = PROVIDERS[0] if side == "primary" else PROVIDERS[1]
+        stream = rng.random() < 0.5
+        prompt = rng.randint(50, 4000)
+        cached = int(prompt * rng.random() * 0.6)
+        completion = rng.randint(20, 800)
+        rid = f"b{k:08d}"
+        base = dict(request_id=rid, requested_model="auto", model=model, intent=intent, side=side,
+                    source=source, stream=stream, session_id=f"s{k % 997}")
+        attempt, fallback = 1, False
+        if side == "primary" and rng.random() < PRIMARY_FAIL:
+            out.append(AttemptRecord(**base, attempt=1, ts=ts, provider=provider, status="error",
+                                     latency_ms=rng.lognormvariate(5.5, 0.6), http_status=503,
+                                     error_class="server_error", error_message="upstream unavailable",
+                                     final=False))
+            attempt, fallback, provider = 2, True, PROVIDERS[1]
+        latency = rng.lognormvariate(6.3 if provider == PROVIDERS[0] else 6.6, 0.5)
+        out.append(AttemptRecord(
+            **base, attempt=attempt, ts=ts, provider=provider, status="ok", latency_ms=latency,
+            http_status=200, ttft_ms=latency * rng.uniform(0.1, 0.4) if stream else None,
+            prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion,
+            cost_usd=catalog.cost_usd(model, prompt, cached, completion), fallback=fallback, final=True))
+    return out
+
+
+def generate(force: bool = False) -> dict:
+    """Create the 1M-request database (or reuse a complete one); returns its metadata."""
+    if not force and META_PATH.exists() and DB_PATH.exists():
+        meta = json.loads(META_PATH.read_text())
+        if meta.get("version") == META_VERSION and meta.get("complete"):
+            return meta
+    from db.engine import dispose_all, get_engine
+    from db.requests import insert_batch
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    for p in (DB_PATH, Path(f"{DB_PATH}-wal"), Path(f"{DB_PATH}-shm"), META_PATH):
+        p.unlink(missing_ok=True)
+    engine = get_engine(_url())
+    end = float(int(time.time() // 60) * 60)
+    start = end - SPAN_S
+    rng = random.Random(SEED)
+    t0, rows = time.perf_counter(), 0
+    for first in range(0, N_REQUESTS, BATCH):
+        rows += insert_batch(engine, _records(rng, start, first, min(BATCH, N_REQUESTS - first)))
+        done = first + BATCH
+        print(f"  generated {min(done, N_REQUESTS):>9,} / {N_REQUESTS:,} requests "
+              f"({rows:,} attempt rows, {time.perf_counter() - t0:5.0f} s)", flush=True)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ANALYZE")
+    dispose_all()
+    meta = {"version": META_VERSION, "complete": True, "requests": N_REQUESTS, "attempt_rows": rows,
+            "start": start, "end": end, "generate_s": round(time.perf_counter() - t0, 1)}
+    META_PATH.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def _p50_ms(fn, runs: int = RUNS) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(times)
+
+
+def run() -> list[dict]:
+    """Measure the monitor's data for the 24 h window (no filters); p50 of ``RUNS`` runs."""
+    from app.monitor.view import monitor_view
+    from db.engine import get_engine
+    from db.monitor import filter_options, window_series
+
+    meta = generate()
+    engine = get_engine(_url())
+    now = meta["end"]
+    monitor_view(engine, "24h", None, now)  # warm the connection pool and the page cache once
+    view_ms = _p50_ms(lambda: monitor_view(engine, "24h", None, now))
+    series_ms = _p50_ms(lambda: window_series(engine, since=now - SPAN_S, until=now))
+    options_ms = _p50_ms(lambda: filter_options(engine, since=now - SPAN_S))
+    return [
+        _result("monitor_view 24h / 1M requests (p50)", view_ms, BUDGET_MS),
+        _result("window_series 24h / 1M requests (p50)", series_ms, BUDGET_MS),
+        _result("filter_options 24h (p50)", options_ms, BUDGET_MS),
+    ]
+
+
+def _result(name: str, value_ms: float, budget_ms: float) -> dict:
+    return {"name": name, "value": round(value_ms, 1), "unit": "ms", "budget": budget_ms,
+            "ok": value_ms < budget_ms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.monitor_bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--generate", action="store_true", help="(re)generate the database and stop")
+    args = ap.parse_args(argv)
+    if args.generate:
+        print(json.dumps(generate(force=True), indent=2))
+        return 0
+    results = run()
+    for r in results:
+        print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['name']}: {r['value']} {r['unit']} (budget {r['budget']} ms)")
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Overview: the canary ratio, the last 15 minutes, cost today, provider states, demo traffic."""
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from app.dashboard import demo_traffic
+from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, when
+from app.dashboard.providers import provider_statuses, status_rows
+from ui import resources
+
+st.title("Overview")
+now = time.time()
+settings = resources.settings()
+
+canary = resources.current_canary()
+left, right = st.columns([1, 3], vertical_alignment="center")
+left.metric("Canary ratio", ratio_pct(canary.ratio), help="Share of new sessions sent to the primary")
+right.markdown(f"**{settings.routing.primary}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
+               f"**{settings.routing.fallback}** the rest.  \nSet by **{canary.updated_by}** "
+               f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {canary.reason}")
+
+st.subheader("Last 15 minutes")
+stats = resources.overview()
+cols = st.columns(6)
+cols[0].metric("Requests", f"{stats.requests:,}")
+cols[1].metric("Error rate", pct(stats.error_rate if stats.requests else None))
+cols[2].metric("Fallback rate", pct(stats.fallback_rate if stats.requests else None))
+cols[3].metric("p50 latency", ms(stats.p50_ms))
+cols[4].metric("p95 latency", ms(stats.p95_ms))
+cols[5].metric("Cost today (UTC)", usd(stats.cost_today_usd))
+
+st.subheader("Providers")
+statuses = provider_statuses(settings, resources.health(), secrets=resources.secrets(), faults=resources.faults())
+st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")
+
+# Demo traffic: offered on an empty log, so a fresh install has something to look at.
+job_key = settings.database_url
+job = demo_traffic.current_job(job_key)
+if job is not None and job.running:
+    @st.fragment(run_every=1.0)
+    def demo_progress() -> None:
+        current = demo_traffic.current_job(job_key)
+        if current is None:
+            return
+        st.progress(current.fraction, text=current.label())
+        if current.finished:
+            resources.refresh()
+            st.rerun(scope="app")
+
+    demo_progress()
+elif job is not None and job.finished:
+    (st.error if job.error else st.success)(job.label())
+elif not resources.has_requests():
+    st.subheader("No traffic yet")
+    client = resources.client()
+    if demo_traffic.simulated_only(client):
+        st.info(f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
+                "demo requests through the simulated providers (tagged `loadgen`) so the charts have data.")
+        if st.button("Generate demo traffic", type="primary", icon="▶️"):
+            demo_traffic.start_job(job_key, client)
+            st.rerun()
+    else:
+        st.info("The request log is empty. Send a prompt from the Playground, or run "
+                "`python -m app loadgen` against simulated providers.")

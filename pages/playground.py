@@ -1,0 +1,99 @@
+"""Playground: chat through the routing client, see how each answer was routed, compare the routes."""
+
+import streamlit as st
+
+from app.catalog import model_names
+from app.dashboard.answer import answer_meta, build_messages, explain_failure
+from ui import render, resources
+from ui.state import PlaygroundState
+
+state = PlaygroundState.get()
+settings = resources.settings()
+client = resources.client()
+
+with st.sidebar:
+    st.subheader("Playground settings")
+    model = st.selectbox("Model", ["auto", *model_names()], help="auto = intent routing picks the model")
+    compare = st.toggle("Compare primary and fallback",
+                        help="Send each prompt through both routes, side by side (no fallback, no canary split)")
+    system_prompt = st.text_area("System prompt", placeholder="You are a helpful assistant.", height=80)
+    temperature = st.slider("Temperature", 0.0, 2.0, 0.7, 0.1)
+    max_tokens = st.number_input("Max tokens", min_value=1, max_value=32_768, value=512, step=64)
+    st.text_input("Session id", value=state.session_id, disabled=True,
+                  help="Requests of one session stick to one canary side and reuse the provider's prompt cache")
+    if st.button("New session", icon="🆕"):
+        state.new_session()
+        st.rerun()
+
+st.title("Playground")
+st.caption(f"Session `{state.session_id}` · model {model} · "
+           + ("compare mode: primary vs fallback" if compare else "routed by the canary split"))
+
+
+def show_turn(turn: dict) -> None:
+    with st.chat_message(turn["role"]):
+        if turn.get("compare"):
+            for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"]):
+                with col:
+                    st.markdown(f"**{label}**")
+                    if meta:
+                        st.markdown(meta["text"])
+                        render.answer_meta(answer_meta(meta))
+                    if error:
+                        render.failure(error)
+            return
+        if turn.get("content"):
+            st.markdown(turn["content"])
+        if turn.get("meta"):
+            render.answer_meta(answer_meta(turn["meta"]))
+        if turn.get("error"):
+            render.failure(turn["error"])
+
+
+def ask(messages: list[dict], route: str | None = None) -> tuple[dict | None, object]:
+    """Stream one answer into the current container; returns (result dict, failure view)."""
+    try:
+        stream = client.chat(messages, model=model, session_id=state.session_id, stream=True,
+                             temperature=temperature, max_tokens=int(max_tokens), route=route)
+        st.write_stream(stream)
+        result = stream.result.to_dict()
+    except Exception as exc:  # noqa: BLE001 - shown as a message with the fix, never a traceback
+        view = explain_failure(exc, settings)
+        render.failure(view)
+        return None, view
+    render.answer_meta(answer_meta(result))
+    return result, None
+
+
+for turn in state.turns:
+    show_turn(turn)
+
+if not state.turns:
+    st.info("Send a prompt below. Under each answer you will see the provider, model, intent, canary side, "
+            "attempts, latency, tokens and cost.")
+
+prompt = st.chat_input("Ask the gateway something")
+if prompt:
+    user_turn = {"role": "user", "content": prompt}
+    state.turns.append(user_turn)
+    with st.chat_message("user"):
+        st.markdown(prompt)
+    messages = build_messages(system_prompt, state.history()[:-1], prompt)
+    with st.chat_message("assistant"):
+        if compare:
+            routes = [("primary", f"Primary: {settings.routing.primary}"),
+                      ("fallback", f"Fallback: {settings.routing.fallback}")]
+            results = []
+            for col, (route, label) in zip(st.columns(2), routes):
+                with col:
+                    st.markdown(f"**{label}**")
+                    result, error = ask(messages, route)
+                    results.append((label, result, error))
+            state.turns.append({"role": "assistant", "content": "", "compare": results})
+            user_turn["failed"] = True  # compare turns are not part of the conversation history
+        else:
+            result, error = ask(messages)
+            if result is None:
+                user_turn["failed"] = True
+            state.turns.append({"role": "assistant", "content": result["text"] if result else "",
+                                "meta": result, "error": error})

@@ -1,0 +1,111 @@
+"""AppTest tests of the KV-calculator page, run standalone (the lead's suite covers navigation)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "kv_calculator.py")
+
+
+@pytest.fixture(autouse=True)
+def _clear_caches():
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def run(**query) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def errors(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def test_default_render_answers_the_headline_question():
+    at = run()
+    assert not at.exception
+    assert "Up to 14 such sequences fit" in at.success[0].value
+    assert [m.value for m in at.metric if m.label == "Max concurrent sequences"] == ["14"]
+    charts = at.get("plotly_chart")
+    assert len(charts) == 3
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts]
+    assert titles[0].startswith("Memory per GPU") and "across models" in titles[2]
+
+
+def test_inputs_are_written_to_the_link():
+    at = run()
+    at.number_input(key="kv_context_len").set_value(8192).run()
+    assert at.query_params["context_len"] == ["8192"] or at.query_params["context_len"] == "8192"
+    assert not at.exception
+
+
+def test_link_sets_the_inputs():
+    at = run(model="deepseek-v3", gpu="h200-141gb", gpu_count="8", tp="8", weight_dtype="fp8", context_len="65536")
+    assert not at.exception
+    assert at.selectbox(key="kv_model").value == "deepseek-v3"
+    assert at.number_input(key="kv_context_len").value == 65536
+    assert any("MLA latent" in t.value for t in at.text)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("kv_context_len", 0, "at least 1"),
+    ("kv_context_len", -10, "at least 1"),
+    ("kv_context_len", 200000, "at most 131,072 tokens"),
+    ("kv_batch", 0, "at least 1"),
+    ("kv_tp", 3, "must divide"),
+    ("kv_gpu_count", 3, "multiple of the tensor"),
+    ("kv_block_size", 0, "at least 1"),
+    ("kv_utilization", 1.5, "at most 1"),
+    ("kv_reserve_gib", -1.0, "negative"),
+])
+def test_bad_input_gets_a_message_not_a_traceback(field, value, message):
+    at = run()
+    at.number_input(key=field).set_value(value).run()
+    assert not at.exception
+    assert any(message in e for e in errors(at)), errors(at)
+    assert not at.get("plotly_chart")
+
+
+def test_bad_link_value_gets_a_message():
+    at = run(context_len="1.5", model="nope")
+    assert not at.exception
+    assert any("context_len='1.5'" in e for e in errors(at))
+    assert any("model='nope'" in e for e in errors(at))
+    assert at.success  # defaults are used for the bad values
+
+
+def test_malformed_custom_config():
+    at = run()
+    at.selectbox(key="kv_model").set_value("custom").run()
+    assert any("paste or upload" in e for e in errors(at))
+    at.text_area(key="kv_config").input("{broken").run()
+    assert not at.exception
+    assert any("not valid JSON" in e for e in errors(at))
+    at.text_area(key="kv_config").input('{"hidden_size": 4096}').run()
+    assert any("num_hidden_layers" in e for e in errors(at))
+
+
+def test_valid_custom_config():
+    config = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "max_position_embeddings": 32768, "sliding_window": 4096,
+              "vocab_size": 32000, "intermediate_size": 14336}
+    at = run()
+    at.selectbox(key="kv_model").set_value("custom").run()
+    at.text_area(key="kv_config").input(json.dumps(config)).run()
+    at.number_input(key="kv_context_len").set_value(16384).run()
+    assert not at.exception and not errors(at)
+    assert any("min(16,384, window 4,096)" in t.value for t in at.text)
+
+
+def test_changing_model_and_dtype_updates_results():
+    at = run()
+    at.selectbox(key="kv_model").set_value("llama-3.1-8b").run()
+    at.selectbox(key="kv_kv_dtype").set_value("bf16").run()
+    per_token = [m.value for m in at.metric if m.label == "Bytes per token"]
+    assert per_token == ["131,072 B"]

@@ -1,0 +1,134 @@
+"""The page's data function, its per-field validation, links and exports; the benchmark's shape."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from app.kvcache import page_data as kv
+
+LLAMA_70B = json.dumps({"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80,
+                        "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+                        "vocab_size": 128256, "intermediate_size": 28672, "tie_word_embeddings": False})
+
+
+def valid(**changes):
+    inputs, errors = kv.validate_inputs({**kv.DEFAULTS, **changes}, changes.pop("config_text", None))
+    assert errors == {}
+    return inputs
+
+
+def test_defaults_answer_the_headline_question():
+    data = kv.build_page_data(valid())
+    assert data.fits and data.capacity.max_concurrency == 14
+    assert "Up to 14 such sequences fit" in data.verdict
+    assert set(data.figures) == {"memory", "concurrency", "catalog"}
+    assert data.breakdown_rows[-1]["bytes"] == 8 * 2 * 80 * 8 * 128 * 32768  # fp8, whole model
+    assert any("4 KV heads (8 / TP 2)" in line for line in data.working)
+    assert any("8.00x the exact figure" in line for line in data.working)
+
+
+def test_figures_have_the_expected_traces():
+    data = kv.build_page_data(valid())
+    memory = data.figures["memory"].to_plotly_json()
+    assert [t["name"] for t in memory["data"]][:2] == ["weights", "runtime reserve"]
+    assert len(memory["layout"]["shapes"]) == 2  # capacity and usable lines
+    catalog_fig = data.figures["catalog"].to_plotly_json()
+    assert [t["name"] for t in catalog_fig["data"]] == kv.CATALOG_CHART_DTYPES
+    assert len(catalog_fig["data"][0]["x"]) == len(kv.catalog.models())
+
+
+def test_exports():
+    data = kv.build_page_data(valid(prefix_len=1024))
+    exported = json.loads(data.export_json())
+    assert exported["fits"] is True and exported["capacity"]["max_concurrency"] == 14
+    assert exported["prefix"]
+    rows = list(csv.DictReader(io.StringIO(data.export_csv())))
+    assert {r["section"] for r in rows} == {"breakdown", "capacity", "paged", "prefix"}
+    assert all(r["value"].lstrip("-").isdigit() for r in rows)
+
+
+def test_does_not_fit_verdicts():
+    data = kv.build_page_data(valid(batch=100))
+    assert not data.fits and data.verdict.startswith("Does not fit") and "At most 14" in data.verdict
+    tiny = kv.build_page_data(valid(model="llama-3.1-405b", gpu="l4-24gb", gpu_count=1, tp=1))
+    assert not tiny.fits and "weights" in tiny.verdict
+
+
+def test_custom_config_matches_catalog():
+    inputs, errors = kv.validate_inputs({**kv.DEFAULTS, "model": kv.CUSTOM}, LLAMA_70B)
+    assert errors == {}
+    data = kv.build_page_data(inputs)
+    assert data.whole.total == kv.build_page_data(valid()).whole.total
+    assert "estimated" in data.model_rows[4]["value"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("context_len", 0, "at least 1"),
+    ("context_len", -5, "at least 1"),
+    ("context_len", "1.5", "whole number"),
+    ("context_len", 1.5, "whole number"),
+    ("context_len", "abc", "whole number"),
+    ("context_len", 131073, "at most 131,072 tokens"),
+    ("batch", 0, "at least 1"),
+    ("batch", 10**7, "at most"),
+    ("prefix_len", -1, "at least 0"),
+    ("prefix_len", 40000, "cannot be longer"),
+    ("gpu_count", 0, "at least 1"),
+    ("gpu_count", 3, "multiple of the tensor"),
+    ("tp", 0, "at least 1"),
+    ("tp", 3, "must divide"),
+    ("block_size", 0, "at least 1"),
+    ("utilization", 0, "above 0"),
+    ("utilization", 1.2, "at most 1"),
+    ("utilization", "x", "number"),
+    ("reserve_gib", -1, "negative"),
+    ("reserve_gib", "lots", "number"),
+    ("kv_dtype", "fp7", "choose one of"),
+    ("weight_dtype", "fp4", "choose one of"),
+    ("state_dtype", "int8", "choose one of"),
+    ("gpu", "tpu", "choose one of"),
+    ("model", "gpt-9", "Unknown model"),
+])
+def test_each_field_error(field, value, message):
+    inputs, errors = kv.validate_inputs({**kv.DEFAULTS, field: value})
+    assert inputs is None
+    assert message in errors[field], errors
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "paste or upload"),
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "JSON object"),
+    ('{"hidden_size": 4096}', "num_hidden_layers"),
+    ("x" * (kv.MAX_CONFIG_CHARS + 1), "larger than 1 MB"),
+])
+def test_config_errors(text, message):
+    inputs, errors = kv.validate_inputs({**kv.DEFAULTS, "model": kv.CUSTOM}, text)
+    assert inputs is None and message in errors["config"]
+
+
+def test_query_param_round_trip():
+    values = {**kv.DEFAULTS, "model": "gemma-2-9b", "context_len": 8192, "utilization": 0.95}
+    link = kv.to_query_params(values)
+    assert link["context_len"] == "8192" and link["utilization"] == "0.95"
+    parsed, errors = kv.from_query_params(link)
+    assert errors == {} and parsed == values
+
+
+def test_query_params_bad_values_fall_back_with_messages():
+    parsed, errors = kv.from_query_params({"context_len": "lots", "model": "gpt-9", "utilization": "x",
+                                           "batch": "0"})
+    assert parsed["context_len"] == kv.DEFAULTS["context_len"] and "context_len" in errors
+    assert parsed["model"] == kv.DEFAULTS["model"] and "model" in errors
+    assert "utilization" in errors
+    assert parsed["batch"] == 0 and "batch" not in errors  # parsable: validation reports it by the field
+
+
+def test_benchmark_shape():
+    from benchmarks.kvcache_bench import run
+
+    rows = run(repeats=3)
+    assert rows and set(rows[0]) == {"name", "value", "unit", "budget", "ok"}
+    assert rows[0]["unit"] == "ms" and rows[0]["budget"] == 50.0

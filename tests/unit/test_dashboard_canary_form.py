@@ -1,0 +1,91 @@
+"""Canary page writes without Streamlit: parsing, refusal with nothing written, the stale refusal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.dashboard import canary_form
+from app.simulator.faults import FaultSettings
+from db.canary import audit_count, ensure_setting, get_guardrail, get_state, set_ratio
+from db.faults import get_faults
+
+
+@pytest.fixture
+def eng(sqlite_url):
+    from db.engine import dispose_all, get_engine
+
+    e = get_engine(sqlite_url)
+    ensure_setting(e, 0.1)
+    yield e
+    dispose_all()
+
+
+@pytest.mark.parametrize("value, ratio", [(0, 0.0), (100, 1.0), (25, 0.25), (12.5, 0.125), ("30", 0.3),
+                                          (" 7.5 % ", 0.075), ("2,5", 0.025)])
+def test_parse_percent_accepts_numbers_and_text(value, ratio):
+    assert canary_form.parse_percent(value) == pytest.approx(ratio)
+
+
+@pytest.mark.parametrize("value", [None, True, "", "abc", "12x", -0.1, 100.01, 150, math.nan, math.inf, [1]])
+def test_parse_percent_refuses_with_a_message(value):
+    with pytest.raises(ValueError, match="Canary ratio must be"):
+        canary_form.parse_percent(value)
+
+
+def test_apply_writes_and_audits(eng):
+    seen = get_state(eng).version
+    out = canary_form.apply_ratio(eng, 25, "  widen  ", expected_version=seen, actor="alice")
+    assert out.ok and "25 %" in out.message
+    state = get_state(eng)
+    assert (state.ratio, state.updated_by, state.reason, state.version) == (0.25, "alice", "widen", seen + 1)
+    assert audit_count(eng) == 1
+
+
+@pytest.mark.parametrize("percent, reason, needle", [
+    (150, "why", "between 0 and 100"), ("abc", "why", "number"), (None, "why", "number"),
+    (-1, "why", "between 0 and 100"), (20, "   ", "reason is required"), (20, "x" * 501, "too long"),
+])
+def test_bad_input_is_refused_and_nothing_is_written(eng, percent, reason, needle):
+    before = get_state(eng)
+    out = canary_form.apply_ratio(eng, percent, reason, expected_version=before.version, actor="alice")
+    assert not out.ok
+    assert needle in out.message and "Nothing was written" in out.message
+    assert get_state(eng) == before and audit_count(eng) == 0
+
+
+def test_stale_version_is_refused_naming_who_changed_it_to_what(eng):
+    seen = get_state(eng).version
+    set_ratio(eng, 0.4, expected_version=seen, actor="bob", reason="other tab")
+    out = canary_form.apply_ratio(eng, 90, "mine", expected_version=seen, actor="alice")
+    assert not out.ok
+    assert "bob" in out.message and "40 %" in out.message and "Nothing was written" in out.message
+    assert out.state is not None and out.state.version == seen + 1  # the page re-locks on this
+    assert get_state(eng).ratio == 0.4 and audit_count(eng) == 1
+
+
+def test_guardrail_save_and_refusal(eng):
+    out = canary_form.save_guardrail(eng, True, 30, 5, 10, actor="alice")
+    assert out.ok
+    g = get_guardrail(eng)
+    assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests, g.updated_by) == (
+        True, 0.3, 5, 10, "alice")
+    bad = canary_form.save_guardrail(eng, False, 0, 5, 10, actor="alice")
+    assert not bad.ok and "above 0" in bad.message
+    assert not canary_form.save_guardrail(eng, False, 30, 61, 10, actor="alice").ok
+    assert not canary_form.save_guardrail(eng, False, 30, 5, 0, actor="alice").ok
+    assert get_guardrail(eng).enabled is True  # nothing written by the refusals
+
+
+def test_faults_save_keeps_other_fields_and_clear_removes_row(eng):
+    base = FaultSettings(timeout_rate=0.1)
+    out = canary_form.save_faults(eng, "holysheep", 50, 10, 2, actor="alice", base=base)
+    assert out.ok
+    f = get_faults(eng, "holysheep")
+    assert (f.error_rate, f.rate_limit_rate, f.latency_multiplier, f.timeout_rate) == (0.5, 0.1, 2.0, 0.1)
+    assert not canary_form.save_faults(eng, "holysheep", 120, 0, 1, actor="alice").ok
+    assert not canary_form.save_faults(eng, "holysheep", 10, 0, 0, actor="alice").ok
+    assert get_faults(eng, "holysheep").error_rate == 0.5
+    assert canary_form.reset_faults(eng, "holysheep").ok
+    assert get_faults(eng, "holysheep") is None

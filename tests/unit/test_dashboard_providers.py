@@ -1,0 +1,70 @@
+"""Provider status on the overview: simulated / configured / key missing / failing recently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.dashboard.providers import describe_faults, provider_statuses, status_rows
+from app.simulator.faults import FaultSettings
+
+REAL = """
+[routing]
+primary = "holysheep"
+fallback = "direct"
+[providers.holysheep]
+base_url = "https://api.holysheep.example/v1"
+api_key_env = "HOLYSHEEP_API_KEY"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+[providers.direct]
+base_url = "sim://direct"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+"""
+
+
+@dataclass
+class Health:
+    attempts: int
+    errors: int
+    error_rate: float | None
+    last_error_class: str | None = None
+
+
+def test_simulated_providers_need_no_key(settings_factory):
+    s = settings_factory()
+    statuses = provider_statuses(s, {}, env={})
+    assert [(x.name, x.role, x.state, x.key) for x in statuses] == [
+        ("holysheep", "primary", "simulated", "simulated"), ("direct", "fallback", "simulated", "simulated")]
+
+
+def test_real_provider_key_missing_then_configured_never_shows_the_key(settings_factory):
+    s = settings_factory(REAL)
+    missing = provider_statuses(s, env={})[0]
+    assert missing.state == "key missing" and "HOLYSHEEP_API_KEY" in missing.detail
+    secret = "sk-very-secret-value"
+    via_env = provider_statuses(s, env={"HOLYSHEEP_API_KEY": secret})[0]
+    via_secrets = provider_statuses(s, env={}, secrets={"HOLYSHEEP_API_KEY": secret})[0]
+    assert via_env.state == via_secrets.state == "configured" and via_env.key == "set"
+    assert secret not in repr(status_rows([via_env, via_secrets]))
+    assert via_env.base == "api.holysheep.example"
+
+
+def test_failing_recently_needs_enough_attempts(settings_factory):
+    s = settings_factory()
+    bad = provider_statuses(s, {"holysheep": Health(10, 6, 0.6, "server_error")}, env={})[0]
+    assert bad.state == "failing recently" and "60 %" in bad.detail and "server_error" in bad.detail
+    one_unlucky = provider_statuses(s, {"holysheep": Health(1, 1, 1.0)}, env={})[0]
+    assert one_unlucky.state == "simulated"
+    fine = provider_statuses(s, {"holysheep": Health(50, 1, 0.02)}, env={})[0]
+    assert fine.state == "simulated" and fine.error_rate == 0.02
+
+
+def test_fault_injection_is_described(settings_factory):
+    assert describe_faults(None) is None and describe_faults(FaultSettings()) is None
+    text = describe_faults(FaultSettings(error_rate=0.5, rate_limit_rate=0.1, latency_multiplier=3))
+    assert text == "50 % errors, 10 % 429s, latency x3"
+    s = settings_factory()
+    st = provider_statuses(s, env={}, faults={"direct": FaultSettings(error_rate=0.25)})[1]
+    assert st.faults == "25 % errors"
+    assert "fault injection: 25 % errors" in status_rows([st])[0]["detail"]

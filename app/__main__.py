@@ -189,6 +189,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(exc: BaseException) -> str:
+    """A single line for the operator. Database driver errors carry the SQL and its parameters on
+    later lines; only the driver's own first line is useful (e.g. "connection refused")."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        first = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+        return f"database error: {first}"
+    if isinstance(exc, SQLAlchemyError):
+        return f"database error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     from app.catalog import UnknownModelError
     from app.config import ConfigError
@@ -206,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             raise
         code = exc.code if isinstance(exc, CliError) else EXIT_USAGE
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return code
     except (AllRoutesFailed, ProviderNotConfigured, StreamBrokenError) as exc:
         if args.debug:
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         if args.debug:
             raise
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -18,6 +18,7 @@ from db.models import CanaryAudit, CanarySetting, GuardrailSetting
 
 SETTING_ID = 1
 MAX_REASON = 500
+MAX_ACTOR = 128  # the width of the actor columns
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,12 @@ def validate_ratio(ratio: object) -> float:
     return value
 
 
-def _validate_text(name: str, value: str, *, required: bool) -> str:
+def _validate_text(name: str, value: str, *, required: bool, max_len: int = MAX_REASON) -> str:
     value = (value or "").strip()
     if required and not value:
         raise ValueError(f"{name} is required")
-    if len(value) > MAX_REASON:
-        raise ValueError(f"{name} is too long ({len(value)} characters, at most {MAX_REASON})")
+    if len(value) > max_len:
+        raise ValueError(f"{name} is too long ({len(value)} characters, at most {max_len})")
     return value
 
 
@@ -125,7 +126,7 @@ def set_ratio(engine: Engine, new_ratio: object, *, expected_version: int | None
     Without ``expected_version`` the change applies on top of whatever is current (the CLI).
     """
     ratio = validate_ratio(new_ratio)
-    actor = _validate_text("actor", actor, required=True)
+    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
     reason = _validate_text("reason", reason, required=True)
     for _ in range(20):
         current = get_state(engine)
@@ -186,7 +187,7 @@ def set_guardrail(engine: Engine, *, enabled: bool, error_rate_threshold: float,
         raise ValueError("window must be 1 to 60 minutes")
     if int(min_requests) < 1:
         raise ValueError("minimum requests must be at least 1")
-    actor = _validate_text("actor", actor, required=True)
+    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
     values = dict(enabled=bool(enabled), error_rate_threshold=float(error_rate_threshold),
                   window_minutes=int(window_minutes), min_requests=int(min_requests),
                   updated_at=time.time(), updated_by=actor)

@@ -12,7 +12,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Float,
-    Index,
     Integer,
     String,
     Text,
@@ -71,10 +70,12 @@ class RequestLog(Base):
     prompt_text: Mapped[str | None] = mapped_column(Text)        # only with store_prompts = true
 
 
-class RequestRollup(Base):
-    """Per-minute aggregates; the monitor reads only these, never the raw log."""
+class _RollupColumns:
+    """Counters of one time bucket and dimension combination (shared by the three resolutions).
 
-    __tablename__ = "request_rollup"
+    ``minute`` is the bucket's start in epoch seconds (a whole minute; for the 5-minute and hourly
+    tables a multiple of 300 or 3600).
+    """
 
     minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     provider: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -97,12 +98,40 @@ class RequestRollup(Base):
     ttft_count: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
-for _col in LATENCY_BUCKETS + TTFT_BUCKETS:
-    setattr(RequestRollup, _col, mapped_column(_col, Integer, default=0, nullable=False))
+class RequestRollup(_RollupColumns, Base):
+    """Per-minute aggregates; the monitor reads rollups, never the raw log."""
 
-del _col
+    __tablename__ = "request_rollup"
 
-Index("ix_request_rollup_minute", RequestRollup.minute)
+
+class RequestRollup5m(_RollupColumns, Base):
+    """Five-minute aggregates, so a 24-hour chart sums 288 buckets instead of 1,440."""
+
+    __tablename__ = "request_rollup_5m"
+
+
+class RequestRollup1h(_RollupColumns, Base):
+    """Hourly aggregates for the multi-day windows."""
+
+    __tablename__ = "request_rollup_1h"
+
+
+# Bucket span in seconds -> table. The writer keeps all three; a reader picks the coarsest table
+# whose span divides its chart step.
+ROLLUP_TABLES: dict[int, type[_RollupColumns]] = {60: RequestRollup, 300: RequestRollup5m, 3600: RequestRollup1h}
+
+for _cls in ROLLUP_TABLES.values():
+    for _col in LATENCY_BUCKETS + TTFT_BUCKETS:
+        setattr(_cls, _col, mapped_column(_col, Integer, default=0, nullable=False))
+del _cls, _col
+
+
+def rollup_table_for(step_s: int):
+    """The coarsest rollup table whose bucket span divides ``step_s`` (a whole number of minutes)."""
+    for span in sorted(ROLLUP_TABLES, reverse=True):
+        if step_s % span == 0:
+            return ROLLUP_TABLES[span].__table__
+    raise ValueError(f"step must be a whole number of minutes, got {step_s} s")
 
 
 class CanarySetting(Base):

@@ -1,7 +1,7 @@
 """Read-side SQL for the dashboards: time series, KPIs, provider health, canary split, recent rows.
 
-Everything that charts or summarises traffic reads the per-minute ``request_rollup`` table, never the
-raw log, so the cost of a query depends on the window's minutes and dimensions, not on the request
+Everything that charts or summarises traffic reads the rollup tables (per minute, and per five
+minutes and per hour for long windows: see :func:`db.models.rollup_table_for`), never the raw log, so the cost of a query depends on the window's minutes and dimensions, not on the request
 volume. The raw ``request_log`` is read only for bounded, index-ordered lookups (the newest rows, a
 provider's latest error).
 
@@ -22,9 +22,12 @@ Definitions used throughout (they follow the rollup's counters):
 * cached ratio = cached prompt tokens / prompt tokens.
 * tokens/s = completion (output) tokens per second of wall-clock time: throughput.
 
-Rates divide by the seconds a bucket actually covers inside the window (the first bucket may start
-before the window and the current one is still in progress), so partial buckets do not dip.
-Results are frozen dataclasses of tuples, safe to cache and share between threads.
+The window is widened to start on a bucket boundary, so every bucket but the last is whole; the
+last (still filling) bucket's rates divide by the seconds it has covered so far, so it does not dip.
+
+Live refreshes re-read only the newest buckets: the cells of buckets that ended ten minutes or more
+before the window's end are kept in a small in-process cache (:class:`_SettledCache`, refreshed in
+full every five minutes). Results are frozen dataclasses of tuples, safe to cache and share.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +45,7 @@ from datetime import UTC, datetime
 from sqlalchemy import BigInteger, Connection, Engine, and_, func, literal_column, select
 
 from app.telemetry.histogram import percentile
-from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup
+from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
 MAX_POINTS = 300
 # Steps a chart is cut into, in minutes: round numbers an operator reads at a glance.
@@ -101,18 +107,16 @@ def _minute_floor(ts: float) -> int:
 
 
 def bucket_axis(since: float, until: float, step: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """Bucket starts covering ``[since, until]`` and the seconds of each inside the window.
+    """Bucket starts covering ``[since, until]`` and the seconds each covers.
 
-    The window starts at the minute holding ``since`` (the rollups' resolution) and ends at
-    ``until``, which may fall inside a minute that is still being written.
+    The window is widened to start on a bucket boundary (at most one step earlier than ``since``),
+    so every bucket but the last is whole; the last ends at ``until`` and may still be filling, so
+    its seconds are ``until - start`` (at least 1) and a rate over it does not dip.
     """
-    lo = _minute_floor(since)
-    hi = max(until, lo + 1.0)
-    first = lo - lo % step
-    last = _minute_floor(hi)
-    last -= last % step
+    first = int(since // step) * step
+    last = int(max(until, since) // step) * step
     starts = tuple(range(first, last + 1, step))
-    covered = tuple(max(min(b + step, hi) - max(b, lo), 1.0) for b in starts)
+    covered = tuple(float(step) if b + step <= until else max(until - b, 1.0) for b in starts)
     return starts, covered
 
 
@@ -126,8 +130,8 @@ def _dimension_filter(filters: MonitorFilters | None, table) -> list:
     return conds
 
 
-def _rollup_range(since: float, until: float, filters: MonitorFilters | None):
-    t = RequestRollup.__table__
+def _rollup_range(since: float, until: float, filters: MonitorFilters | None, table=None):
+    t = RequestRollup.__table__ if table is None else table
     return and_(t.c.minute >= _minute_floor(since), t.c.minute <= int(until),
                 *_dimension_filter(filters, t))
 
@@ -273,161 +277,233 @@ class WindowSeries:
         return self.totals.attempts == 0
 
 
-def _sum_cols(names: Sequence[str]) -> list:
-    t = RequestRollup.__table__
+def _sum_cols(names: Sequence[str], table=None) -> list:
+    t = RequestRollup.__table__ if table is None else table
     return [func.sum(t.c[n]).label(n) for n in names]
 
 
-def _bucket_expr(step: int):
+def _bucket_expr(step: int, table=None):
     # The step is inlined (it is an int we computed): with a bound parameter PostgreSQL could not
     # tell that the SELECT and GROUP BY expressions are the same.
-    t = RequestRollup.__table__
+    t = RequestRollup.__table__ if table is None else table
     return (t.c.minute - t.c.minute % literal_column(str(int(step)), BigInteger)).label("bucket")
 
 
-def _provider_rows(conn: Connection, since: float, until: float, step: int,
-                   filters: MonitorFilters | None) -> list:
-    t = RequestRollup.__table__
-    bucket = _bucket_expr(step)
-    q = (select(bucket, t.c.provider, *_sum_cols(_COUNTS + ("cost_usd",)),
-                *_sum_cols(LATENCY_BUCKETS), *_sum_cols(TTFT_BUCKETS))
-         .where(_rollup_range(since, until, filters))
-         .group_by(bucket, t.c.provider))
-    return conn.execute(q).all()
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """One (bucket, provider or model) group as summed by SQL, with its percentiles worked out
+    once (a settled bucket's cell is cached and reused on every refresh)."""
+
+    counts: tuple[int, ...]                 # _COUNTS order (models: only ``requests`` is filled)
+    cost: float
+    lat: tuple[int, ...] | None = None      # summed histogram, None when it has no samples
+    ttft: tuple[int, ...] | None = None
+    lat_q: tuple[float | None, ...] = (None, None, None)
+    ttft_q: tuple[float | None, ...] = (None, None, None)
 
 
-def _model_rows(conn: Connection, since: float, until: float, step: int,
-                filters: MonitorFilters | None) -> list:
-    t = RequestRollup.__table__
-    bucket = _bucket_expr(step)
-    q = (select(bucket, t.c.model, *_sum_cols(("requests", "cost_usd")))
-         .where(_rollup_range(since, until, filters))
-         .group_by(bucket, t.c.model))
-    return conn.execute(q).all()
+# bucket start -> ({provider: cell}, {model: cell})
+_Buckets = dict[int, tuple[dict[str, _Cell], dict[str, _Cell]]]
+_EMPTY_BUCKET: tuple[dict[str, _Cell], dict[str, _Cell]] = ({}, {})
 
 
-def _percentiles(hists: Sequence[Sequence[int] | None]) -> Percentiles:
-    cols: list[list[float | None]] = [[], [], []]
-    for h in hists:
-        for k, q in enumerate(QUANTILES):
-            cols[k].append(percentile(h, q) if h else None)
-    return Percentiles(*(tuple(c) for c in cols))
+def _quantiles(hist: Sequence[int] | None) -> tuple[float | None, ...]:
+    if not hist:
+        return (None,) * len(QUANTILES)
+    return tuple(percentile(hist, q) for q in QUANTILES)
 
 
-def _summary(hist: Sequence[int]) -> tuple[float | None, float | None, float | None]:
-    return tuple(percentile(hist, q) for q in QUANTILES)  # type: ignore[return-value]
+def _hist(values: Sequence) -> tuple[int, ...] | None:
+    h = tuple(_i(v) for v in values)
+    return h if any(h) else None
 
 
-class _Acc:
-    """Per-dimension accumulator of summed rows, aligned to the bucket axis."""
-
-    def __init__(self, n: int):
-        self.counts = {c: [0] * n for c in _COUNTS}
-        self.cost = [0.0] * n
-        self.lat: list[list[int] | None] = [None] * n
-        self.ttft: list[list[int] | None] = [None] * n
-
-    def add(self, i: int, row, with_hist: bool) -> None:
-        for c in _COUNTS:
-            v = getattr(row, c, None)
-            if v is not None:
-                self.counts[c][i] += _i(v)
-        self.cost[i] += _f(row.cost_usd)
-        if with_hist:
-            self.lat[i] = _add_hist(self.lat[i], row[-2 * len(LATENCY_BUCKETS):-len(TTFT_BUCKETS)])
-            self.ttft[i] = _add_hist(self.ttft[i], row[-len(TTFT_BUCKETS):])
+def _provider_cell(row: Sequence) -> _Cell:
+    # row: bucket, provider, *_COUNTS, cost_usd, *LATENCY_BUCKETS, *TTFT_BUCKETS
+    nc, nl = len(_COUNTS), len(LATENCY_BUCKETS)
+    lat = _hist(row[3 + nc:3 + nc + nl])
+    ttft = _hist(row[3 + nc + nl:])
+    return _Cell(counts=tuple(_i(v) for v in row[2:2 + nc]), cost=_f(row[2 + nc]), lat=lat, ttft=ttft,
+                 lat_q=_quantiles(lat), ttft_q=_quantiles(ttft))
 
 
-def _add_hist(acc: list[int] | None, values: Sequence) -> list[int] | None:
-    vals = [_i(v) for v in values]
-    if acc is None:
-        return vals if any(vals) else None
-    return [a + b for a, b in zip(acc, vals)]
+_REQ = _COUNTS.index("requests")
+
+
+def _model_cell(row: Sequence) -> _Cell:
+    # row: bucket, model, requests, cost_usd
+    counts = [0] * len(_COUNTS)
+    counts[_REQ] = _i(row[2])
+    return _Cell(counts=tuple(counts), cost=_f(row[3]))
+
+
+def _fetch(engine: Engine, lo: int, until: float, step: int, filters: MonitorFilters) -> _Buckets:
+    """Two grouped scans of the rollups from bucket ``lo`` to ``until``: counters and histograms by
+    (bucket, provider), requests and cost by (bucket, model). They read the coarsest rollup table
+    whose span divides ``step`` (a 24-hour window in 5-minute steps sums 288 buckets, not 1,440)."""
+    t = rollup_table_for(step)
+    bucket = _bucket_expr(step, t)
+    where = _rollup_range(lo, until, filters, t)
+    by_provider = (select(bucket, t.c.provider, *_sum_cols(_COUNTS + ("cost_usd",), t),
+                          *_sum_cols(LATENCY_BUCKETS, t), *_sum_cols(TTFT_BUCKETS, t))
+                   .where(where).group_by(bucket, t.c.provider))
+    by_model = (select(bucket, t.c.model, *_sum_cols(("requests", "cost_usd"), t))
+                .where(where).group_by(bucket, t.c.model))
+    out: _Buckets = {}
+    with engine.connect() as conn:
+        for row in conn.execute(by_provider):
+            out.setdefault(int(row[0]), ({}, {}))[0][row[1]] = _provider_cell(row)
+        for row in conn.execute(by_model):
+            out.setdefault(int(row[0]), ({}, {}))[1][row[1]] = _model_cell(row)
+    return out
+
+
+class _SettledCache:
+    """Per (database, step, filters): the cells of buckets that ended ``SETTLE_S`` before the
+    window's end. Rollups of such minutes no longer change in practice (records are written within
+    seconds of a request ending), so a live refresh only re-reads the last few buckets. Each entry
+    is dropped ``TTL_S`` after it was first filled, so a late write or a cleared database shows up
+    on the next full read; entries are bounded in number and pruned to the window."""
+
+    SETTLE_S = 600
+    TTL_S = 300.0
+    MAX_KEYS = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple[float, _Buckets]] = OrderedDict()
+
+    def get(self, key: tuple) -> _Buckets:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or time.monotonic() - hit[0] > self.TTL_S:
+                self._entries.pop(key, None)
+                return {}
+            self._entries.move_to_end(key)
+            return dict(hit[1])
+
+    def put(self, key: tuple, settled: _Buckets, keep_from: int) -> None:
+        with self._lock:
+            created, old = self._entries.get(key, (time.monotonic(), {}))
+            merged = {b: v for b, v in old.items() if b >= keep_from}
+            merged.update(settled)
+            self._entries[key] = (created, merged)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.MAX_KEYS:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_CACHE = _SettledCache()
+
+
+def clear_cache() -> None:
+    """Forget every cached settled bucket (tests; after deleting or back-filling rollups)."""
+    _CACHE.clear()
+
+
+def _window_cells(engine: Engine, buckets: Sequence[int], step: int, until: float,
+                  filters: MonitorFilters, use_cache: bool) -> _Buckets:
+    key = (engine.url.render_as_string(hide_password=True), step, filters)
+    known = _CACHE.get(key) if use_cache else {}
+    missing = [b for b in buckets if b not in known]
+    if not missing:
+        return known
+    fetched = _fetch(engine, missing[0], until, step, filters)
+    fresh = {b: fetched.get(b, _EMPTY_BUCKET) for b in buckets if b >= missing[0]}
+    if use_cache:
+        settled_before = until - _SettledCache.SETTLE_S
+        _CACHE.put(key, {b: v for b, v in fresh.items() if b + step <= settled_before}, buckets[0])
+    known.update(fresh)
+    return known
 
 
 def _sum_hists(hists: Iterable[Sequence[int] | None], n: int) -> list[int]:
     total = [0] * n
     for h in hists:
         if h:
-            for j, v in enumerate(h):
-                total[j] += v
+            total = [a + b for a, b in zip(total, h)]
     return total
 
 
-def _provider_series(name: str, acc: _Acc, secs: Sequence[float]) -> ProviderSeries:
-    c = acc.counts
+def _column(cells: Sequence[_Cell | None], name: str) -> list[int]:
+    k = _COUNTS.index(name)
+    return [c.counts[k] if c else 0 for c in cells]
+
+
+def _provider_series(name: str, cells: Sequence[_Cell | None], secs: Sequence[float]) -> ProviderSeries:
+    req, att, err = _column(cells, "requests"), _column(cells, "attempts"), _column(cells, "errors")
+    prompt, cached = _column(cells, "prompt_tokens"), _column(cells, "cached_tokens")
+    completion = _column(cells, "completion_tokens")
+    cost = [c.cost if c else 0.0 for c in cells]
+    none3 = (None, None, None)
+    lat_q = [c.lat_q if c else none3 for c in cells]
+    ttft_q = [c.ttft_q if c else none3 for c in cells]
     return ProviderSeries(
-        provider=name,
-        requests=tuple(c["requests"]),
-        attempts=tuple(c["attempts"]),
-        errors=tuple(c["errors"]),
-        request_rate=tuple(r / s for r, s in zip(c["requests"], secs)),
-        error_rate=tuple(_ratio(e, a) for e, a in zip(c["errors"], c["attempts"])),
-        latency=_percentiles(acc.lat),
-        ttft=_percentiles(acc.ttft),
-        cost_usd=tuple(acc.cost),
-        cost_per_min=tuple(v * 60.0 / s for v, s in zip(acc.cost, secs)),
-        cum_cost_usd=_cumsum(acc.cost),
-        cached_ratio=tuple(_ratio(k, p) for k, p in zip(c["cached_tokens"], c["prompt_tokens"])),
-        tokens_per_s=tuple(t / s for t, s in zip(c["completion_tokens"], secs)),
-        window_latency=_summary(_sum_hists(acc.lat, len(LATENCY_BUCKETS))),
-        window_ttft=_summary(_sum_hists(acc.ttft, len(TTFT_BUCKETS))),
+        provider=name, requests=tuple(req), attempts=tuple(att), errors=tuple(err),
+        request_rate=tuple(r / s for r, s in zip(req, secs)),
+        error_rate=tuple(_ratio(e, a) for e, a in zip(err, att)),
+        latency=Percentiles(*(tuple(q[k] for q in lat_q) for k in range(3))),
+        ttft=Percentiles(*(tuple(q[k] for q in ttft_q) for k in range(3))),
+        cost_usd=tuple(cost), cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs)),
+        cum_cost_usd=_cumsum(cost),
+        cached_ratio=tuple(_ratio(k, p) for k, p in zip(cached, prompt)),
+        tokens_per_s=tuple(t / s for t, s in zip(completion, secs)),
+        window_latency=_quantiles(_sum_hists((c.lat for c in cells if c), len(LATENCY_BUCKETS))),
+        window_ttft=_quantiles(_sum_hists((c.ttft for c in cells if c), len(TTFT_BUCKETS))),
     )
 
 
-def _model_series(name: str, acc: _Acc, secs: Sequence[float]) -> ModelSeries:
-    return ModelSeries(model=name, requests=tuple(acc.counts["requests"]), cost_usd=tuple(acc.cost),
-                       cost_per_min=tuple(v * 60.0 / s for v, s in zip(acc.cost, secs)),
-                       cum_cost_usd=_cumsum(acc.cost))
+def _model_series(name: str, cells: Sequence[_Cell | None], secs: Sequence[float]) -> ModelSeries:
+    cost = [c.cost if c else 0.0 for c in cells]
+    return ModelSeries(model=name, requests=tuple(_column(cells, "requests")), cost_usd=tuple(cost),
+                       cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs)),
+                       cum_cost_usd=_cumsum(cost))
 
 
-def _fold(rows: Sequence, index: Mapping[int, int], n: int, *, with_hist: bool) -> dict[str, _Acc]:
-    accs: dict[str, _Acc] = {}
-    for row in rows:
-        i = index.get(int(row.bucket))
-        if i is None:  # cannot happen with the window filter; guards a clock step
-            continue
-        accs.setdefault(row[1], _Acc(n)).add(i, row, with_hist)
-    return dict(sorted(accs.items()))
+def _by_name(cells: _Buckets, buckets: Sequence[int], side: int) -> dict[str, list[_Cell | None]]:
+    names = sorted({n for b in buckets for n in cells.get(b, _EMPTY_BUCKET)[side]})
+    return {n: [cells.get(b, _EMPTY_BUCKET)[side].get(n) for b in buckets] for n in names}
 
 
-def window_series(engine: Engine, *, since: float, until: float,
-                  filters: MonitorFilters | None = None, step: int | None = None) -> WindowSeries:
-    """Per-bucket series for ``[since, until]`` (epoch seconds) with two rollup queries.
+def window_series(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None,
+                  step: int | None = None, use_cache: bool = True) -> WindowSeries:
+    """Per-bucket series for the window ``[since, until]`` (epoch seconds).
 
-    ``step`` (seconds, a multiple of 60) defaults to :func:`choose_step` of the window. One query
-    groups counters and histograms by (bucket, provider); the other groups requests and cost by
-    (bucket, model). Overall series are sums of the provider series.
+    ``step`` (seconds, a multiple of 60) defaults to :func:`choose_step` of the window; the window
+    is widened to start on a bucket boundary (see :func:`bucket_axis`). The rollups are read with
+    two grouped queries (see :func:`_fetch`), and with ``use_cache`` only from the first bucket not
+    yet settled and cached (see :class:`_SettledCache`). Overall series are sums over providers.
     """
     step = step or choose_step(until - since)
-    if step % 60:
-        raise ValueError("step must be a whole number of minutes (in seconds)")
+    if step <= 0 or step % 60:
+        raise ValueError("step must be a positive whole number of minutes (in seconds)")
     buckets, secs = bucket_axis(since, until, step)
-    index = {b: i for i, b in enumerate(buckets)}
-    n = len(buckets)
-    with engine.connect() as conn:
-        prow = _provider_rows(conn, since, until, step, filters)
-        mrow = _model_rows(conn, since, until, step, filters)
-    paccs = _fold(prow, index, n, with_hist=True)
-    maccs = _fold(mrow, index, n, with_hist=False)
-    providers = {name: _provider_series(name, a, secs) for name, a in paccs.items()}
-    models = {name: _model_series(name, a, secs) for name, a in maccs.items()}
-    return _assemble(since, until, step, buckets, secs, paccs, providers, models)
+    cells = _window_cells(engine, buckets, step, until, filters or NO_FILTERS, use_cache)
+    pcells, mcells = _by_name(cells, buckets, 0), _by_name(cells, buckets, 1)
+    providers = {n: _provider_series(n, c, secs) for n, c in pcells.items()}
+    models = {n: _model_series(n, c, secs) for n, c in mcells.items()}
+    return _assemble(buckets[0], until, step, buckets, secs, pcells, providers, models)
 
 
-def _assemble(since, until, step, buckets, secs, paccs: Mapping[str, _Acc],
-              providers: dict[str, ProviderSeries], models: dict[str, ModelSeries]) -> WindowSeries:
+def _assemble(since: float, until: float, step: int, buckets: tuple[int, ...], secs: tuple[float, ...],
+              pcells: Mapping[str, Sequence[_Cell | None]], providers: dict[str, ProviderSeries],
+              models: dict[str, ModelSeries]) -> WindowSeries:
     n = len(buckets)
     tot = {c: [0] * n for c in _COUNTS}
     cost = [0.0] * n
-    for a in paccs.values():
+    for cells in pcells.values():
         for c in _COUNTS:
-            tot[c] = [x + y for x, y in zip(tot[c], a.counts[c])]
-        cost = [x + y for x, y in zip(cost, a.cost)]
+            tot[c] = [x + y for x, y in zip(tot[c], _column(cells, c))]
+        cost = [x + (c.cost if c else 0.0) for x, c in zip(cost, cells)]
+    all_cells = [c for cells in pcells.values() for c in cells if c]
     totals = Totals(
         **{c: sum(tot[c]) for c in _COUNTS}, cost_usd=sum(cost), seconds=float(sum(secs)),
-        latency=_summary(_sum_hists((h for a in paccs.values() for h in a.lat), len(LATENCY_BUCKETS))),
-        ttft=_summary(_sum_hists((h for a in paccs.values() for h in a.ttft), len(TTFT_BUCKETS))),
+        latency=_quantiles(_sum_hists((c.lat for c in all_cells), len(LATENCY_BUCKETS))),
+        ttft=_quantiles(_sum_hists((c.ttft for c in all_cells), len(TTFT_BUCKETS))),
     )
     return WindowSeries(
         since=since, until=until, step_s=step, buckets=buckets, seconds=secs,

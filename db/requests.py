@@ -1,6 +1,7 @@
 """Request log and per-minute rollups: the write side (batch insert + rollup upsert).
 
-One call writes a batch of attempt rows and folds them into ``request_rollup`` in the same
+One call writes a batch of attempt rows and folds them into the rollups (per minute, per five
+minutes and per hour: ``request_rollup``, ``request_rollup_5m``, ``request_rollup_1h``) in the same
 transaction, so the rollups always agree with the log. The rollup upsert adds to existing counters
 (``INSERT ... ON CONFLICT DO UPDATE SET col = col + excluded.col``), which is safe when several
 processes write at once.
@@ -15,16 +16,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from app.telemetry.histogram import bucket_of
 from app.telemetry.records import AttemptRecord
-from db.models import LATENCY_BUCKETS, ROLLUP_KEY, ROLLUP_SUMS, TTFT_BUCKETS, RequestLog, RequestRollup
+from db.models import LATENCY_BUCKETS, ROLLUP_KEY, ROLLUP_SUMS, ROLLUP_TABLES, TTFT_BUCKETS, RequestLog
 
 _COUNTERS = ROLLUP_SUMS + LATENCY_BUCKETS + TTFT_BUCKETS
 
 
-def rollup_deltas(records: Iterable[AttemptRecord]) -> list[dict]:
-    """Fold attempt records into one counter row per rollup key."""
+def rollup_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[dict]:
+    """Fold attempt records into one counter row per rollup key (buckets of ``span_s`` seconds)."""
     acc: dict[tuple, dict] = {}
     for r in records:
-        key = (int(r.ts // 60) * 60, r.provider, r.model, r.intent, r.source, r.side)
+        key = (int(r.ts // span_s) * span_s, r.provider, r.model, r.intent, r.source, r.side)
         row = acc.get(key)
         if row is None:
             row = dict(zip(ROLLUP_KEY, key))
@@ -50,8 +51,23 @@ def rollup_deltas(records: Iterable[AttemptRecord]) -> list[dict]:
     return list(acc.values())
 
 
-def _upsert(engine: Engine):
-    table = RequestRollup.__table__
+def coarsen(deltas: Iterable[dict], span_s: int) -> list[dict]:
+    """Re-bucket per-minute counter rows into buckets of ``span_s`` seconds (cheaper than
+    re-folding the records: a batch has far fewer minute rows than records)."""
+    acc: dict[tuple, dict] = {}
+    for d in deltas:
+        start = d["minute"] // span_s * span_s
+        key = (start, *(d[k] for k in ROLLUP_KEY[1:]))
+        row = acc.get(key)
+        if row is None:
+            acc[key] = {**d, "minute": start}
+        else:
+            for c in _COUNTERS:
+                row[c] += d[c]
+    return list(acc.values())
+
+
+def _upsert(engine: Engine, table):
     dialect = engine.dialect.name
     if dialect == "sqlite":
         stmt = sqlite.insert(table)
@@ -70,10 +86,12 @@ def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
     if not records:
         return 0
     rows = [r.to_row() for r in records]
-    deltas = rollup_deltas(records)
+    per_minute = rollup_deltas(records, 60)
+    deltas = {span: per_minute if span == 60 else coarsen(per_minute, span) for span in ROLLUP_TABLES}
     with engine.begin() as conn:
         conn.execute(insert(RequestLog), rows)
-        conn.execute(_upsert(engine), deltas)
+        for span, model in ROLLUP_TABLES.items():
+            conn.execute(_upsert(engine, model.__table__), deltas[span])
     return len(rows)
 
 

@@ -12,7 +12,10 @@ from app.guardrail import primary_error_rate
 from db.canary import get_state
 from db.faults import get_faults
 from ui import auth, render, resources
+from ui.chrome import page_setup
 from ui.state import CanaryPageState
+
+page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 PCT_KEY, SLIDER_KEY, REASON_KEY = "canary_pct", "canary_pct_slider", "canary_reason"
 

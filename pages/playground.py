@@ -5,7 +5,10 @@ import streamlit as st
 from app.catalog import model_names
 from app.dashboard.answer import answer_meta, build_messages, explain_failure
 from ui import render, resources
+from ui.chrome import page_setup
 from ui.state import PlaygroundState
+
+page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 state = PlaygroundState.get()
 settings = resources.settings()

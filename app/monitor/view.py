@@ -16,7 +16,14 @@ import plotly.graph_objects as go
 from sqlalchemy import Engine
 
 from app.monitor.charts import monitor_figures
-from db.monitor import MonitorFilters, WindowSeries, recent_requests, requests_csv, window_series
+from db.monitor import (
+    MonitorFilters,
+    WindowSeries,
+    filter_options,
+    recent_requests,
+    requests_csv,
+    window_series,
+)
 
 # Allowed windows, in the order the page offers them: key -> (seconds, label).
 WINDOWS: dict[str, tuple[int, str]] = {
@@ -118,6 +125,18 @@ def monitor_view(engine: Engine, window: str, filters: MonitorFilters | None = N
         kpis=kpis(series), figures=monitor_figures(series), recent=recent,
         recent_csv=requests_csv(recent), series=series,
     )
+
+
+def filter_choices(engine: Engine, window: str, selected: MonitorFilters | None = None,
+                   now: float | None = None) -> dict[str, list[str]]:
+    """Values offered by each filter: those with traffic in ``window``, plus whatever is already
+    selected (a selection must stay valid when the window moves past its last request)."""
+    now = time.time() if now is None else float(now)
+    options = filter_options(engine, since=now - window_seconds(window))
+    chosen = selected or MonitorFilters()
+    for key in options:
+        options[key] = sorted(set(options[key]) | set(getattr(chosen, key)))
+    return options
 
 
 @dataclass(frozen=True)

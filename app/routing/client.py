@@ -37,6 +37,8 @@ from app.telemetry.writer import TelemetryWriter
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PROMPT_STORE_LIMIT = 20_000
 GUARDRAIL_CHECK_EVERY_S = 2.0
+MAX_SESSION_ID = 128  # the width of request_log.session_id
+MAX_SOURCE = 32
 
 
 def validate_messages(messages: object) -> list[dict]:
@@ -200,6 +202,11 @@ class RoutingClient:
               temperature: float | None, max_tokens: int | None, source: str | None,
               route: Side | None, cache_hints: bool) -> _Plan:
         msgs = validate_messages(messages)
+        if session_id is not None and not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
+            raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters")
+        source = source or self.source
+        if not 0 < len(source) <= MAX_SOURCE:
+            raise ValueError(f"source must be 1 to {MAX_SOURCE} characters")
         if model in (None, "", "auto"):
             decision = classify_intent(msgs, self.settings.intents)
             chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
@@ -231,7 +238,7 @@ class RoutingClient:
             params["max_tokens"] = max_tokens
         return _Plan(request_id=uuid.uuid4().hex, messages=msgs, requested_model=requested, model=chosen,
                      intent=intent, side=side, routes=routes, prompt_tokens_est=est, session_id=session_id,
-                     source=source or self.source, params=params, cache_hints=cache_hints, stream=stream)
+                     source=source, params=params, cache_hints=cache_hints, stream=stream)
 
     # -- provider clients ----------------------------------------------------------------------
     def _client(self, name: str) -> openai.OpenAI:

@@ -39,6 +39,7 @@ class TelemetryWriter:
         self._close_lock = threading.Lock()
         self.written = 0
         self.write_failures = 0
+        self.rejected = 0
         self.last_error: str | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -105,6 +106,11 @@ class TelemetryWriter:
                 self.written += self._write_batch(batch)
                 return
             except Exception as exc:  # noqa: BLE001 - any DB error: keep the batch and retry
+                if _is_permanent(exc):
+                    # Retrying the same rows cannot help: split the batch so one bad record does
+                    # not hold back (or, at shutdown, take down) the good ones.
+                    self._isolate(batch, exc, final=final)
+                    return
                 self.write_failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 delay = self._retry_delays[min(attempt, len(self._retry_delays) - 1)]
@@ -116,3 +122,22 @@ class TelemetryWriter:
                     return
                 log.warning("telemetry write failed (%s); retrying in %.2fs", self.last_error, delay)
                 time.sleep(delay)
+
+    def _isolate(self, batch: list[AttemptRecord], exc: Exception, *, final: bool) -> None:
+        if len(batch) == 1:
+            self.rejected += 1
+            self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print(f"telemetry: record {batch[0].request_id}#{batch[0].attempt} rejected by the database: "
+                  f"{self.last_error}", file=sys.stderr)
+            return
+        mid = len(batch) // 2
+        self._write_with_retry(batch[:mid], final=final)
+        self._write_with_retry(batch[mid:], final=final)
+
+
+def _is_permanent(exc: Exception) -> bool:
+    """Errors caused by the rows themselves (too long, wrong type, constraint), not the database's
+    state: the same rows would fail again."""
+    from sqlalchemy.exc import DataError, IntegrityError, ProgrammingError
+
+    return isinstance(exc, (DataError, IntegrityError, ProgrammingError))

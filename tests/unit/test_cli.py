@@ -174,6 +174,22 @@ def test_canary_set_bad_ratio_fails_with_one_line_and_writes_nothing(cli: Cli, b
     assert json.loads(cli.run("canary", "show", "--json").stdout) == before_show
 
 
+def test_canary_set_overlong_actor_is_one_line_or_stored(tmp_path: Path, cli: Cli, db_url: str) -> None:
+    """On PostgreSQL a 200-character actor overflows VARCHAR(128); the CLI must still answer with one
+    line (or store it), not a multi-line SQLAlchemy DataError."""
+    actor = "a" * 200
+    assert cli.run("canary", "show", DATABASE_URL=db_url).returncode == 0
+    before = _audit_count(db_url)
+    proc = cli.run("canary", "set", "0.3", "--reason", "long name", "--actor", actor, DATABASE_URL=db_url)
+    if proc.returncode == 0:
+        state = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)
+        assert state["updated_by"] == actor
+    else:
+        _one_error_line(proc)
+        assert "DataError" not in proc.stderr
+        assert _audit_count(db_url) == before
+
+
 # -- configuration errors --------------------------------------------------------------------------
 
 
@@ -192,6 +208,12 @@ def test_malformed_toml_is_one_clear_line(cli: Cli, tmp_path: Path) -> None:
     line = _one_error_line(proc)
     assert str(bad) in line
     assert "TOML" in line
+
+
+def test_unreachable_database_is_one_clear_line(cli: Cli) -> None:
+    url = f"postgresql+psycopg://ci:ci@127.0.0.1:{_free_port()}/gateway"  # nothing listens there
+    line = _one_error_line(cli.run("canary", "show", DATABASE_URL=url))
+    assert "127.0.0.1" in line or "connect" in line.lower()
 
 
 # -- loadgen -------------------------------------------------------------------------------------

@@ -78,4 +78,4 @@ def test_formatting():
     assert (pct(None), pct(0.1234), ratio_pct(0.125), ratio_pct(1.0)) == ("-", "12.3 %", "12.5 %", "100 %")
     assert (ms(None), ms(12.4), ms(12_345)) == ("-", "12 ms", "12.3 s")
     assert (usd(0), usd(0.000123), usd(1.5)) == ("$0", "$0.000123", "$1.5000")
-    assert ago(None, 100) == "never" and ago(40, 100) == "60 s ago" and ago(100, 4000) == "65 min ago"
+    assert ago(None, 100) == "never" and ago(50, 100) == "50 s ago" and ago(100, 1300) == "20 min ago"

@@ -271,3 +271,44 @@ def test_create_db_engine_without_migration_makes_no_tables(tmp_path: Path) -> N
             assert conn.execute(select(CanaryAudit.id)).first() is None
     finally:
         engine.dispose()
+
+
+def test_overlong_actor_is_refused_or_stored_never_a_database_error(engine) -> None:
+    """canary_setting.updated_by / canary_audit.actor are VARCHAR(128) but validation allows 500
+    characters: PostgreSQL then fails with a raw DataError instead of a ValueError for the operator."""
+    canary.ensure_setting(engine, 0.1)
+    before = canary.get_state(engine)
+    actor = "a" * 200
+    try:
+        state = canary.set_ratio(engine, 0.3, expected_version=None, actor=actor, reason="long name")
+    except ValueError:
+        assert canary.audit_count(engine) == 0
+        assert canary.get_state(engine) == before
+    else:
+        assert state.updated_by == actor
+        assert canary.get_state(engine).updated_by == actor
+        assert canary.audit_log(engine)[0].actor == actor
+
+
+def test_concurrent_first_start_migrates_a_new_sqlite_file_once(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    code = ("import sys; from db.engine import get_engine; from db.canary import ensure_setting, get_state; "
+            "e = get_engine(sys.argv[1]); ensure_setting(e, 0.1); print(get_state(e).version)")
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, url], cwd=repo, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert out.strip() == "1"
+    engine = get_engine(url)
+    try:
+        assert _version(engine) == [_head()]
+        assert canary.audit_count(engine) == 0
+    finally:
+        dispose_all()

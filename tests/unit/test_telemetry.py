@@ -421,3 +421,26 @@ def test_bucket_of_edges() -> None:
 def test_bucket_of_places_value_inside_its_bounds(v: float) -> None:
     lo, hi = bucket_bounds(bucket_of(v))
     assert lo <= v < hi
+
+
+def test_one_oversized_field_does_not_poison_the_batch(db_url: str, client_factory) -> None:
+    """A caller-supplied value longer than its column (session_id is VARCHAR(128)) must not make the
+    batch unwritable: PostgreSQL enforces the length, the writer retries the same batch forever and
+    drops it, good records included, at close. Either the request is refused up front (ValueError)
+    or its record is stored; every other record must be written in any case."""
+    from db.models import RequestLog
+
+    client = client_factory(db_url)
+    good = client.chat([{"role": "user", "content": "hello"}], session_id="normal-session")
+    long_id = None
+    try:
+        long_id = client.chat([{"role": "user", "content": "hello"}], session_id="s" * 200).request_id
+    except ValueError:
+        pass
+    after = client.chat([{"role": "user", "content": "hello again"}], session_id="normal-session")
+    client.close()
+    with client.engine.connect() as conn:
+        stored = set(conn.execute(select(RequestLog.request_id)).scalars().all())
+    expected = {good.request_id, after.request_id} | ({long_id} if long_id else set())
+    assert client.telemetry.last_error is None, client.telemetry.last_error
+    assert stored == expected

@@ -1,0 +1,426 @@
+"""AppTest tests of the entry, Overview, Playground and Canary pages: widget -> database effect,
+validation messages, and never an exception element."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from db.canary import audit_log, get_guardrail, get_state, set_ratio
+from db.faults import get_faults
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY = str(REPO / "streamlit_app.py")
+
+REAL_PRIMARY = """
+[routing]
+primary = "holysheep"
+fallback = "direct"
+[providers.holysheep]
+base_url = "https://api.holysheep.example/v1"
+api_key_env = "HOLYSHEEP_API_KEY"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+[providers.direct]
+base_url = "https://api.openai.example/v1"
+api_key_env = "OPENAI_API_KEY"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+"""
+
+
+def _clear_caches() -> None:
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    from app.dashboard import demo_traffic
+    from db.engine import dispose_all
+
+    for key in list(demo_traffic._jobs):
+        job = demo_traffic._jobs[key]
+        job.stop()
+        job.wait(30)
+        demo_traffic.forget_job(key)
+    dispose_all()
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A temporary database and config with an instant simulator; caches cleared around the test."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0\nseed = 3\n")
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+    monkeypatch.setenv("DATABASE_URL", url)
+    for var in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    _clear_caches()
+    yield type("Env", (), {"url": url, "config": cfg, "tmp": tmp_path})
+    _clear_caches()
+
+
+def engine():
+    from ui import resources
+
+    return resources.engine()
+
+
+def open_app(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(ENTRY, default_timeout=30).run()
+    assert not at.exception
+    if page:
+        at.switch_page(page).run()
+        assert not at.exception
+    return at
+
+
+def texts(at: AppTest) -> str:
+    """Every piece of text the app rendered (for 'never shown' checks)."""
+    parts = [str(getattr(el, "value", "")) for kind in ("markdown", "caption", "error", "info", "warning",
+                                                          "success", "title", "subheader", "metric")
+             for el in getattr(at, kind)]
+    parts += [el.label for el in at.metric]
+    parts += [df.value.to_string() for df in at.dataframe]
+    parts += [str(w.value) for w in at.text_input]
+    return "\n".join(parts)
+
+
+def button(at: AppTest, label: str):
+    matches = [b for b in at.button if b.label == label]
+    assert matches, f"no button {label!r}; have {[b.label for b in at.button]}"
+    return matches[0]
+
+
+# -- entry, config, security ------------------------------------------------------------------------
+
+def test_every_page_renders_without_exception(env):
+    at = open_app()
+    assert at.title[0].value == "Overview"
+    for page, title in [("pages/playground.py", "Playground"), ("pages/canary.py", "Canary control"),
+                        ("pages/monitor.py", None), ("pages/kv_calculator.py", None), ("pages/overview.py", "Overview")]:
+        at.switch_page(page).run()
+        assert not at.exception, page
+        if title:
+            assert at.title[0].value == title
+    assert at.sidebar.metric[0].label == "Canary ratio" and at.sidebar.metric[0].value == "10 %"
+
+
+def test_streamlit_config_is_safe_by_default():
+    cfg = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
+    assert cfg["server"]["address"] == "127.0.0.1"
+    assert cfg["client"]["showErrorDetails"] == "none"
+    assert cfg["browser"]["gatherUsageStats"] is False
+
+
+def test_config_error_is_a_message_not_a_traceback(env, monkeypatch):
+    monkeypatch.setenv("GATEWAY_CONFIG", str(env.tmp / "missing.toml"))
+    at = AppTest.from_file(ENTRY, default_timeout=30).run()
+    assert not at.exception
+    assert "configuration file not found" in at.error[0].value
+
+
+@pytest.mark.parametrize("via", ["env", "secrets"])
+def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
+    at = AppTest.from_file(ENTRY, default_timeout=30)
+    if via == "env":
+        monkeypatch.setenv("DASHBOARD_PASSWORD", "s3cret")
+    else:
+        at.secrets["DASHBOARD_PASSWORD"] = "s3cret"
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "Sign in" and not at.metric  # nothing of the dashboard is shown
+    # AppTest runs the page script directly from the second run on (Streamlit's pages/ folder mode);
+    # the page's own page_setup() must keep the gate shut there too.
+    at.run()
+    assert at.title[0].value == "Sign in" and not at.metric and not at.exception
+    at.text_input[1].set_value("wrong")
+    at.button[0].click().run()
+    assert "Wrong password" in at.error[0].value and at.title[0].value == "Sign in"
+    at.text_input[0].set_value("alice")
+    at.text_input[1].set_value("s3cret")
+    at.button[0].click().run()
+    assert not at.exception and at.title[0].value == "Overview"
+    at.switch_page("pages/canary.py").run()
+    at.number_input(key="canary_pct").set_value(30)
+    at.text_input(key="canary_reason").set_value("gated change")
+    button(at, "Apply").click().run()
+    assert get_state(engine()).updated_by == "alice"
+    assert "s3cret" not in texts(at)
+
+
+def test_password_check_is_constant_time_compare():
+    import inspect
+
+    from ui import auth
+
+    assert "hmac.compare_digest" in inspect.getsource(auth.check_password)
+    assert auth.check_password("abc", "abc") and not auth.check_password("abd", "abc")
+
+
+def test_keys_are_never_displayed(env, monkeypatch):
+    env.config.write_text(REAL_PRIMARY + "\n[simulator]\nlatency_scale = 0\n")
+    monkeypatch.setenv("HOLYSHEEP_API_KEY", "sk-live-abcdef123456")
+    at = open_app()
+    shown = texts(at)
+    assert "sk-live-abcdef123456" not in shown
+    rows = at.dataframe[0].value
+    assert list(rows["key"]) == ["set", "missing"]
+    assert list(rows["provider"]) == ["holysheep", "direct"]
+    assert "key missing" in rows["state"].iloc[1]
+
+
+# -- overview -----------------------------------------------------------------------------------------
+
+def test_overview_shows_canary_kpis_and_provider_states(env):
+    set_ratio(engine(), 0.3, expected_version=None, actor="bob", reason="widen")
+    at = open_app()
+    metrics = {m.label: m.value for m in at.main.metric}
+    assert metrics["Canary ratio"] == "30 %"
+    assert {"Requests", "Error rate", "Fallback rate", "p50 latency", "p95 latency", "Cost today (UTC)"} <= set(metrics)
+    assert metrics["Requests"] == "0"
+    assert any("bob" in m.value and "widen" in m.value for m in at.markdown)
+    states = list(at.dataframe[0].value["state"])
+    assert all("simulated" in s for s in states)
+
+
+def test_overview_demo_traffic_fills_an_empty_log(env):
+    from app.dashboard import demo_traffic
+
+    at = open_app()
+    assert any("request log is empty" in i.value for i in at.info)
+    monkey = demo_traffic.DEMO_DURATION_S
+    demo_traffic.DEMO_DURATION_S = 1.0  # keep the test short; the page reads the module's value
+    try:
+        button(at, "Generate demo traffic").click().run()
+    finally:
+        demo_traffic.DEMO_DURATION_S = monkey
+    assert not at.exception
+    job = demo_traffic.current_job(env.url)
+    assert job is not None
+    assert job.wait(60) and job.error is None
+    at.run()
+    assert not at.exception
+    assert any("Demo traffic done" in s.value for s in at.success)
+    metrics = {m.label: m.value for m in at.main.metric}
+    assert int(metrics["Requests"].replace(",", "")) == job.report.ok + job.report.failed > 0
+    from sqlalchemy import text
+
+    with engine().connect() as conn:
+        assert {r[0] for r in conn.execute(text("select distinct source from request_log"))} == {"loadgen"}
+
+
+# -- playground ---------------------------------------------------------------------------------------
+
+def _rows(where: str = "1=1") -> list:
+    from sqlalchemy import text
+
+    from ui import resources
+
+    resources.client().flush()
+    with engine().connect() as conn:
+        return list(conn.execute(text(f"select provider, side, source, session_id, final from request_log where {where}")))
+
+
+def test_playground_streams_an_answer_with_its_metadata_and_log_row(env):
+    at = open_app("pages/playground.py")
+    at.chat_input[0].set_value("Write a python function that reverses a list").run()
+    assert not at.exception
+    assert at.chat_message[0].markdown[0].value == "Write a python function that reverses a list"
+    answer = at.chat_message[1]
+    assert "simulated" in answer.markdown[0].value
+    captions = " ".join(c.value for c in answer.caption)
+    assert "intent coding" in captions and "canary side" in captions and "TTFT" in captions
+    assert "prompt /" in captions and "cached /" in captions and "cost $" in captions
+    rows = _rows("source = 'playground'")
+    assert len(rows) == 1 and rows[0].session_id == at.session_state["_playground_state"].session_id
+    # The conversation goes on in the same session (sticky routing), then New session starts afresh.
+    at.chat_input[0].set_value("and now in Korean").run()
+    assert len(at.chat_message) == 4 and not at.exception
+    sides = {r.side for r in _rows("source = 'playground'")}
+    assert len(sides) == 1
+    old = at.session_state["_playground_state"].session_id
+    button(at, "New session").click().run()
+    assert at.session_state["_playground_state"].session_id != old and not at.chat_message
+
+
+def test_playground_settings_reach_the_router(env):
+    at = open_app("pages/playground.py")
+    at.selectbox[0].set_value("gpt-4.1")
+    at.text_area[0].set_value("Answer in one line.")
+    at.slider[0].set_value(0.2)
+    at.number_input[0].set_value(64)
+    at.chat_input[0].set_value("hello").run()
+    assert not at.exception
+    captions = " ".join(c.value for c in at.chat_message[1].caption)
+    assert "gpt-4.1" in captions and "intent explicit" in captions
+
+
+def test_playground_compare_mode_runs_both_routes(env):
+    at = open_app("pages/playground.py")
+    at.toggle[0].set_value(True)
+    at.chat_input[0].set_value("Summarise canary rollouts").run()
+    assert not at.exception
+    answer = at.chat_message[1]
+    labels = [m.value for m in answer.markdown if m.value.startswith("**")]
+    assert labels == ["**Primary: holysheep**", "**Fallback: direct**"]
+    rows = _rows("source = 'playground'")
+    assert sorted((r.provider, r.side) for r in rows) == [("direct", "fallback"), ("holysheep", "primary")]
+
+
+def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
+    env.config.write_text(REAL_PRIMARY + "\n[simulator]\nlatency_scale = 0\n")
+    at = open_app("pages/playground.py")
+    set_ratio(engine(), 1.0, expected_version=None, actor="t", reason="primary first, then the fallback")
+    at.chat_input[0].set_value("hello").run()
+    assert not at.exception
+    err = at.chat_message[1].error[0].value
+    assert "All routes failed" in err and "set HOLYSHEEP_API_KEY" in err and "OPENAI_API_KEY" in err
+    assert "Traceback" not in err
+
+
+def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
+    import app.catalog
+
+    at = open_app("pages/playground.py")
+    # The selector only offers catalog models; a model removed from the catalog mid-session is the
+    # way an unknown model reaches the router from the page.
+    at.selectbox[0].set_value("gpt-4.1").run()
+    real_get = app.catalog.get
+    monkeypatch.setattr(app.catalog, "get", lambda m: (_ for _ in ()).throw(app.catalog.UnknownModelError(m))
+                        if m == "gpt-4.1" else real_get(m))
+    at.chat_input[0].set_value("hello").run()
+    assert not at.exception
+    err = at.chat_message[1].error[0].value
+    assert "Unknown model" in err and "Fix:" in err
+
+
+# -- canary -------------------------------------------------------------------------------------------
+
+def test_canary_apply_writes_audits_and_keeps_slider_in_step(env):
+    at = open_app("pages/canary.py")
+    assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
+    assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0
+    at.number_input(key="canary_pct").set_value(25).run()
+    assert at.slider(key="canary_pct_slider").value == 25.0
+    at.slider(key="canary_pct_slider").set_value(37.5).run()
+    assert at.number_input(key="canary_pct").value == 37.5
+    at.text_input(key="canary_reason").set_value("error rate flat for an hour")
+    button(at, "Apply").click().run()
+    assert not at.exception
+    state = get_state(engine())
+    assert (state.ratio, state.updated_by, state.reason) == (0.375, "dashboard", "error rate flat for an hour")
+    assert "37.5 %" in at.success[0].value
+    entry = audit_log(engine())[0]
+    assert (entry.old_ratio, entry.new_ratio, entry.actor) == (0.1, 0.375, "dashboard")
+    table = at.dataframe[0].value
+    assert table.iloc[0]["new %"] == 37.5 and table.iloc[0]["actor"] == "dashboard"
+    assert at.text_input(key="canary_reason").value == ""
+    import json
+
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(charts) == 2 and charts[0]["data"][0]["y"][-1] == 37.5
+
+
+@pytest.mark.parametrize("value, reason, message", [
+    (None, "why", "must be a number between 0 and 100"),
+    (150, "why", "must be a number between 0 and 100"),
+    (20, "", "reason is required"),
+])
+def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
+    at = open_app("pages/canary.py")
+    before = get_state(engine())
+    at.number_input(key="canary_pct").set_value(value)
+    at.text_input(key="canary_reason").set_value(reason)
+    button(at, "Apply").click().run()
+    assert not at.exception
+    assert message in at.error[0].value and "Nothing was written" in at.error[0].value
+    assert get_state(engine()) == before and audit_log(engine()) == []
+
+
+def test_canary_actor_from_sidebar_name(env):
+    at = open_app("pages/canary.py")
+    at.sidebar.text_input(key="actor_name").set_value("carol").run()
+    at.number_input(key="canary_pct").set_value(5)
+    at.text_input(key="canary_reason").set_value("narrow")
+    button(at, "Apply").click().run()
+    assert get_state(engine()).updated_by == "carol"
+
+
+def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
+    at = open_app("pages/canary.py")
+    set_ratio(engine(), 0.4, expected_version=None, actor="bob", reason="other tab")
+    at.number_input(key="canary_pct").set_value(90)
+    at.text_input(key="canary_reason").set_value("mine")
+    button(at, "Apply").click().run()
+    assert not at.exception
+    err = at.error[0].value
+    assert "Refused" in err and "bob" in err and "40 %" in err
+    assert get_state(engine()).ratio == 0.4 and len(audit_log(engine())) == 1
+    # The page re-locked on the current version and shows its value; a second Apply goes through.
+    assert at.number_input(key="canary_pct").value == 40.0
+    at.number_input(key="canary_pct").set_value(90)
+    at.text_input(key="canary_reason").set_value("mine, after checking")
+    button(at, "Apply").click().run()
+    assert get_state(engine()).ratio == 0.9
+
+
+def test_canary_quick_actions_need_confirmation(env):
+    at = open_app("pages/canary.py")
+    button(at, "Roll back to 0 %").click().run()
+    assert get_state(engine()).ratio == 0.1  # nothing yet
+    assert "Confirm?" in at.warning[0].value
+    button(at, "Cancel").click().run()
+    assert not [b for b in at.button if b.label.startswith("Confirm")]
+    button(at, "Promote to 100 %").click().run()
+    button(at, "Confirm: Promote to 100 %").click().run()
+    assert not at.exception
+    state = get_state(engine())
+    assert state.ratio == 1.0 and state.reason == "Promote to 100 % from the dashboard"
+    button(at, "Roll back to 0 %").click().run()
+    at.text_input(key="quick_reason_rollback").set_value("errors spiking")
+    button(at, "Confirm: Roll back to 0 %").click().run()
+    state = get_state(engine())
+    assert (state.ratio, state.reason) == (0.0, "errors spiking")
+    assert [e.new_ratio for e in audit_log(engine())] == [0.0, 1.0]
+
+
+def test_guardrail_and_fault_injection_rehearse_an_outage(env):
+    from app.guardrail import check_guardrail
+    from ui import resources
+
+    at = open_app("pages/canary.py")
+    form = at.get("form")
+    at.toggle[0].set_value(True)
+    threshold, window, minimum = [n for n in at.number_input if n.label in (
+        "Error-rate threshold (%)", "Window (minutes)", "Minimum attempts in window")]
+    threshold.set_value(50)
+    window.set_value(5)
+    minimum.set_value(5)
+    [b for b in at.button if b.label == "Save guardrail"][0].click().run()
+    assert not at.exception and form is not None
+    g = get_guardrail(engine())
+    assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests) == (True, 0.5, 5, 5)
+
+    at.number_input(key="err_holysheep").set_value(100)
+    [b for b in at.button if b.label == "Save faults"][0].click().run()
+    assert not at.exception
+    assert get_faults(engine(), "holysheep").error_rate == 1.0
+
+    set_ratio(engine(), 1.0, expected_version=None, actor="alice", reason="all in")
+    client = resources.client()
+    for i in range(6):
+        r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
+        assert r.fallback_used  # the primary fails every time, the fallback answers
+    client.flush()
+    check_guardrail(engine(), client.settings)  # the client checks too after its writes, at most every 2 s
+    state = get_state(engine())
+    assert (state.ratio, state.updated_by) == (0.0, "guardrail")
+
+    button(at, "Refresh").click().run()
+    assert at.dataframe[0].value.iloc[0]["actor"] == "guardrail"
+    [b for b in at.button if b.label == "Clear"][0].click().run()
+    assert get_faults(engine(), "holysheep") is None
+    assert at.number_input(key="err_holysheep").value == 0.0

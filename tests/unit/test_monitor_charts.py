@@ -1,0 +1,128 @@
+"""app.monitor charts and view: traces, titles, units, colours, the empty-data annotation."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+
+from app.monitor import charts
+from app.monitor.view import WINDOWS, MonitorState, filter_choices, monitor_view, window_seconds
+from app.telemetry.records import AttemptRecord
+from db import monitor as m
+from db.engine import dispose_all, get_engine
+from db.requests import insert_batch
+
+T0 = 1_700_006_400 + 12 * 3600
+
+
+def rec(ts, provider="alpha", model="m1", **kw) -> AttemptRecord:
+    base = dict(request_id=f"r{ts}-{provider}", attempt=1, ts=ts, provider=provider, model=model,
+                requested_model="auto", intent="general", side="primary", status="ok", latency_ms=120.0,
+                ttft_ms=40.0, prompt_tokens=100, cached_tokens=25, completion_tokens=50, cost_usd=0.01)
+    base.update(kw)
+    return AttemptRecord(**base)
+
+
+@pytest.fixture
+def sqlite_engine(sqlite_url):
+    m.clear_cache()
+    yield get_engine(sqlite_url)
+    dispose_all()
+    m.clear_cache()
+
+
+@pytest.fixture
+def series(sqlite_engine):
+    insert_batch(sqlite_engine, [rec(T0 + k * 7, provider=("alpha", "beta")[k % 2], model=("m1", "m2", "m3")[k % 3])
+                                 for k in range(60)])
+    return m.window_series(sqlite_engine, since=T0 - 600, until=T0 + 420)
+
+
+def _spec(fig: go.Figure) -> dict:
+    return json.loads(fig.to_json())
+
+
+def test_figures_have_titles_units_and_traces(series):
+    figs = charts.monitor_figures(series)
+    assert list(figs) == ["latency", "ttft", "request_rate", "error_rate", "cost_by_provider", "cost_by_model",
+                          "cached_ratio", "tokens_per_s"]
+    for fig in figs.values():
+        spec = _spec(fig)
+        assert spec["layout"]["title"]["text"]
+        assert spec["layout"]["xaxis"]["title"]["text"] == "Time (UTC)"
+        assert spec["layout"]["yaxis"]["title"]["text"]
+        assert not spec["layout"].get("annotations")
+        assert all(t.get("hovertemplate") for t in spec["data"])
+        assert all(len(t["x"]) == len(series.buckets) for t in spec["data"])
+    names = [t["name"] for t in _spec(figs["latency"])["data"]]
+    assert names == [f"{p} {q}" for p in ("alpha", "beta") for q in ("p50", "p95", "p99")]
+    assert "(ms)" in _spec(figs["latency"])["layout"]["yaxis"]["title"]["text"]
+    assert "first token" in _spec(figs["ttft"])["layout"]["title"]["text"]
+    model_cost = _spec(figs["cost_by_model"])
+    assert [t["name"] for t in model_cost["data"]] == ["m1", "m1 cumulative", "m2", "m2 cumulative",
+                                                      "m3", "m3 cumulative"]
+    assert model_cost["layout"]["barmode"] == "stack" and model_cost["layout"]["yaxis2"]["overlaying"] == "y"
+    assert {t["name"] for t in _spec(figs["error_rate"])["data"]} >= {"alpha", "beta", "fallback rate (all)"}
+
+
+def test_provider_colour_is_the_same_in_every_chart(series):
+    colors = charts.provider_colors(["alpha", "beta"])
+    assert colors["alpha"] != colors["beta"]
+    for fig in charts.monitor_figures(series).values():
+        for t in _spec(fig)["data"]:
+            for name in ("alpha", "beta"):
+                if t["name"].split(" ")[0] == name:
+                    color = t.get("line", {}).get("color") or t.get("marker", {}).get("color")
+                    assert color == colors[name]
+    assert charts.provider_colors(["beta"])["beta"] == charts.provider_colors(["alpha", "beta"])["beta"]
+
+
+def test_colours_are_distinct_up_to_the_palette_size():
+    names = [f"provider-{i}" for i in range(len(charts.PALETTE))]
+    assert len(set(charts.provider_colors(names).values())) == len(names)
+
+
+def test_empty_window_shows_annotation(sqlite_engine):
+    empty = m.window_series(sqlite_engine, since=T0 - 900, until=T0)
+    for fig in charts.monitor_figures(empty).values():
+        spec = _spec(fig)
+        assert spec["data"] == []
+        assert spec["layout"]["annotations"][0]["text"] == charts.EMPTY_TEXT
+        assert spec["layout"]["title"]["text"]
+
+
+def test_split_figure():
+    pts = [m.SplitPoint(T0, 60, 3, 1), m.SplitPoint(T0 + 60, 60, 0, 0)]
+    spec = _spec(charts.split_figure(pts, 0.25))
+    assert [t["name"] for t in spec["data"]] == ["observed", "target"]
+    assert _spec(charts.split_figure(pts[1:]))["layout"]["annotations"][0]["text"] == charts.EMPTY_TEXT
+
+
+def test_monitor_view_bundles_everything(sqlite_engine):
+    insert_batch(sqlite_engine, [rec(T0 + k, provider=("alpha", "beta")[k % 2]) for k in range(20)])
+    view = monitor_view(sqlite_engine, "1h", None, now=T0 + 60)
+    assert view.has_data and view.step_s == 60 and len(view.figures) == 8
+    assert {k.label for k in view.kpis} >= {"Requests", "Error rate", "Latency p95", "Cost"}
+    assert next(k for k in view.kpis if k.label == "Requests").value == "20"
+    assert len(view.recent) == 20 and view.recent_csv.count("\n") == 21
+    assert "UTC" in view.caption
+    filtered = monitor_view(sqlite_engine, "15m", m.MonitorFilters(providers=["beta"]), now=T0 + 60)
+    assert filtered.series.totals.requests == 10 and {r["provider"] for r in filtered.recent} == {"beta"}
+    assert not monitor_view(sqlite_engine, "15m", None, now=T0 + 86400).has_data
+    with pytest.raises(ValueError, match="15m"):
+        monitor_view(sqlite_engine, "3h", None)
+    choices = filter_choices(sqlite_engine, "1h", m.MonitorFilters(models=["gone"]), now=T0 + 60)
+    assert choices["providers"] == ["alpha", "beta"] and choices["models"] == ["gone", "m1"]
+
+
+def test_windows_and_state():
+    assert list(WINDOWS) == ["15m", "1h", "6h", "24h", "7d"]
+    assert window_seconds("7d") == 7 * 86400
+    s = MonitorState.from_session({MonitorState.key("window"): "24h", MonitorState.key("providers"): ["a"],
+                                   MonitorState.key("interval_s"): 7, MonitorState.key("paused"): True})
+    assert s.window == "24h" and s.filters.providers == ("a",) and s.interval_s == 5 and s.run_every is None
+    assert MonitorState.from_session({}).run_every == 5
+    with pytest.raises(KeyError):
+        MonitorState.key("nope")

@@ -1,0 +1,69 @@
+"""What every page gets around it: page config, the password gate, a configuration check and the
+shared sidebar.
+
+The entry (``streamlit_app.py``) does this once per run before ``page.run()``. Every page script also
+calls :func:`page_setup` first thing: Streamlit runs a page script *directly*, without the entry, on
+the first run of a server process when the browser asks for a page URL (its pre-``st.navigation``
+``pages/`` folder mode), and AppTest does on every run after the first. The call makes the gate
+hold in that case too, and does nothing when the entry has already run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import streamlit as st
+
+from app.config import ConfigError
+from app.dashboard.fmt import ratio_pct
+from ui import auth, resources
+
+_run = threading.local()  # the script thread's "entry already set this run up" flag
+
+
+def page_config() -> None:
+    st.set_page_config(page_title="LLM gateway", page_icon="🛰️", layout="wide")
+
+
+@contextmanager
+def entry_run() -> Iterator[None]:
+    """Mark the current script run as set up by the entry (reset when the run ends)."""
+    _run.active = True
+    try:
+        yield
+    finally:
+        _run.active = False
+
+
+def sidebar() -> None:
+    with st.sidebar:
+        canary = resources.current_canary()
+        st.metric("Canary ratio", ratio_pct(canary.ratio), help=f"set by {canary.updated_by}: {canary.reason}")
+        st.caption(f"Database: {resources.database_label(resources.settings().database_url)}")
+        auth.actor_input()
+        if st.button("Refresh", icon="🔄", help="Re-read everything from the database"):
+            resources.refresh()
+            st.rerun()
+
+
+def setup() -> None:
+    """Gate, configuration check and sidebar; stops the run when locked or misconfigured."""
+    if not auth.gate_open():
+        auth.sign_in_form()
+        st.stop()
+    try:
+        resources.settings()
+    except ConfigError as exc:
+        st.error(f"Configuration error: {exc}")
+        st.stop()
+    sidebar()
+
+
+def page_setup() -> None:
+    """First line of every page script: a no-op under the entry, the full setup otherwise."""
+    if getattr(_run, "active", False):
+        return
+    page_config()
+    setup()

@@ -41,5 +41,13 @@ class AttemptRecord:
             row["error_message"] = row["error_message"][:500]
         return row
 
+    def to_tuple(self) -> tuple:
+        """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""
+        values = [getattr(self, name) for name in FIELD_NAMES]
+        if values[_ERROR_MESSAGE]:
+            values[_ERROR_MESSAGE] = values[_ERROR_MESSAGE][:500]
+        return tuple(values)
+
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(AttemptRecord))
+_ERROR_MESSAGE = FIELD_NAMES.index("error_message")

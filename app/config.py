@@ -12,9 +12,9 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app import catalog
 from app.simulator.faults import FaultSettings
@@ -88,32 +88,27 @@ class ProviderConfig(_Strict):
         return self.base_url[len(SIM_SCHEME):].strip("/")
 
 
+def _known_model(v: str) -> str:
+    if v not in catalog.model_names():
+        raise ValueError(f"unknown model {v!r}; supported: {', '.join(catalog.model_names())}")
+    return v
+
+
+KnownModel = Annotated[str, AfterValidator(_known_model)]
+
+
 class IntentRule(_Strict):
     intent: str = Field(min_length=1)
-    model: str
+    model: KnownModel
     keywords: list[str] = Field(min_length=1)
-
-    @field_validator("model")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in catalog.model_names():
-            raise ValueError(f"unknown model {v!r}; supported: {', '.join(catalog.model_names())}")
-        return v
 
 
 class IntentConfig(_Strict):
     chars_per_token: int = Field(default=4, ge=1)
     long_context_tokens: int = Field(default=8000, ge=1)
-    long_context_model: str = "claude-sonnet-4-20250514"
-    default_model: str = "gemini-2.5-flash"
+    long_context_model: KnownModel = "claude-sonnet-4-20250514"
+    default_model: KnownModel = "gemini-2.5-flash"
     rules: list[IntentRule] = []
-
-    @field_validator("long_context_model", "default_model")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in catalog.model_names():
-            raise ValueError(f"unknown model {v!r}; supported: {', '.join(catalog.model_names())}")
-        return v
 
 
 class RoutingConfig(_Strict):

@@ -38,7 +38,7 @@ INTENTS = ("coding", "general", "long_context")
 SOURCES = ("loadgen", "api")
 PRIMARY_SHARE = 0.7
 PRIMARY_FAIL = 0.03                         # failed primary attempts, retried on the fallback
-META_VERSION = 1
+META_VERSION = 2  # 2: five-minute and hourly rollup tables
 
 
 def _url() -> str:
@@ -123,10 +123,10 @@ def _p50_ms(fn, runs: int = RUNS) -> float:
 def run() -> list[dict]:
     """Measure the monitor's data for the 24 h window (no filters); p50 of ``RUNS`` runs.
 
-    ``monitor_view`` is what one live refresh of the page costs: SQL, percentiles, eight figures,
-    the recent-rows table and its CSV. After the first render only the unsettled tail of the window
-    is read again (db.monitor's settled-bucket cache), which is the steady state of a live page. The
-    first render of a window (empty cache) is reported too, as information, without a budget.
+    ``monitor_view`` is what one render of the page costs: SQL, percentiles, eight figures, the
+    recent-rows table and its CSV. The budget applies to the first render of the window (empty
+    settled-bucket cache: every bucket read from the rollups); live refreshes, which re-read only
+    the unsettled tail of the window, are reported too.
     """
     from app.monitor.view import monitor_view
     from db.engine import get_engine
@@ -140,17 +140,16 @@ def run() -> list[dict]:
         clear_cache()
         monitor_view(engine, "24h", None, now)
 
-    cold_ms = _p50_ms(cold, runs=3)
+    cold_ms = _p50_ms(cold, runs=5)
     monitor_view(engine, "24h", None, now)
     view_ms = _p50_ms(lambda: monitor_view(engine, "24h", None, now))
     series_ms = _p50_ms(lambda: window_series(engine, since=now - SPAN_S, until=now))
     options_ms = _p50_ms(lambda: filter_options(engine, since=now - SPAN_S))
     return [
+        _result("monitor_view 24h / 1M requests, first render, empty cache (p50 of 5)", cold_ms, BUDGET_MS),
         _result("monitor_view 24h / 1M requests, live refresh (p50)", view_ms, BUDGET_MS),
         _result("window_series 24h / 1M requests, live refresh (p50)", series_ms, BUDGET_MS),
         _result("filter_options 24h (p50)", options_ms, BUDGET_MS),
-        _result("monitor_view 24h / 1M requests, first render, empty cache (p50 of 3; information)",
-                cold_ms, None),
     ]
 
 

@@ -740,10 +740,15 @@ def has_requests(engine: Engine) -> bool:
 
 
 def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
-    """Distinct ``providers``, ``models``, ``intents`` and ``sources`` with traffic since ``since``."""
-    t = RequestRollup.__table__
+    """Distinct ``providers``, ``models``, ``intents`` and ``sources`` with traffic since ``since``.
+
+    Read from the hourly rollups (from the start of ``since``'s hour), so a 7-day window scans at
+    most 169 hours of combinations; the choices may include a value last seen up to an hour before
+    the window, which only widens a filter list.
+    """
+    t = rollup_table_for(3600)
     q = (select(t.c.provider, t.c.model, t.c.intent, t.c.source).distinct()
-         .where(t.c.minute >= _minute_floor(since)))
+         .where(t.c.minute >= int(since // 3600) * 3600))
     with engine.connect() as conn:
         rows = conn.execute(q).all()
     out = {"providers": set(), "models": set(), "intents": set(), "sources": set()}

@@ -1,11 +1,11 @@
 """What every page gets around it: page config, the password gate, a configuration check and the
-shared sidebar.
+shared sidebar, drawn by the entry (``streamlit_app.py``) before ``page.run()``.
 
-The entry (``streamlit_app.py``) does this once per run before ``page.run()``. Every page script also
-calls :func:`page_setup` first thing: Streamlit runs a page script *directly*, without the entry, on
-the first run of a server process when the browser asks for a page URL (its pre-``st.navigation``
-``pages/`` folder mode), and AppTest does on every run after the first. The call makes the gate
-hold in that case too, and does nothing when the entry has already run.
+Streamlit runs a page script *directly*, without the entry, while it still takes the app for a
+pre-``st.navigation`` app with a ``pages/`` folder: on the first run of a server process when the
+browser asks for a page URL, and in AppTest on every run after the first. So every page script calls
+:func:`page_setup` first: under the entry it does nothing; run directly, it switches Streamlit to
+``st.navigation`` mode and reruns, so the entry (and its password gate) draws the page.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 from app.config import ConfigError
 from app.dashboard.fmt import ratio_pct
@@ -62,8 +63,8 @@ def setup() -> None:
 
 
 def page_setup() -> None:
-    """First line of every page script: a no-op under the entry, the full setup otherwise."""
+    """First call of every page script: a no-op under the entry; otherwise rerun through the entry."""
     if getattr(_run, "active", False):
         return
-    page_config()
-    setup()
+    PagesManager.uses_pages_directory = False  # what the entry's st.navigation call would have set
+    st.rerun()

@@ -47,8 +47,28 @@ def _clear_caches() -> None:
     dispose_all()
 
 
+class _NavigationModePagesManager:
+    """AppTest marks every run as a pre-``st.navigation`` ``pages/`` folder app again (a real server
+    does so only until the entry's first run); this keeps AppTest in the server's steady state.
+    ``test_direct_page_runs_are_still_gated`` covers the other state."""
+
+    def __new__(cls, *args, **kwargs):
+        from streamlit.runtime.pages_manager import PagesManager
+
+        manager = PagesManager(*args, **kwargs)
+        PagesManager.uses_pages_directory = False
+        return manager
+
+
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def steady_state(monkeypatch):
+    import streamlit.testing.v1.app_test as app_test_module
+
+    monkeypatch.setattr(app_test_module, "PagesManager", _NavigationModePagesManager, raising=True)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, steady_state):
     """A temporary database and config with an instant simulator; caches cleared around the test."""
     cfg = tmp_path / "gateway.toml"
     cfg.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0\nseed = 3\n")
@@ -132,10 +152,6 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     at.run()
     assert not at.exception
     assert at.title[0].value == "Sign in" and not at.metric  # nothing of the dashboard is shown
-    # AppTest runs the page script directly from the second run on (Streamlit's pages/ folder mode);
-    # the page's own page_setup() must keep the gate shut there too.
-    at.run()
-    assert at.title[0].value == "Sign in" and not at.metric and not at.exception
     at.text_input[1].set_value("wrong")
     at.button[0].click().run()
     assert "Wrong password" in at.error[0].value and at.title[0].value == "Sign in"
@@ -149,6 +165,25 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "alice"
     assert "s3cret" not in texts(at)
+
+
+def test_direct_page_runs_are_still_gated(tmp_path, monkeypatch):
+    """Without the steady-state patch AppTest runs page scripts without the entry (as a fresh server
+    does for a page URL); page_setup() must send those runs through the entry and its gate."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text((REPO / "gateway.toml").read_text())
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'gateway.db'}")
+    monkeypatch.setenv("DASHBOARD_PASSWORD", "s3cret")
+    _clear_caches()
+    try:
+        at = AppTest.from_file(ENTRY, default_timeout=30).run()
+        for page in ("pages/canary.py", "pages/playground.py", "pages/overview.py"):
+            at.switch_page(page).run()
+            assert not at.exception
+            assert at.title[0].value == "Sign in" and not at.metric and not at.number_input
+    finally:
+        _clear_caches()
 
 
 def test_password_check_is_constant_time_compare():

@@ -70,13 +70,15 @@ m2.markdown(f"**{settings.routing.primary}** (primary) gets {ratio_pct(current.r
             f"**{settings.routing.fallback}** the rest.  \nVersion {current.version}, set by "
             f"**{current.updated_by}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
             f"{current.reason}")
+notices = st.container()  # always present, so messages appearing never shift (and reset) the inputs below
 if state.flash:
-    render.flash(*state.flash)
+    with notices:
+        render.flash(*state.flash)
     state.flash = None
 if current.version != state.seen_version:
-    st.warning(f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
+    notices.warning(f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
                "Apply will be refused until you reload the value.", icon="⚠️")
-    st.button("Load the current value", on_click=after_write,
+    notices.button("Load the current value", on_click=after_write,
               args=(canary_form.Outcome(True, "Loaded the current value.", current),))
 
 form_col, chart_col = st.columns([2, 3], gap="large")

@@ -25,7 +25,7 @@ TIME_AXIS = "Time (UTC)"
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F")
 OVERALL_COLOR = "#555555"
 DASH = {"p50": "solid", "p95": "dash", "p99": "dot"}
-HEIGHT = 340
+HEIGHT = 400
 
 
 def provider_colors(names: Iterable[str], palette: Sequence[str] = PALETTE) -> dict[str, str]:
@@ -63,8 +63,12 @@ def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
     yaxis = {"title": {"text": y_title}, "rangemode": "tozero"}
     if y_percent:
         yaxis["tickformat"] = ".0%"
-    return {"title": {"text": title}, "height": HEIGHT, "margin": {"l": 60, "r": 60, "t": 60, "b": 40},
-            "hovermode": "x unified", "legend": {"orientation": "h", "y": -0.25},
+    # The legend sits under the title, above the plot: below the plot it collided with the time
+    # axis title as soon as there were two rows of entries.
+    return {"title": {"text": title, "y": 0.97, "yanchor": "top"}, "height": HEIGHT,
+            "margin": {"l": 60, "r": 60, "t": 110, "b": 50},
+            "hovermode": "x unified",
+            "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"},
             "xaxis": {"title": {"text": TIME_AXIS}, "type": "date"}, "yaxis": yaxis}
 
 

@@ -149,5 +149,13 @@ def assert_no_exception(page) -> None:
 
 
 def screenshot(page, name: str) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to fit it."""
     SHOTS.mkdir(exist_ok=True)
+    size = page.viewport_size
+    height = page.evaluate(
+        "Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], [data-testid=stMainBlockContainer]'))"
+        ".map(e => e.scrollHeight), 0)")
+    page.set_viewport_size({"width": size["width"], "height": min(max(int(height) + 40, size["height"]), 6000)})
+    page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.set_viewport_size(size)

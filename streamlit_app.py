@@ -7,11 +7,11 @@ import streamlit as st
 from ui import auth, chrome
 
 PAGES = [
-    st.Page("pages/overview.py", title="Overview", icon="🏠", url_path="overview", default=True),
-    st.Page("pages/playground.py", title="Playground", icon="💬", url_path="playground"),
-    st.Page("pages/canary.py", title="Canary control", icon="🐤", url_path="canary"),
-    st.Page("pages/monitor.py", title="Monitor", icon="📈", url_path="monitor"),
-    st.Page("pages/kv_calculator.py", title="KV-cache calculator", icon="🧮", url_path="kv-calculator"),
+    st.Page("pages/overview.py", title="Overview", url_path="overview", default=True),
+    st.Page("pages/playground.py", title="Playground", url_path="playground"),
+    st.Page("pages/canary.py", title="Canary control", url_path="canary"),
+    st.Page("pages/monitor.py", title="Monitor", url_path="monitor"),
+    st.Page("pages/kv_calculator.py", title="KV-cache calculator", url_path="kv-calculator"),
 ]
 
 
@@ -23,4 +23,5 @@ def main() -> None:
         page.run()
 
 
-main()
+if __name__ == "__main__":  # Streamlit runs the entry as __main__; ui.chrome.page_setup imports it
+    main()

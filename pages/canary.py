@@ -77,7 +77,7 @@ if state.flash:
     state.flash = None
 if current.version != state.seen_version:
     notices.warning(f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
-               "Apply will be refused until you reload the value.", icon="⚠️")
+               "Apply will be refused until you reload the value.")
     notices.button("Load the current value", on_click=after_write,
               args=(canary_form.Outcome(True, "Loaded the current value.", current),))
 
@@ -94,9 +94,9 @@ with form_col:
 
     st.markdown("**Quick actions**")
     q1, q2 = st.columns(2)
-    if q1.button("Roll back to 0 %", icon="⏪", width="stretch"):
+    if q1.button("Roll back to 0 %", width="stretch"):
         state.pending = "rollback"
-    if q2.button("Promote to 100 %", icon="⏩", width="stretch"):
+    if q2.button("Promote to 100 %", width="stretch"):
         state.pending = "promote"
     if state.pending:
         percent, label, effect = canary_form.QUICK_ACTIONS[state.pending]
@@ -127,8 +127,9 @@ st.subheader("Guardrail")
 g = resources.guardrail()
 reading = primary_error_rate(engine, settings.routing.primary, g.window_minutes)
 st.caption(f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
-           f"over the window exceeds the threshold. Now: {pct(reading.error_rate if reading.attempts else None)} "
-           f"of {reading.attempts} attempts in the last {g.window_minutes} min. "
+           f"over the window exceeds the threshold. Now: "
+           + (f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts")
+           + f" in the last {g.window_minutes} min. "
            f"Last changed by {g.updated_by} ({when(g.updated_at)}).")
 with st.form("guardrail"):
     enabled = st.toggle("Enable automatic rollback", value=g.enabled)

@@ -1,26 +1,13 @@
 """KV-cache calculator: size GPU memory, context and concurrency for a model, with the working."""
 
-from dataclasses import dataclass, field
-
 import pandas as pd
 import streamlit as st
 
 from app.kvcache import page_data as kv
+from ui.chrome import page_setup
+from ui.state import KvPageState
 
-
-@dataclass
-class KvPageState:
-    """This page's session state: the last input values (widget state is dropped while another
-    page is shown, so they are restored from here) and the link values that could not be used."""
-
-    values: dict = field(default_factory=dict)
-    link_errors: dict = field(default_factory=dict)
-
-    @classmethod
-    def get(cls) -> "KvPageState":
-        return st.session_state.setdefault("kv_page_state", cls())
-
-
+page_setup()
 state = KvPageState.get()
 if not state.values:
     state.values, state.link_errors = kv.from_query_params(st.query_params.to_dict())

@@ -2,18 +2,15 @@
 filtered by provider, model, intent and source, with the newest requests and a CSV export."""
 
 import streamlit as st
-from sqlalchemy import Engine
 
 from app.monitor import REFRESH_INTERVALS_S, WINDOWS, MonitorState, monitor_view, window_label
-from app.monitor.view import filter_choices
 from db.monitor import clear_cache
 from ui import resources
+from ui.chrome import page_setup
 
+page_setup()
 K = MonitorState.key
 engine = resources.engine()
-# Filter choices change slowly; a minute's staleness spares a scan of the window on every rerun.
-cached_choices = st.cache_data(ttl=60, show_spinner=False,
-                               hash_funcs={Engine: lambda e: e.url.render_as_string()})(filter_choices)
 
 st.title("Monitor")
 controls = st.columns([3, 2, 1, 1], vertical_alignment="bottom")
@@ -22,12 +19,12 @@ controls[0].selectbox("Time window", list(WINDOWS), index=list(WINDOWS).index("1
 controls[1].selectbox("Auto-refresh every", REFRESH_INTERVALS_S, index=REFRESH_INTERVALS_S.index(5),
                       format_func=lambda s: f"{s} seconds", key=K("interval_s"))
 controls[2].toggle("Pause", key=K("paused"), help="Stop auto-refresh (Refresh still works)")
-if controls[3].button("Refresh", key="monitor_refresh", icon="🔄", help="Re-read everything now"):
+if controls[3].button("Refresh", key="monitor_refresh", help="Re-read everything now"):
     resources.refresh()
     clear_cache()
 
 state = MonitorState.from_session(st.session_state)
-choices = cached_choices(engine, state.window, state.filters)
+choices = resources.monitor_filter_choices(state.window, state.filters)
 with st.expander("Filters (empty = all)", expanded=state.filters.active):
     cols = st.columns(4)
     cols[0].multiselect("Provider", choices["providers"], key=K("providers"))
@@ -56,7 +53,7 @@ def live() -> None:
     st.caption(f"Newest {len(view.recent)} attempts in the window, newest first (time_utc is UTC).")
     st.dataframe(view.recent, hide_index=True, width="stretch")
     st.download_button("Download CSV", view.recent_csv, file_name=f"requests-{state.window}.csv",
-                       mime="text/csv", icon="⬇️", key="monitor_csv")
+                       mime="text/csv", key="monitor_csv")
 
 
 live()

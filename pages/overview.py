@@ -61,7 +61,7 @@ elif not resources.has_requests():
     if demo_traffic.simulated_only(client):
         st.info(f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
                 "demo requests through the simulated providers (tagged `loadgen`) so the charts have data.")
-        if st.button("Generate demo traffic", type="primary", icon="▶️"):
+        if st.button("Generate demo traffic", type="primary"):
             demo_traffic.start_job(job_key, client)
             st.rerun()
     else:

@@ -24,7 +24,7 @@ with st.sidebar:
     max_tokens = st.number_input("Max tokens", min_value=1, max_value=32_768, value=512, step=64)
     st.text_input("Session id", value=state.session_id, disabled=True,
                   help="Requests of one session stick to one canary side and reuse the provider's prompt cache")
-    if st.button("New session", icon="🆕"):
+    if st.button("New session"):
         state.new_session()
         st.rerun()
 
@@ -68,14 +68,14 @@ def ask(messages: list[dict], route: str | None = None) -> tuple[dict | None, ob
     return result, None
 
 
+prompt = st.chat_input("Ask the gateway something")  # pinned to the bottom wherever it is called
 for turn in state.turns:
     show_turn(turn)
 
-if not state.turns:
+if not state.turns and not prompt:
     st.info("Send a prompt below. Under each answer you will see the provider, model, intent, canary side, "
             "attempts, latency, tokens and cost.")
 
-prompt = st.chat_input("Ask the gateway something")
 if prompt:
     user_turn = {"role": "user", "content": prompt}
     state.turns.append(user_turn)

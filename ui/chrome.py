@@ -44,7 +44,7 @@ def sidebar() -> None:
         st.metric("Canary ratio", ratio_pct(canary.ratio), help=f"set by {canary.updated_by}: {canary.reason}")
         st.caption(f"Database: {resources.database_label(resources.settings().database_url)}")
         auth.actor_input()
-        if st.button("Refresh", icon="🔄", help="Re-read everything from the database"):
+        if st.button("Refresh", help="Re-read everything from the database"):
             resources.refresh()
             st.rerun()
 
@@ -63,8 +63,16 @@ def setup() -> None:
 
 
 def page_setup() -> None:
-    """First call of every page script: a no-op under the entry; otherwise rerun through the entry."""
+    """First call of every page script: a no-op under the entry; run directly by Streamlit's
+    ``pages/`` folder mode, rerun through the entry (so the password gate always applies)."""
     if getattr(_run, "active", False):
         return
-    PagesManager.uses_pages_directory = False  # what the entry's st.navigation call would have set
-    st.rerun()
+    if PagesManager.uses_pages_directory:
+        # Run the entry inside this same script run (not st.rerun(), which would drop the click or
+        # form submission that caused this run), then stop so the page is not drawn twice.
+        PagesManager.uses_pages_directory = False  # what the entry's st.navigation call would have set
+        import streamlit_app
+
+        streamlit_app.main()
+        st.stop()
+    # Otherwise this script is the app's main script (AppTest.from_file of one page): draw it.

@@ -12,7 +12,7 @@ def answer_meta(meta: AnswerMeta) -> None:
     st.caption(meta.headline)
     st.caption(f"{meta.timing} · {meta.tokens}")
     for note in meta.notes:
-        st.caption(f"ℹ️ {note}")
+        st.caption(f"Note: {note}")
     failed = [a for a in meta.attempts if a["status"] != "ok"]
     label = f"Attempts ({len(meta.attempts)}, {len(failed)} failed) · request {meta.request_id}"
     with st.expander(label, expanded=bool(failed)):
@@ -21,7 +21,7 @@ def answer_meta(meta: AnswerMeta) -> None:
 
 def failure(view: FailureView) -> None:
     body = "\n".join(f"- {line}" for line in view.lines)
-    st.error(f"**{view.title}**\n\n{body}\n\n**Fix:** {view.fix}", icon="🚫")
+    st.error(f"**{view.title}**\n\n{body}\n\n**Fix:** {view.fix}")
 
 
 def flash(kind: str, message: str) -> None:

@@ -127,6 +127,19 @@ def _split(_key: tuple[str, str], minutes: int):
     return observed_split(engine(), now=time.time(), minutes=minutes)
 
 
+@st.cache_data(ttl=60, show_spinner=False)
+def _filter_choices(_key: tuple[str, str], window: str, selected):
+    from app.monitor.view import filter_choices
+
+    return filter_choices(engine(), window, selected)
+
+
+def monitor_filter_choices(window: str, selected=None):
+    """Filter choices for the monitor's window; they change slowly, so a minute's staleness spares
+    a scan of the window on every rerun."""
+    return _filter_choices(_config_key(), window, selected)
+
+
 def split(minutes: int):
     return _split(_config_key(), minutes)
 

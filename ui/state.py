@@ -57,3 +57,13 @@ class CanaryPageState(_PageState):
     seen_version: int | None = None      # the version this page showed; Apply is locked on it
     flash: tuple[str, str] | None = None  # (kind, message) shown once after a rerun
     pending: str | None = None           # quick action awaiting confirmation: rollback | promote
+
+
+@dataclass
+class KvPageState(_PageState):
+    """The KV calculator's state: the last input values (widget state is dropped while another
+    page is shown, so they are restored from here) and the link values that could not be used."""
+
+    KEY: ClassVar[str] = "kv_page_state"
+    values: dict = field(default_factory=dict)
+    link_errors: dict = field(default_factory=dict)

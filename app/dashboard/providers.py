@@ -101,9 +101,6 @@ def provider_statuses(settings: Settings, health: Mapping[str, HealthLike] | Non
     return out
 
 
-STATE_ICONS = {"simulated": "🧪", "configured": "✅", "key missing": "🔑", "failing recently": "🔥"}
-
-
 def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
     """Rows for a table: no key value anywhere, only its state."""
     return [{
@@ -111,7 +108,7 @@ def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
         "role": s.role,
         "upstream": s.base,
         "key": s.key,
-        "state": f"{STATE_ICONS.get(s.state, '')} {s.state}".strip(),
+        "state": s.state,
         "attempts (5 min)": s.attempts,
         "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
         "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),

@@ -137,7 +137,7 @@ def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
     since the window's start as lines on a second y axis."""
     if by not in ("provider", "model"):
         raise ValueError("by must be 'provider' or 'model'")
-    title = f"Cost by {by}: USD per minute (bars) and cumulative USD (lines)"
+    title = f"Cost by {by}: USD/min (bars), cumulative (lines)"
     if series.empty:
         return empty_figure(title, "USD / min")
     groups = series.providers if by == "provider" else series.models
@@ -147,8 +147,13 @@ def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
         traces.append({"type": "bar", "x": x, "y": _values(s.cost_per_min), "name": name, "legendgroup": name,
                        "marker": {"color": colors[name]},
                        "hovertemplate": f"{name}: $%{{y:,.4f}}/min<extra></extra>"})
-        traces.append(_line(x, s.cum_cost_usd, f"{name} cumulative", colors[name],
-                            f"{name} cumulative: $%{{y:,.2f}}", group=name, yaxis="y2"))
+        cumulative = _line(x, s.cum_cost_usd, f"{name} cumulative", colors[name],
+                           f"{name} cumulative: $%{{y:,.2f}}", group=name, yaxis="y2")
+        # One legend entry per name (the bar's); its line shares the colour and the legend group,
+        # so clicking the entry hides both. Two entries per model wrapped into a legend taller
+        # than the plot.
+        cumulative["showlegend"] = False
+        traces.append(cumulative)
     layout = _layout(title, "USD / min")
     layout["barmode"] = "stack"
     layout["yaxis2"] = {"title": {"text": "Cumulative USD"}, "overlaying": "y", "side": "right",

@@ -47,28 +47,8 @@ def _clear_caches() -> None:
     dispose_all()
 
 
-class _NavigationModePagesManager:
-    """AppTest marks every run as a pre-``st.navigation`` ``pages/`` folder app again (a real server
-    does so only until the entry's first run); this keeps AppTest in the server's steady state.
-    ``test_direct_page_runs_are_still_gated`` covers the other state."""
-
-    def __new__(cls, *args, **kwargs):
-        from streamlit.runtime.pages_manager import PagesManager
-
-        manager = PagesManager(*args, **kwargs)
-        PagesManager.uses_pages_directory = False
-        return manager
-
-
 @pytest.fixture
-def steady_state(monkeypatch):
-    import streamlit.testing.v1.app_test as app_test_module
-
-    monkeypatch.setattr(app_test_module, "PagesManager", _NavigationModePagesManager, raising=True)
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch, steady_state):
+def env(tmp_path, monkeypatch):
     """A temporary database and config with an instant simulator; caches cleared around the test."""
     cfg = tmp_path / "gateway.toml"
     cfg.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0\nseed = 3\n")

@@ -96,9 +96,10 @@ if data.fits:
 else:
     st.error(data.verdict)
 
-metric_cols = st.columns(len(data.metrics))
-for col, (label, value) in zip(metric_cols, data.metrics.items()):
-    col.metric(label, value)
+metrics = list(data.metrics.items())
+for start in range(0, len(metrics), 3):  # three per row: exact byte counts need the width
+    for col, (label, value) in zip(st.columns(3), metrics[start:start + 3]):
+        col.metric(label, value)
 
 st.subheader("Working")
 st.dataframe(pd.DataFrame(data.breakdown_rows), hide_index=True, width="stretch")

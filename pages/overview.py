@@ -34,6 +34,12 @@ cols[3].metric("p50 latency", ms(stats.p50_ms))
 cols[4].metric("p95 latency", ms(stats.p95_ms))
 cols[5].metric("Cost today (UTC)", usd(stats.cost_today_usd))
 
+if stats.requests or resources.has_requests():
+    figures = resources.overview_figures()
+    left, right = st.columns(2)
+    left.plotly_chart(figures["requests"], key="overview_requests")
+    right.plotly_chart(figures["latency"], key="overview_latency")
+
 st.subheader("Providers")
 statuses = provider_statuses(settings, resources.health(), secrets=resources.secrets(), faults=resources.faults())
 st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")

@@ -140,6 +140,17 @@ def monitor_filter_choices(window: str, selected=None):
     return _filter_choices(_config_key(), window, selected)
 
 
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _overview_figures(_key: tuple[str, str]):
+    from app.monitor.view import overview_figures
+
+    return overview_figures(engine())
+
+
+def overview_figures():
+    return _overview_figures(_config_key())
+
+
 def split(minutes: int):
     return _split(_config_key(), minutes)
 

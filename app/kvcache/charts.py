@@ -47,7 +47,9 @@ def memory_figure(contexts: list[int], plan: CapacityPlan, kv_per_gpu: list[int]
         ],
         "layout": {
             "barmode": "stack", "title": {"text": "Memory per GPU against context length"},
-            "xaxis": {"title": {"text": "context length (tokens)"}},
+            # Category axis: the context lengths are powers of two, which on a linear axis squeezed
+            # the short contexts into one thin column of bars.
+            "xaxis": {"title": {"text": "context length (tokens)"}, "type": "category"},
             "yaxis": {"title": {"text": "GiB per GPU"}},
             "shapes": [cap_line[0], use_line[0]], "annotations": [cap_line[1], use_line[1]],
             "margin": {"t": 50, "b": 40},

@@ -184,3 +184,13 @@ class MonitorState:
     def run_every(self) -> int | None:
         """The fragment's refresh interval in seconds, ``None`` while paused."""
         return None if self.paused else self.interval_s
+
+
+def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.Figure]:
+    """The Overview page's two glanceable charts for the last hour: requests per second and
+    latency percentiles per provider (the Monitor page has the rest)."""
+    from app.monitor.charts import percentile_figure, request_rate_figure
+
+    now = time.time() if now is None else now
+    series = window_series(engine, since=now - window_seconds("1h"), until=now)
+    return {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}

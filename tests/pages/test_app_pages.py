@@ -3,6 +3,8 @@ validation messages, and never an exception element."""
 
 from __future__ import annotations
 
+
+import json
 import tomllib
 from pathlib import Path
 
@@ -221,6 +223,11 @@ def test_overview_demo_traffic_fills_an_empty_log(env):
     assert any("Demo traffic done" in s.value for s in at.success)
     metrics = {m.label: m.value for m in at.main.metric}
     assert int(metrics["Requests"].replace(",", "")) == job.report.ok + job.report.failed > 0
+    # The last-hour charts appear once there is traffic, and they hold it.
+    specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    titles = [s["layout"]["title"]["text"] for s in specs]
+    assert any(t.startswith("Request rate") for t in titles) and any(t.startswith("Latency") for t in titles)
+    assert all(s["data"] for s in specs)
     from sqlalchemy import text
 
     with engine().connect() as conn:

@@ -3,7 +3,6 @@ validation messages, and never an exception element."""
 
 from __future__ import annotations
 
-
 import json
 import tomllib
 from pathlib import Path

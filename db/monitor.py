@@ -742,19 +742,24 @@ def has_requests(engine: Engine) -> bool:
 def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
     """Distinct ``providers``, ``models``, ``intents`` and ``sources`` with traffic since ``since``.
 
-    Read from the hourly rollups (from the start of ``since``'s hour), so a 7-day window scans at
-    most 169 hours of combinations; the choices may include a value last seen up to an hour before
-    the window, which only widens a filter list.
+    Whole hours come from the hourly rollups and only the partial hour at the window's start from
+    the per-minute ones, so a 7-day window reads about 170 hourly buckets of combinations, not
+    10,080 minutes' worth.
     """
-    t = rollup_table_for(3600)
-    q = (select(t.c.provider, t.c.model, t.c.intent, t.c.source).distinct()
-         .where(t.c.minute >= int(since // 3600) * 3600))
+    first_hour = -(-int(since) // 3600) * 3600  # the first hour boundary at or after ``since``
+    minutes, hours = RequestRollup.__table__, rollup_table_for(3600)
+    queries = [
+        select(minutes.c.provider, minutes.c.model, minutes.c.intent, minutes.c.source).distinct()
+        .where(minutes.c.minute >= _minute_floor(since), minutes.c.minute < first_hour),
+        select(hours.c.provider, hours.c.model, hours.c.intent, hours.c.source).distinct()
+        .where(hours.c.minute >= first_hour),
+    ]
+    out: dict[str, set[str]] = {"providers": set(), "models": set(), "intents": set(), "sources": set()}
     with engine.connect() as conn:
-        rows = conn.execute(q).all()
-    out = {"providers": set(), "models": set(), "intents": set(), "sources": set()}
-    for r in rows:
-        out["providers"].add(r.provider)
-        out["models"].add(r.model)
-        out["intents"].add(r.intent)
-        out["sources"].add(r.source)
+        for q in queries:
+            for r in conn.execute(q):
+                out["providers"].add(r.provider)
+                out["models"].add(r.model)
+                out["intents"].add(r.intent)
+                out["sources"].add(r.source)
     return {k: sorted(v) for k, v in out.items()}

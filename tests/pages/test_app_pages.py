@@ -13,25 +13,11 @@ from streamlit.testing.v1 import AppTest
 
 from db.canary import audit_log, get_guardrail, get_state, set_ratio
 from db.faults import get_faults
+from tests.configs import two_providers
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = str(REPO / "streamlit_app.py")
-
-REAL_PRIMARY = """
-[routing]
-primary = "holysheep"
-fallback = "direct"
-[providers.holysheep]
-base_url = "https://api.holysheep.example/v1"
-api_key_env = "HOLYSHEEP_API_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-[providers.direct]
-base_url = "https://api.openai.example/v1"
-api_key_env = "OPENAI_API_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-"""
+REAL_PRIMARY = two_providers(primary="real", fallback="real")
 
 
 def _clear_caches() -> None:

@@ -10,21 +10,9 @@ from app.dashboard.answer import answer_meta, build_messages, explain_failure
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd
 from app.routing import AllRoutesFailed, AttemptInfo, StreamBrokenError
 
-REAL_ONLY = """
-[routing]
-primary = "holysheep"
-fallback = "direct"
-[providers.holysheep]
-base_url = "https://api.holysheep.example/v1"
-api_key_env = "HOLYSHEEP_API_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-[providers.direct]
-base_url = "https://api.openai.example/v1"
-api_key_env = "OPENAI_API_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-"""
+from tests.configs import two_providers
+
+REAL_ONLY = two_providers(primary="real", fallback="real")
 
 
 def test_meta_of_a_streamed_answer(client_factory, sqlite_url):

@@ -7,20 +7,9 @@ from dataclasses import dataclass
 from app.dashboard.providers import describe_faults, provider_statuses, status_rows
 from app.simulator.faults import FaultSettings
 
-REAL = """
-[routing]
-primary = "holysheep"
-fallback = "direct"
-[providers.holysheep]
-base_url = "https://api.holysheep.example/v1"
-api_key_env = "HOLYSHEEP_API_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-[providers.direct]
-base_url = "sim://direct"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-"""
+from tests.configs import two_providers
+
+REAL = two_providers(primary="real")
 
 
 @dataclass

@@ -14,6 +14,7 @@ import pytest
 
 from app.routing import AllRoutesFailed, StreamBrokenError
 from db.canary import set_ratio
+from tests.configs import two_providers
 
 
 def completion(model: str = "gemini-2.5-flash", text: str = "primary answer", cached: int = 0) -> dict:
@@ -203,20 +204,7 @@ def test_retry_after_is_honoured_and_capped(routed):
 
 
 def test_missing_key_falls_back_with_clear_message(client_factory, sqlite_url):
-    toml = """
-[routing]
-primary = "real"
-fallback = "direct"
-[providers.real]
-base_url = "https://gateway.example.test/v1"
-api_key_env = "NO_SUCH_KEY_FOR_TEST"
-models = ["gemini-2.5-flash"]
-default_model = "gemini-2.5-flash"
-[providers.direct]
-base_url = "sim://direct"
-models = ["gpt-4.1", "gemini-2.5-flash"]
-default_model = "gpt-4.1"
-"""
+    toml = two_providers(primary="real").replace("HOLYSHEEP_API_KEY", "NO_SUCH_KEY_FOR_TEST")
     client = client_factory(sqlite_url, toml=toml, env={})
     set_ratio(client.engine, 1.0, expected_version=None, actor="t", reason="r")
     client._ratio.invalidate()

@@ -3,7 +3,8 @@
 import streamlit as st
 
 from app.catalog import model_names
-from app.dashboard.answer import answer_meta, build_messages, explain_failure
+from app.dashboard.answer import build_messages
+from app.dashboard.safe_text import safe_markdown
 from ui import render, resources
 from ui.chrome import page_setup
 from ui.state import PlaygroundState
@@ -28,49 +29,17 @@ with st.sidebar:
         state.new_session()
         st.rerun()
 
+chat_options = {"model": model, "session_id": state.session_id, "temperature": temperature,
+                "max_tokens": int(max_tokens)}
+
 st.title("Playground")
 st.caption(f"Session `{state.session_id}` · model {model} · "
            + ("compare mode: primary vs fallback" if compare else "routed by the canary split"))
 
 
-def show_turn(turn: dict) -> None:
-    with st.chat_message(turn["role"]):
-        if turn.get("compare"):
-            for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"]):
-                with col:
-                    st.markdown(f"**{label}**")
-                    if meta:
-                        st.markdown(meta["text"])
-                        render.answer_meta(answer_meta(meta))
-                    if error:
-                        render.failure(error)
-            return
-        if turn.get("content"):
-            st.markdown(turn["content"])
-        if turn.get("meta"):
-            render.answer_meta(answer_meta(turn["meta"]))
-        if turn.get("error"):
-            render.failure(turn["error"])
-
-
-def ask(messages: list[dict], route: str | None = None) -> tuple[dict | None, object]:
-    """Stream one answer into the current container; returns (result dict, failure view)."""
-    try:
-        stream = client.chat(messages, model=model, session_id=state.session_id, stream=True,
-                             temperature=temperature, max_tokens=int(max_tokens), route=route)
-        st.write_stream(stream)
-        result = stream.result.to_dict()
-    except Exception as exc:  # noqa: BLE001 - shown as a message with the fix, never a traceback
-        view = explain_failure(exc, settings)
-        render.failure(view)
-        return None, view
-    render.answer_meta(answer_meta(result))
-    return result, None
-
-
 prompt = st.chat_input("Ask the gateway something")  # pinned to the bottom wherever it is called
 for turn in state.turns:
-    show_turn(turn)
+    render.chat_turn(turn)
 
 if not state.turns and not prompt:
     st.info("Send a prompt below. Under each answer you will see the provider, model, intent, canary side, "
@@ -80,7 +49,7 @@ if prompt:
     user_turn = {"role": "user", "content": prompt}
     state.turns.append(user_turn)
     with st.chat_message("user"):
-        st.markdown(prompt)
+        st.markdown(safe_markdown(prompt))
     messages = build_messages(system_prompt, state.history()[:-1], prompt)
     with st.chat_message("assistant"):
         if compare:
@@ -90,12 +59,12 @@ if prompt:
             for col, (route, label) in zip(st.columns(2), routes):
                 with col:
                     st.markdown(f"**{label}**")
-                    result, error = ask(messages, route)
+                    result, error = render.streamed_answer(client, settings, messages, chat_options, route)
                     results.append((label, result, error))
             state.turns.append({"role": "assistant", "content": "", "compare": results})
             user_turn["failed"] = True  # compare turns are not part of the conversation history
         else:
-            result, error = ask(messages)
+            result, error = render.streamed_answer(client, settings, messages, chat_options)
             if result is None:
                 user_turn["failed"] = True
             state.turns.append({"role": "assistant", "content": result["text"] if result else "",

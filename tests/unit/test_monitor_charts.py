@@ -126,3 +126,14 @@ def test_windows_and_state():
     assert MonitorState.from_session({}).run_every == 5
     with pytest.raises(KeyError):
         MonitorState.key("nope")
+
+
+def test_ttft_chart_explains_when_nothing_was_streamed(sqlite_engine):
+    insert_batch(sqlite_engine, [rec(T0 + k, ttft_ms=None) for k in range(5)])
+    series = m.window_series(sqlite_engine, since=T0 - 600, until=T0 + 60)
+    ttft = _spec(charts.percentile_figure(series, "ttft"))
+    assert not ttft["data"] and "No streamed requests" in ttft["layout"]["annotations"][0]["text"]
+    latency = _spec(charts.percentile_figure(series, "latency"))
+    assert latency["data"] and not latency["layout"].get("annotations")
+    # a series with a single bucket of data is drawn with markers, or it would be invisible
+    assert all("markers" in t["mode"] for t in latency["data"])

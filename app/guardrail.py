@@ -8,36 +8,14 @@ ordinary audited canary change with actor ``guardrail``.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
 from app.config import Settings
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
-from db.models import RequestRollup
+from db.monitor import GuardrailReading, provider_error_rate
 
 ACTOR = "guardrail"
-
-
-@dataclass(frozen=True)
-class GuardrailReading:
-    attempts: int
-    errors: int
-
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.attempts if self.attempts else 0.0
-
-
-def primary_error_rate(engine: Engine, provider: str, window_minutes: int, now: float | None = None) -> GuardrailReading:
-    now = time.time() if now is None else now
-    since = int(now // 60) * 60 - (window_minutes - 1) * 60
-    q = (select(func.coalesce(func.sum(RequestRollup.attempts), 0), func.coalesce(func.sum(RequestRollup.errors), 0))
-         .where(RequestRollup.provider == provider, RequestRollup.minute >= since))
-    with engine.connect() as conn:
-        attempts, errors = conn.execute(q).one()
-    return GuardrailReading(int(attempts), int(errors))
+__all__ = ["ACTOR", "GuardrailReading", "check_guardrail", "guardrail_defaults", "provider_error_rate"]
 
 
 def guardrail_defaults(settings: Settings) -> dict:
@@ -54,7 +32,7 @@ def check_guardrail(engine: Engine, settings: Settings, now: float | None = None
     state = get_state(engine)
     if state.ratio <= 0.0:
         return None
-    reading = primary_error_rate(engine, settings.routing.primary, g.window_minutes, now)
+    reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes, now)
     if reading.attempts < g.min_requests or reading.error_rate <= g.error_rate_threshold:
         return None
     reason = (f"automatic rollback: {settings.routing.primary} error rate {reading.error_rate:.1%} over "

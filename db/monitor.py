@@ -763,3 +763,29 @@ def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
                 out["intents"].add(r.intent)
                 out["sources"].add(r.source)
     return {k: sorted(v) for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class GuardrailReading:
+    """A provider's attempts and failed attempts over the guardrail's window."""
+
+    attempts: int
+    errors: int
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.attempts if self.attempts else 0.0
+
+
+def provider_error_rate(engine: Engine, provider: str, window_minutes: int,
+                        now: float | None = None) -> GuardrailReading:
+    """Attempts and failures of ``provider`` in the last ``window_minutes`` minutes (the current
+    minute included), from the per-minute rollups."""
+    now = time.time() if now is None else now
+    since = _minute_floor(now) - (window_minutes - 1) * 60
+    t = RequestRollup.__table__
+    q = (select(func.coalesce(func.sum(t.c.attempts), 0), func.coalesce(func.sum(t.c.errors), 0))
+         .where(t.c.provider == provider, t.c.minute >= since))
+    with engine.connect() as conn:
+        attempts, errors = conn.execute(q).one()
+    return GuardrailReading(_i(attempts), _i(errors))

@@ -8,9 +8,9 @@ import streamlit as st
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.fmt import ago, pct, ratio_pct, when
-from app.guardrail import primary_error_rate
 from db.canary import get_state
 from db.faults import get_faults
+from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.chrome import page_setup
 from ui.state import CanaryPageState
@@ -125,7 +125,7 @@ else:
 
 st.subheader("Guardrail")
 g = resources.guardrail()
-reading = primary_error_rate(engine, settings.routing.primary, g.window_minutes)
+reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 st.caption(f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
            f"over the window exceeds the threshold. Now: "
            + (f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts")

@@ -186,5 +186,10 @@ def guardrail():
 
 
 def refresh() -> None:
-    """Drop cached query results (the Refresh button, and after every write)."""
+    """Drop cached query results (the Refresh button, and after every write); the playground's
+    router re-reads the ratio and faults on its next request."""
     st.cache_data.clear()
+    try:
+        client().refresh()
+    except Exception:  # noqa: BLE001 - a broken configuration is reported by the page itself
+        pass

@@ -133,9 +133,11 @@ class RoutingClient:
         self._last_guardrail_check = 0.0
 
         self.simulators: dict[str, SimulatedProvider] = {}
+        self._fault_caches: list[Refreshing[FaultSettings]] = []
         for name, p in settings.providers.items():
             if p.is_simulated and name not in self._transports:
                 faults = Refreshing(self._fault_loader(get_faults, name, p), 0.5)
+                self._fault_caches.append(faults)
                 sim = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
                                         latency_scale=settings.simulator.latency_scale,
                                         seed=settings.simulator.seed)
@@ -176,6 +178,13 @@ class RoutingClient:
         if stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
+
+    def refresh(self) -> None:
+        """Re-read the canary ratio and fault settings on the next request instead of within 0.5 s
+        (for a process that has just changed them itself)."""
+        self._ratio.invalidate()
+        for cache in self._fault_caches:
+            cache.invalidate()
 
     def flush(self) -> None:
         self.telemetry.flush()

@@ -433,6 +433,7 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
 
     set_ratio(engine(), 1.0, expected_version=None, actor="alice", reason="all in")
     client = resources.client()
+    client.refresh()  # this process just wrote the ratio and faults: do not wait for the 0.5 s refresh
     for i in range(6):
         r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
         assert r.fallback_used  # the primary fails every time, the fallback answers

@@ -112,3 +112,17 @@ def test_no_database_read_per_request(client_factory, sqlite_url):
         client.chat(msg, session_id=f"s{i}")
     # 200 instant requests take well under a second: at most a couple of refreshes.
     assert len(reads) <= 3
+
+
+def test_refresh_applies_own_changes_at_once(client_factory, sqlite_url):
+    from app.simulator import FaultSettings
+    from db.faults import set_faults
+
+    client = client_factory(sqlite_url)
+    msg = [{"role": "user", "content": "hi"}]
+    client.chat(msg)  # ratio (0.1) and faults (none) now cached for 0.5 s
+    set_ratio(client.engine, 1.0, expected_version=None, actor="me", reason="promote")
+    set_faults(client.engine, "holysheep", FaultSettings(error_rate=1.0), actor="me")
+    client.refresh()
+    r = client.chat(msg, session_id="any")
+    assert r.side == "primary" and r.fallback_used and r.attempt_log[0].error_class == "server_error"

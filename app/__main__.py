@@ -126,6 +126,22 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    import time
+
+    from db.requests import prune
+
+    if args.days <= 0 or args.rollup_days <= 0:
+        raise CliError("--days and --rollup-days must be greater than 0")
+    if args.rollup_days < args.days:
+        raise CliError("--rollup-days must be at least --days (rollups summarise the raw log)")
+    now = time.time()
+    deleted = prune(_engine(_settings()), raw_before=now - args.days * 86400,
+                    minute_rollups_before=now - args.rollup_days * 86400)
+    print(json.dumps(deleted))
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from app.simulator import SimulatedProvider, serve
 
@@ -181,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--seed", type=int, default=None)
     lg.add_argument("--quiet", action="store_true", help="no progress bar")
     lg.set_defaults(func=cmd_loadgen)
+
+    pr = sub.add_parser("prune", help="delete old request-log rows (5-minute and hourly rollups are kept)")
+    pr.add_argument("--days", type=float, default=30.0, help="keep this many days of raw rows (default 30)")
+    pr.add_argument("--rollup-days", type=float, default=90.0,
+                    help="keep this many days of per-minute rollups (default 90)")
+    pr.set_defaults(func=cmd_prune)
 
     sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
     sim.add_argument("--port", type=int, default=8001)

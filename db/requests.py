@@ -121,3 +121,21 @@ def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
 def count_rows(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(RequestLog)).scalar_one())
+
+
+def prune(engine: Engine, *, raw_before: float, minute_rollups_before: float | None = None) -> dict[str, int]:
+    """Delete raw log rows older than ``raw_before`` and per-minute rollups older than
+    ``minute_rollups_before`` (epoch seconds). The 5-minute and hourly rollups are kept: they are
+    small and keep long windows of the monitor intact. Returns the rows deleted per table."""
+    from sqlalchemy import delete
+
+    from db.models import RequestRollup
+
+    deleted = {}
+    with engine.begin() as conn:
+        deleted["request_log"] = conn.execute(delete(RequestLog).where(RequestLog.ts < raw_before)).rowcount
+        if minute_rollups_before is not None:
+            cutoff = int(minute_rollups_before // 60) * 60
+            deleted["request_rollup"] = conn.execute(
+                delete(RequestRollup).where(RequestRollup.minute < cutoff)).rowcount
+    return deleted

@@ -286,3 +286,14 @@ def test_simulate_serves_the_openai_api_over_http(cli: Cli) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode is not None
+
+
+def test_prune_keeps_recent_rows_and_refuses_bad_arguments(cli):
+    assert cli.run("chat", "hi").returncode == 0
+    proc = cli.run("prune", "--days", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"request_log": 0, "request_rollup": 0}
+    assert len(_request_rows(cli.database_url)) == 1  # today's request is kept
+    for args in (["--days", "0"], ["--days", "10", "--rollup-days", "5"]):
+        line = _one_error_line(cli.run("prune", *args))
+        assert line.startswith("error: --")

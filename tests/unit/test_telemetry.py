@@ -444,3 +444,27 @@ def test_one_oversized_field_does_not_poison_the_batch(db_url: str, client_facto
     expected = {good.request_id, after.request_id} | ({long_id} if long_id else set())
     assert client.telemetry.last_error is None, client.telemetry.last_error
     assert stored == expected
+
+
+def test_prune_deletes_old_raw_rows_and_minute_rollups_only(engine):
+    from sqlalchemy import func, select
+
+    from db.models import RequestLog, RequestRollup, RequestRollup1h, RequestRollup5m
+    from db.requests import insert_batch, prune
+
+    now = 1_800_000_000.0
+    old, recent = now - 40 * 86400, now - 3600
+    recs = [AttemptRecord(request_id=f"p{i}", attempt=1, ts=ts, provider="p", model="gpt-4.1",
+                          requested_model="auto", intent="general", side="primary", status="ok",
+                          latency_ms=10.0)
+            for i, ts in enumerate([old, old + 1, recent])]
+    insert_batch(engine, recs)
+
+    def count(model) -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(model)).scalar_one())
+
+    deleted = prune(engine, raw_before=now - 30 * 86400, minute_rollups_before=now - 30 * 86400)
+    assert deleted == {"request_log": 2, "request_rollup": 1}
+    assert count(RequestLog) == 1 and count(RequestRollup) == 1
+    assert count(RequestRollup5m) == 2 and count(RequestRollup1h) == 2  # long windows stay intact

@@ -37,9 +37,19 @@ def _clear_caches() -> None:
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     """A temporary database and config with an instant simulator; caches cleared around the test."""
+    yield from _env(tmp_path, monkeypatch, f"sqlite:///{tmp_path / 'gateway.db'}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def any_env(request, tmp_path, monkeypatch):
+    """Like ``env``, once on SQLite and once on PostgreSQL (the dashboard is the same on both)."""
+    url = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+    yield from _env(tmp_path, monkeypatch, url)
+
+
+def _env(tmp_path, monkeypatch, url):
     cfg = tmp_path / "gateway.toml"
     cfg.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0\nseed = 3\n")
-    url = f"sqlite:///{tmp_path / 'gateway.db'}"
     monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
     monkeypatch.setenv("DATABASE_URL", url)
     for var in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY"):
@@ -231,7 +241,7 @@ def _rows(where: str = "1=1") -> list:
         return list(conn.execute(text(f"select provider, side, source, session_id, final from request_log where {where}")))
 
 
-def test_playground_streams_an_answer_with_its_metadata_and_log_row(env):
+def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
     at = open_app("pages/playground.py")
     at.chat_input[0].set_value("Write a python function that reverses a list").run()
     assert not at.exception
@@ -321,7 +331,7 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 # -- canary -------------------------------------------------------------------------------------------
 
-def test_canary_apply_writes_audits_and_keeps_slider_in_step(env):
+def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     at = open_app("pages/canary.py")
     assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
     assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0

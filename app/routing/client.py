@@ -396,13 +396,12 @@ class RoutingClient:
                 usage: Usage | None = None
                 finish: str | None = None
 
-                def fail(exc: BaseException | None, failure: Failure | None = None) -> Failure:
-                    f = failure or classify(exc, sent_hints=with_hints)  # type: ignore[arg-type]
-                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
-                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
-                                 ttft_ms=ttft_ms, with_hints=with_hints, failure=f,
-                                 usage=usage)
-                    return f
+                def fail(failure: Failure) -> Failure:
+                    # Called within this iteration only: the loop variables it reads are current.
+                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,  # noqa: B023
+                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,  # noqa: B023
+                                 ttft_ms=ttft_ms, with_hints=with_hints, failure=failure, usage=usage)  # noqa: B023
+                    return failure
 
                 try:
                     client = self._client(provider)
@@ -426,19 +425,19 @@ class RoutingClient:
                     if finish is None:
                         raise _Truncated("the stream ended without a finish reason")
                 except GeneratorExit:
-                    fail(None, Failure("cancelled", "the caller stopped reading the stream"))
+                    fail(Failure("cancelled", "the caller stopped reading the stream"))
                     raise
                 except Exception as exc:  # noqa: BLE001
                     if pieces:
                         cause = exc.args[0] if isinstance(exc, _Truncated) else f"{type(exc).__name__}: {exc}"
-                        fail(None, Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
+                        fail(Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
                         raise StreamBrokenError(
                             f"{provider}/{model} stream broke after {len(pieces)} chunks "
                             f"(request {plan.request_id}): {cause}; the answer is incomplete") from exc
                     if isinstance(exc, _Truncated):
-                        failure = fail(None, Failure("bad_response", exc.args[0], retryable=True, fallback=True))
+                        failure = fail(Failure("bad_response", exc.args[0], retryable=True, fallback=True))
                     else:
-                        failure = fail(exc)
+                        failure = fail(classify(exc, sent_hints=with_hints))
                     step = steps.send(failure)
                     continue
                 usage = usage or Usage()

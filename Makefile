@@ -18,7 +18,7 @@ $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime
 	touch $@
 
 run: $(VENV)/.runtime
-	$(PY) -m streamlit run streamlit_app.py
+	$(PY) -m ui.serve
 
 test: $(VENV)/.dev
 	bash scripts/test.sh

@@ -59,7 +59,7 @@ class Server:
             con.close()
 
 
-def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(tmp: Path, extra_env: dict[str, str] | None = None, *, launcher: bool = False) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.toml"
     config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n")
@@ -70,8 +70,9 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
                 **(extra_env or {})})
     port = _free_port()
     log = tmp / "server.log"
+    command = ["-m", "ui.serve"] if launcher else ["-m", "streamlit", "run", "streamlit_app.py"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
+        [sys.executable, *command, "--server.port", str(port),
          "--server.headless", "true", "--browser.gatherUsageStats", "false"],
         cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -186,3 +186,18 @@ def test_password_gate_holds_on_a_direct_page_url(tmp_path, new_page):
         screenshot(other, "sign-in")
     finally:
         stop_server(gated)
+
+
+def test_launcher_serves_a_page_url_as_the_first_request(tmp_path, new_page):
+    """`make run` (python -m ui.serve): a fresh server's first request straight to /kv-calculator
+    shows the calculator, with no "Page not found" notice from Streamlit's pages-folder mode."""
+    fresh = start_server(tmp_path / "launcher", launcher=True)
+    try:
+        page = new_page()
+        open_page(page, fresh, "kv-calculator")
+        expect(heading(page)).to_have_text("KV-cache calculator")
+        assert page.get_by_text("Page not found").count() == 0
+        assert page.get_by_role("dialog").count() == 0
+        assert_no_exception(page)
+    finally:
+        stop_server(fresh)

@@ -444,9 +444,14 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     set_ratio(engine(), 1.0, expected_version=None, actor="alice", reason="all in")
     client = resources.client()
     client.refresh()  # this process just wrote the ratio and faults: do not wait for the 0.5 s refresh
-    for i in range(6):
+    first = client.chat([{"role": "user", "content": "hi"}], session_id="s0")
+    assert first.side == "primary" and first.fallback_used  # the primary fails, the fallback answers
+    for i in range(1, 6):
         r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
-        assert r.fallback_used  # the primary fails every time, the fallback answers
+        # Either the primary failed and the fallback answered, or the client's own guardrail check
+        # (after its telemetry writes) has already rolled the canary back and the request went
+        # straight to the fallback side.
+        assert r.provider == "direct" and (r.fallback_used or r.side == "fallback")
     client.flush()
     check_guardrail(engine(), client.settings)  # the client checks too after its writes, at most every 2 s
     state = get_state(engine())

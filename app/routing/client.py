@@ -14,7 +14,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,14 +23,15 @@ import openai
 from sqlalchemy import Engine
 
 from app import catalog
-from app.config import ProviderConfig, Settings, load_settings, resolve_api_key
+from app.config import Settings, load_settings, resolve_api_key
 from app.routing.canary import Refreshing, Side, assign_side
 from app.routing.errors import Failure, StreamBrokenError, classify
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
-from app.simulator import FaultSettings, SimulatedProvider, make_transport
+from app.simulated import simulated_upstreams
+from app.simulator import SimulatedProvider, make_transport
 from app.telemetry.records import AttemptRecord
 from app.telemetry.writer import TelemetryWriter
 
@@ -76,6 +77,23 @@ class _Plan:
     infos: list[AttemptInfo] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Try:
+    """One attempt: where it goes and how, and when it started (set by :meth:`begin`)."""
+
+    provider: str
+    model: str
+    is_fallback: bool
+    substituted: bool
+    with_hints: bool
+    timeout: float
+    ts: float = 0.0      # wall-clock start, for the log
+    t0: float = 0.0      # monotonic start, for latency
+
+    def begin(self, wall: float, clock: float) -> _Try:
+        return replace(self, ts=wall, t0=clock)
+
+
 class ChatStream:
     """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
 
@@ -110,7 +128,6 @@ class RoutingClient:
                  guardrail: bool = True):
         from db.canary import ensure_setting, read_ratio_version
         from db.engine import get_engine
-        from db.faults import get_faults
         from db.requests import insert_batch
 
         self.settings = settings
@@ -132,17 +149,11 @@ class RoutingClient:
         self._guardrail_enabled = guardrail
         self._last_guardrail_check = 0.0
 
-        self.simulators: dict[str, SimulatedProvider] = {}
-        self._fault_caches: list[Refreshing[FaultSettings]] = []
-        for name, p in settings.providers.items():
-            if p.is_simulated and name not in self._transports:
-                faults = Refreshing(self._fault_loader(get_faults, name, p), 0.5)
-                self._fault_caches.append(faults)
-                sim = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
-                                        latency_scale=settings.simulator.latency_scale,
-                                        seed=settings.simulator.seed)
-                self.simulators[name] = sim
-                self._transports[name] = make_transport(sim)
+        # Injected transports win; every other sim:// provider is served by the built-in simulator.
+        self._upstreams = simulated_upstreams(settings, self.engine, skip=self._transports)
+        self.simulators: dict[str, SimulatedProvider] = {n: u.provider for n, u in self._upstreams.items()}
+        for name, sim in self.simulators.items():
+            self._transports[name] = make_transport(sim)
 
         def write(batch: Sequence[AttemptRecord]) -> int:
             n = insert_batch(self.engine, batch)
@@ -153,9 +164,6 @@ class RoutingClient:
         self.telemetry = telemetry or TelemetryWriter(
             write, queue_size=settings.telemetry.queue_size, batch_size=settings.telemetry.batch_size,
             flush_interval_s=settings.telemetry.flush_interval_s)
-
-    def _fault_loader(self, get_faults: Callable, name: str, p: ProviderConfig) -> Callable[[], FaultSettings]:
-        return lambda: get_faults(self.engine, name) or p.faults
 
     @classmethod
     def from_config(cls, path: str | None = None, **kwargs: Any) -> RoutingClient:
@@ -183,8 +191,8 @@ class RoutingClient:
         """Re-read the canary ratio and fault settings on the next request instead of within 0.5 s
         (for a process that has just changed them itself)."""
         self._ratio.invalidate()
-        for cache in self._fault_caches:
-            cache.invalidate()
+        for upstream in self._upstreams.values():
+            upstream.faults.invalidate()
 
     def flush(self) -> None:
         self.telemetry.flush()
@@ -271,29 +279,30 @@ class RoutingClient:
         return (model, False) if model in p.models else (p.default_model, True)
 
     # -- attempts ------------------------------------------------------------------------------
-    def _record(self, plan: _Plan, *, provider: str, model: str, is_fallback: bool, substituted: bool,
-                ts: float, latency_ms: float, ttft_ms: float | None, with_hints: bool,
+    def _record(self, plan: _Plan, attempt: _Try, *, ttft_ms: float | None = None,
                 failure: Failure | None = None, usage: Usage | None = None, cost: float = 0.0) -> None:
         usage = usage or Usage()
         number = len(plan.records) + 1
+        latency_ms = (self._clock() - attempt.t0) * 1000.0
         store = self.settings.telemetry.store_prompts
         plan.records.append(AttemptRecord(
-            request_id=plan.request_id, attempt=number, ts=ts, provider=provider, model=model,
-            requested_model=plan.requested_model, intent=plan.intent, side=plan.side,
+            request_id=plan.request_id, attempt=number, ts=attempt.ts, provider=attempt.provider,
+            model=attempt.model, requested_model=plan.requested_model, intent=plan.intent, side=plan.side,
             status="ok" if failure is None else "error", latency_ms=latency_ms,
             http_status=failure.http_status if failure else 200,
             error_class=failure.error_class if failure else None,
             error_message=failure.message if failure else None,
             ttft_ms=ttft_ms, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cached_tokens,
-            completion_tokens=usage.completion_tokens, cost_usd=cost, fallback=is_fallback, final=False,
-            substituted=substituted, stream=plan.stream, source=plan.source, session_id=plan.session_id,
+            completion_tokens=usage.completion_tokens, cost_usd=cost, fallback=attempt.is_fallback, final=False,
+            substituted=attempt.substituted, stream=plan.stream, source=plan.source, session_id=plan.session_id,
             prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
         ))
         plan.infos.append(AttemptInfo(
-            number=number, provider=provider, model=model, status="ok" if failure is None else "error",
-            latency_ms=latency_ms, error_class=failure.error_class if failure else None,
+            number=number, provider=attempt.provider, model=attempt.model,
+            status="ok" if failure is None else "error", latency_ms=latency_ms,
+            error_class=failure.error_class if failure else None,
             http_status=failure.http_status if failure else None,
-            error=failure.describe() if failure else None, with_hints=with_hints))
+            error=failure.describe() if failure else None, with_hints=attempt.with_hints))
 
     def _commit(self, plan: _Plan) -> None:
         if not plan.records:
@@ -306,7 +315,7 @@ class RoutingClient:
             return None
         return {"x-session-id": plan.session_id or "", "x-cache-controls": "session_scope"}
 
-    def _attempts(self, plan: _Plan) -> Iterator[tuple[str, str, bool, bool, bool, float]]:
+    def _attempts(self, plan: _Plan) -> Generator[_Try, Failure | None, None]:
         """Drive the retry/fallback loop; yields what to try next and learns each outcome.
 
         The caller sends back ``None`` on success (the loop ends) or the :class:`Failure`.
@@ -320,7 +329,7 @@ class RoutingClient:
             hints_dropped = False
             retries = 0
             while True:
-                failure: Failure | None = yield provider, model, is_fallback, substituted, with_hints, timeout
+                failure = yield _Try(provider, model, is_fallback, substituted, with_hints, timeout)
                 if failure is None:
                     return
                 if failure.hint_rejection and not hints_dropped:
@@ -337,46 +346,41 @@ class RoutingClient:
                 raise _Stop(f"request refused by {provider}")
         raise _Stop("all routes failed")
 
-    def _result(self, plan: _Plan, text: str, provider: str, model: str, is_fallback: bool,
-                substituted: bool, started: float, ttft_ms: float | None, usage: Usage, cost: float,
-                finish_reason: str | None) -> ChatResult:
+    def _succeed(self, plan: _Plan, attempt: _Try, started: float, text: str, usage: Usage,
+                 ttft_ms: float | None, finish_reason: str | None) -> ChatResult:
+        """Record the successful attempt and build the caller's result."""
+        cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost)
         return ChatResult(
-            text=text, provider=provider, model=model, requested_model=plan.requested_model,
-            intent=plan.intent, side=plan.side, fallback_used=is_fallback, attempts=len(plan.records),
+            text=text, provider=attempt.provider, model=attempt.model, requested_model=plan.requested_model,
+            intent=plan.intent, side=plan.side, fallback_used=attempt.is_fallback, attempts=len(plan.records),
             latency_ms=(self._clock() - started) * 1000.0, ttft_ms=ttft_ms, usage=usage, cost_usd=cost,
-            request_id=plan.request_id, session_id=plan.session_id, substituted_model=substituted,
+            request_id=plan.request_id, session_id=plan.session_id, substituted_model=attempt.substituted,
             finish_reason=finish_reason, attempt_log=list(plan.infos))
+
+    def _send(self, plan: _Plan, attempt: _Try, **extra: Any) -> Any:
+        return self._client(attempt.provider).chat.completions.create(
+            model=attempt.model, messages=plan.messages, timeout=attempt.timeout,
+            extra_headers=self._headers(plan, attempt.with_hints), **plan.params, **extra)
 
     def _run(self, plan: _Plan) -> ChatResult:
         started = self._clock()
         steps = self._attempts(plan)
         try:
-            step = next(steps)
+            attempt = next(steps)
             while True:
-                provider, model, is_fallback, substituted, with_hints, timeout = step
-                ts, t0 = self._wall(), self._clock()
+                attempt = attempt.begin(self._wall(), self._clock())
                 try:
-                    client = self._client(provider)
-                    resp = client.chat.completions.create(
-                        model=model, messages=plan.messages, timeout=timeout,
-                        extra_headers=self._headers(plan, with_hints), **plan.params)
+                    resp = self._send(plan, attempt)
                     text = resp.choices[0].message.content or "" if resp.choices else ""
                     usage = _usage(resp.usage)
                 except Exception as exc:  # noqa: BLE001 - classify() re-raises what it does not know
-                    failure = classify(exc, sent_hints=with_hints)
-                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
-                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
-                                 ttft_ms=None, with_hints=with_hints, failure=failure)
-                    step = steps.send(failure)
+                    failure = classify(exc, sent_hints=attempt.with_hints)
+                    self._record(plan, attempt, failure=failure)
+                    attempt = steps.send(failure)
                     continue
-                latency = (self._clock() - t0) * 1000.0
-                cost = catalog.cost_usd(model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-                self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
-                             substituted=substituted, ts=ts, latency_ms=latency, ttft_ms=None,
-                             with_hints=with_hints, usage=usage, cost=cost)
                 finish = resp.choices[0].finish_reason if resp.choices else None
-                return self._result(plan, text, provider, model, is_fallback, substituted, started, None,
-                                    usage, cost, finish)
+                return self._succeed(plan, attempt, started, text, usage, None, finish)
         except _Stop as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
@@ -387,28 +391,15 @@ class RoutingClient:
         started = self._clock()
         steps = self._attempts(plan)
         try:
-            step = next(steps)
+            attempt = next(steps)
             while True:
-                provider, model, is_fallback, substituted, with_hints, timeout = step
-                ts, t0 = self._wall(), self._clock()
+                attempt = attempt.begin(self._wall(), self._clock())
                 pieces: list[str] = []
                 ttft_ms: float | None = None
                 usage: Usage | None = None
                 finish: str | None = None
-
-                def fail(failure: Failure) -> Failure:
-                    # Called within this iteration only: the loop variables it reads are current.
-                    self._record(plan, provider=provider, model=model, is_fallback=is_fallback,  # noqa: B023
-                                 substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,  # noqa: B023
-                                 ttft_ms=ttft_ms, with_hints=with_hints, failure=failure, usage=usage)  # noqa: B023
-                    return failure
-
                 try:
-                    client = self._client(provider)
-                    stream = client.chat.completions.create(
-                        model=model, messages=plan.messages, timeout=timeout, stream=True,
-                        stream_options={"include_usage": True},
-                        extra_headers=self._headers(plan, with_hints), **plan.params)
+                    stream = self._send(plan, attempt, stream=True, stream_options={"include_usage": True})
                     with stream:
                         for chunk in stream:
                             if chunk.usage is not None:
@@ -419,34 +410,32 @@ class RoutingClient:
                                 content = choice.delta.content if choice.delta else None
                                 if content:
                                     if ttft_ms is None:
-                                        ttft_ms = (self._clock() - t0) * 1000.0
+                                        ttft_ms = (self._clock() - attempt.t0) * 1000.0
                                     pieces.append(content)
                                     yield content
                     if finish is None:
                         raise _Truncated("the stream ended without a finish reason")
                 except GeneratorExit:
-                    fail(Failure("cancelled", "the caller stopped reading the stream"))
+                    self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage,
+                                 failure=Failure("cancelled", "the caller stopped reading the stream"))
                     raise
                 except Exception as exc:  # noqa: BLE001
                     if pieces:
                         cause = exc.args[0] if isinstance(exc, _Truncated) else f"{type(exc).__name__}: {exc}"
-                        fail(Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
+                        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, failure=Failure(
+                            "stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
                         raise StreamBrokenError(
-                            f"{provider}/{model} stream broke after {len(pieces)} chunks "
+                            f"{attempt.provider}/{attempt.model} stream broke after {len(pieces)} chunks "
                             f"(request {plan.request_id}): {cause}; the answer is incomplete") from exc
                     if isinstance(exc, _Truncated):
-                        failure = fail(Failure("bad_response", exc.args[0], retryable=True, fallback=True))
+                        failure = Failure("bad_response", exc.args[0], retryable=True, fallback=True)
                     else:
-                        failure = fail(classify(exc, sent_hints=with_hints))
-                    step = steps.send(failure)
+                        failure = classify(exc, sent_hints=attempt.with_hints)
+                    self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, failure=failure)
+                    attempt = steps.send(failure)
                     continue
-                usage = usage or Usage()
-                cost = catalog.cost_usd(model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-                self._record(plan, provider=provider, model=model, is_fallback=is_fallback,
-                             substituted=substituted, ts=ts, latency_ms=(self._clock() - t0) * 1000.0,
-                             ttft_ms=ttft_ms, with_hints=with_hints, usage=usage, cost=cost)
-                holder.result = self._result(plan, "".join(pieces), provider, model, is_fallback, substituted,
-                                             started, ttft_ms, usage, cost, finish)
+                holder.result = self._succeed(plan, attempt, started, "".join(pieces), usage or Usage(),
+                                              ttft_ms, finish)
                 return
         except _Stop as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None

@@ -11,7 +11,6 @@ import getpass
 import json
 import sys
 from datetime import datetime, timezone
-from typing import Any
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -143,21 +142,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from app.simulator import SimulatedProvider, serve
+    from app.simulated import simulated_upstreams
+    from app.simulator import serve
 
     settings = _settings()
-    engine = _engine(settings)
-    from app.routing.canary import Refreshing
-    from db.faults import get_faults
-
-    providers: dict[str, Any] = {}
-    for name, p in settings.providers.items():
-        if not p.is_simulated:
-            continue
-        faults = Refreshing(lambda n=name, d=p.faults: get_faults(engine, n) or d, 0.5)
-        providers[p.sim_name] = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
-                                                  latency_scale=settings.simulator.latency_scale,
-                                                  seed=settings.simulator.seed)
+    upstreams = simulated_upstreams(settings, _engine(settings))
+    providers = {u.provider.name: u.provider for u in upstreams.values()}
     if not providers:
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))

@@ -9,7 +9,6 @@ from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.fmt import ago, pct, ratio_pct, when
 from db.canary import get_state
-from db.faults import get_faults
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.chrome import page_setup
@@ -171,8 +170,9 @@ def on_clear_faults(name: str, config_faults) -> None:
 
 
 simulated = [(n, p) for n, p in settings.providers.items() if p.is_simulated]
+stored_faults = resources.faults()  # one cached read for every provider (cleared after each write)
 for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated):
-    faults = get_faults(engine, name) or provider.faults
+    faults = stored_faults.get(name) or provider.faults
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)
     err_key, limit_key, lat_key = fault_keys(name)

@@ -97,8 +97,8 @@ else:
     st.error(data.verdict)
 
 metrics = list(data.metrics.items())
-for start in range(0, len(metrics), 3):  # three per row: exact byte counts need the width
-    for col, (label, value) in zip(st.columns(3), metrics[start:start + 3]):
+for start in range(0, len(metrics), 2):  # two per row: the exact byte counts need the width
+    for col, (label, value) in zip(st.columns(2), metrics[start:start + 2]):
         col.metric(label, value)
 
 st.subheader("Working")

@@ -10,7 +10,7 @@ import argparse
 import getpass
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -38,7 +38,7 @@ def _engine(settings):
 
 
 def _ts(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -65,10 +65,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(json.dumps(result.to_dict(), ensure_ascii=False))
         else:
             u = result.usage
-            print(f"-- {result.provider}/{result.model} intent={result.intent} side={result.side} "
-                  f"fallback={'yes' if result.fallback_used else 'no'} attempts={result.attempts} "
-                  f"latency={result.latency_ms:.0f}ms tokens={u.prompt_tokens}/{u.cached_tokens} cached/"
-                  f"{u.completion_tokens} cost=${result.cost_usd:.6f}", file=sys.stderr)
+            print(
+                f"-- {result.provider}/{result.model} intent={result.intent} side={result.side} "
+                f"fallback={'yes' if result.fallback_used else 'no'} attempts={result.attempts} "
+                f"latency={result.latency_ms:.0f}ms tokens={u.prompt_tokens}/{u.cached_tokens} cached/"
+                f"{u.completion_tokens} cost=${result.cost_usd:.6f}",
+                file=sys.stderr,
+            )
         return 0
     finally:
         client.close()
@@ -81,8 +84,10 @@ def cmd_canary_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(state.to_dict()))
     else:
-        print(f"canary ratio {state.ratio * 100:g} % (version {state.version}), set by {state.updated_by} "
-              f"at {_ts(state.updated_at)}: {state.reason}")
+        print(
+            f"canary ratio {state.ratio * 100:g} % (version {state.version}), set by {state.updated_by} "
+            f"at {_ts(state.updated_at)}: {state.reason}"
+        )
     return 0
 
 
@@ -115,10 +120,16 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
         raise CliError("--rps and --duration must be greater than 0")
     client = RoutingClient(_settings(), source="loadgen")
     try:
-        with tqdm(total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr,
-                  disable=args.quiet) as bar:
-            report = run_loadgen(client, rps=args.rps, duration_s=args.duration, seed=args.seed,
-                                 progress=lambda done, planned: bar.update(1))
+        with tqdm(
+            total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr, disable=args.quiet
+        ) as bar:
+            report = run_loadgen(
+                client,
+                rps=args.rps,
+                duration_s=args.duration,
+                seed=args.seed,
+                progress=lambda done, planned: bar.update(1),
+            )
     finally:
         client.close()
     print(json.dumps(report.to_dict()))
@@ -135,8 +146,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if args.rollup_days < args.days:
         raise CliError("--rollup-days must be at least --days (rollups summarise the raw log)")
     now = time.time()
-    deleted = prune(_engine(_settings()), raw_before=now - args.days * 86400,
-                    minute_rollups_before=now - args.rollup_days * 86400)
+    deleted = prune(
+        _engine(_settings()), raw_before=now - args.days * 86400, minute_rollups_before=now - args.rollup_days * 86400
+    )
     print(json.dumps(deleted))
     return 0
 
@@ -151,8 +163,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if not providers:
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))
-    print(f"simulator on http://{args.host}:{args.port}/v1 ({first}); "
-          + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers), file=sys.stderr)
+    print(
+        f"simulator on http://{args.host}:{args.port}/v1 ({first}); "
+        + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers),
+        file=sys.stderr,
+    )
     serve(providers, host=args.host, port=args.port)
     return 0
 
@@ -190,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("prune", help="delete old request-log rows (5-minute and hourly rollups are kept)")
     pr.add_argument("--days", type=float, default=30.0, help="keep this many days of raw rows (default 30)")
-    pr.add_argument("--rollup-days", type=float, default=90.0,
-                    help="keep this many days of per-minute rollups (default 90)")
+    pr.add_argument(
+        "--rollup-days", type=float, default=90.0, help="keep this many days of per-minute rollups (default 90)"
+    )
     pr.set_defaults(func=cmd_prune)
 
     sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
@@ -239,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+    except Exception as exc:
         if args.debug:
             raise
         print(f"error: {one_line(exc)}", file=sys.stderr)

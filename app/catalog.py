@@ -60,6 +60,7 @@ def cost_usd(model: str, prompt_tokens: int, cached_tokens: int, completion_toke
     """Cost of one request in USD, computed exactly in decimal and rounded to 1e-12 USD."""
     info = get(model)
     cached = min(max(cached_tokens, 0), prompt_tokens)
-    total = ((prompt_tokens - cached) * info.input + cached * info.cached_input
-             + completion_tokens * info.output) / _PER_MILLION
+    total = (
+        (prompt_tokens - cached) * info.input + cached * info.cached_input + completion_tokens * info.output
+    ) / _PER_MILLION
     return float(round(total, 12))

@@ -55,7 +55,7 @@ class ProviderConfig(_Strict):
     @classmethod
     def _url(cls, v: str) -> str:
         if v.startswith(SIM_SCHEME):
-            if not v[len(SIM_SCHEME):].strip("/"):
+            if not v[len(SIM_SCHEME) :].strip("/"):
                 raise ValueError("sim:// needs a name, e.g. sim://holysheep")
             return v
         if not (v.startswith("http://") or v.startswith("https://")):
@@ -85,7 +85,7 @@ class ProviderConfig(_Strict):
 
     @property
     def sim_name(self) -> str:
-        return self.base_url[len(SIM_SCHEME):].strip("/")
+        return self.base_url[len(SIM_SCHEME) :].strip("/")
 
 
 def _known_model(v: str) -> str:
@@ -121,18 +121,18 @@ class RoutingConfig(_Strict):
 
 
 class RetryConfig(_Strict):
-    max_attempts: int = Field(default=3, ge=1, le=10)          # per provider
+    max_attempts: int = Field(default=3, ge=1, le=10)  # per provider
     base_delay_s: float = Field(default=0.25, ge=0)
     max_delay_s: float = Field(default=8.0, ge=0)
-    max_total_wait_s: float = Field(default=20.0, ge=0)        # all backoff sleeps of one request
-    retry_after_cap_s: float = Field(default=10.0, ge=0)       # a server's Retry-After is capped here
-    long_prompt_tokens: int = Field(default=8000, ge=1)        # prompts above this get long_timeout_s
+    max_total_wait_s: float = Field(default=20.0, ge=0)  # all backoff sleeps of one request
+    retry_after_cap_s: float = Field(default=10.0, ge=0)  # a server's Retry-After is capped here
+    long_prompt_tokens: int = Field(default=8000, ge=1)  # prompts above this get long_timeout_s
     long_timeout_s: float = Field(default=60.0, gt=0)
     timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0)  # timeout grows with prompt size
 
 
 class TelemetryConfig(_Strict):
-    store_prompts: bool = False          # opt-in: prompt text is not stored by default
+    store_prompts: bool = False  # opt-in: prompt text is not stored by default
     queue_size: int = Field(default=10_000, ge=1)
     batch_size: int = Field(default=500, ge=1)
     flush_interval_s: float = Field(default=0.2, gt=0)
@@ -172,9 +172,7 @@ class FileConfig(_Strict):
         for role in ("primary", "fallback"):
             name = getattr(self.routing, role)
             if name not in self.providers:
-                raise ValueError(
-                    f"routing.{role} = {name!r} is not a provider; defined: {', '.join(self.providers)}"
-                )
+                raise ValueError(f"routing.{role} = {name!r} is not a provider; defined: {', '.join(self.providers)}")
         return self
 
 
@@ -228,7 +226,7 @@ def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> C
         key = _format_loc(loc) or "(top level)"
         if err["type"] == "extra_forbidden":
             root: type[BaseModel] = IntentConfig if prefix else FileConfig
-            allowed = _allowed_keys(root, loc[len(prefix):])
+            allowed = _allowed_keys(root, loc[len(prefix) :])
             lines.append(f"{path}: {key}: unknown key; allowed: {', '.join(allowed)}")
         elif err["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
@@ -253,8 +251,7 @@ def _load_intents(path: str, raw: Mapping[str, Any] | None) -> IntentConfig:
         return IntentConfig.model_validate(tomllib.load(fh))
 
 
-def load_settings(path: str | os.PathLike[str] | None = None,
-                  env: Mapping[str, str] | None = None) -> Settings:
+def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the configuration; raise :class:`ConfigError` with a clear message."""
     env = os.environ if env is None else env
     cfg_path = Path(path if path is not None else env.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)
@@ -299,9 +296,9 @@ def load_settings(path: str | os.PathLike[str] | None = None,
 KeyState = Literal["simulated", "set", "missing"]
 
 
-def resolve_api_key(name: str, provider: ProviderConfig,
-                    env: Mapping[str, str] | None = None,
-                    secrets: Mapping[str, str] | None = None) -> str:
+def resolve_api_key(
+    name: str, provider: ProviderConfig, env: Mapping[str, str] | None = None, secrets: Mapping[str, str] | None = None
+) -> str:
     """The provider's API key, read when used: from the environment, or the UI's secrets.
 
     Simulated providers need none. A missing key raises :class:`ProviderNotConfigured`.
@@ -316,8 +313,9 @@ def resolve_api_key(name: str, provider: ProviderConfig,
     return key
 
 
-def key_state(provider: ProviderConfig, env: Mapping[str, str] | None = None,
-              secrets: Mapping[str, str] | None = None) -> KeyState:
+def key_state(
+    provider: ProviderConfig, env: Mapping[str, str] | None = None, secrets: Mapping[str, str] | None = None
+) -> KeyState:
     """``simulated``, ``set`` or ``missing``: what the UI may show about a key (never the key)."""
     if provider.is_simulated:
         return "simulated"

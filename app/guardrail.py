@@ -20,8 +20,12 @@ __all__ = ["ACTOR", "GuardrailReading", "check_guardrail", "guardrail_defaults",
 
 def guardrail_defaults(settings: Settings) -> dict:
     g = settings.guardrail
-    return {"enabled": g.enabled, "error_rate_threshold": g.error_rate_threshold,
-            "window_minutes": g.window_minutes, "min_requests": g.min_requests}
+    return {
+        "enabled": g.enabled,
+        "error_rate_threshold": g.error_rate_threshold,
+        "window_minutes": g.window_minutes,
+        "min_requests": g.min_requests,
+    }
 
 
 def check_guardrail(engine: Engine, settings: Settings, now: float | None = None) -> float | None:
@@ -35,8 +39,10 @@ def check_guardrail(engine: Engine, settings: Settings, now: float | None = None
     reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes, now)
     if reading.attempts < g.min_requests or reading.error_rate <= g.error_rate_threshold:
         return None
-    reason = (f"automatic rollback: {settings.routing.primary} error rate {reading.error_rate:.1%} over "
-              f"{g.window_minutes} min ({reading.errors}/{reading.attempts}) exceeded {g.error_rate_threshold:.0%}")
+    reason = (
+        f"automatic rollback: {settings.routing.primary} error rate {reading.error_rate:.1%} over "
+        f"{g.window_minutes} min ({reading.errors}/{reading.attempts}) exceeded {g.error_rate_threshold:.0%}"
+    )
     try:
         set_ratio(engine, 0.0, expected_version=state.version, actor=ACTOR, reason=reason)
     except StaleCanaryError:

@@ -36,8 +36,10 @@ GENERAL = [
     "Give me three tips for writing a clear incident report.",
     "오늘 회의 내용을 간단히 요약해 주세요.",
 ]
-LONG_FILLER = ("The quarterly operations review covered latency, cost, capacity and incident history "
-               "across every region in considerable detail. ")
+LONG_FILLER = (
+    "The quarterly operations review covered latency, cost, capacity and incident history "
+    "across every region in considerable detail. "
+)
 
 
 @dataclass
@@ -54,14 +56,23 @@ class LoadgenReport:
     errors: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict:
-        return {"planned": self.planned, "sent": self.sent, "ok": self.ok, "failed": self.failed,
-                "fallbacks": self.fallbacks, "cost_usd": round(self.cost_usd, 6),
-                "elapsed_s": round(self.elapsed_s, 3), "by_provider": dict(self.by_provider),
-                "by_intent": dict(self.by_intent), "errors": dict(self.errors)}
+        return {
+            "planned": self.planned,
+            "sent": self.sent,
+            "ok": self.ok,
+            "failed": self.failed,
+            "fallbacks": self.fallbacks,
+            "cost_usd": round(self.cost_usd, 6),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "by_provider": dict(self.by_provider),
+            "by_intent": dict(self.by_intent),
+            "errors": dict(self.errors),
+        }
 
 
-def prompt_stream(seed: int | None, sessions: int = 24, long_share: float = 0.05,
-                  coding_share: float = 0.35) -> Iterator[tuple[str, list[dict]]]:
+def prompt_stream(
+    seed: int | None, sessions: int = 24, long_share: float = 0.05, coding_share: float = 0.35
+) -> Iterator[tuple[str, list[dict]]]:
     """Endless (session id, messages) pairs; the same seed gives the same sequence."""
     rng = random.Random(seed)
     tag = f"{seed if seed is not None else rng.randrange(10**6)}"
@@ -85,16 +96,24 @@ def prompt_stream(seed: int | None, sessions: int = 24, long_share: float = 0.05
             histories[sid] = []
 
 
-def run_loadgen(client: RoutingClient, *, rps: float, duration_s: float, seed: int | None = None,
-                progress: Callable[[int, int], None] | None = None, workers: int = 16,
-                stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep,
-                clock: Callable[[], float] = time.monotonic) -> LoadgenReport:
+def run_loadgen(
+    client: RoutingClient,
+    *,
+    rps: float,
+    duration_s: float,
+    seed: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 16,
+    stop: threading.Event | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> LoadgenReport:
     """Send ``rps * duration_s`` requests at ``rps``; ``progress(done, planned)`` after each one."""
     if not rps > 0:
         raise ValueError("--rps must be greater than 0")
     if not duration_s > 0:
         raise ValueError("--duration must be greater than 0")
-    planned = max(1, int(round(rps * duration_s)))
+    planned = max(1, round(rps * duration_s))
     report = LoadgenReport(planned=planned)
     lock = threading.Lock()
     prompts = prompt_stream(seed)

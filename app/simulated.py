@@ -24,7 +24,7 @@ FAULT_REFRESH_S = 0.5
 @dataclass(frozen=True)
 class SimulatedUpstream:
     provider: SimulatedProvider
-    faults: Refreshing[FaultSettings]   # invalidate() to apply a change made by this process at once
+    faults: Refreshing[FaultSettings]  # invalidate() to apply a change made by this process at once
 
 
 def _current_faults(engine: Engine, name: str, configured: FaultSettings) -> FaultSettings:
@@ -33,15 +33,19 @@ def _current_faults(engine: Engine, name: str, configured: FaultSettings) -> Fau
     return get_faults(engine, name) or configured
 
 
-def simulated_upstreams(settings: Settings, engine: Engine,
-                        skip: Container[str] = ()) -> dict[str, SimulatedUpstream]:
+def simulated_upstreams(settings: Settings, engine: Engine, skip: Container[str] = ()) -> dict[str, SimulatedUpstream]:
     """One simulator per ``sim://`` provider, keyed by the provider's name in the config."""
     out: dict[str, SimulatedUpstream] = {}
     for name, p in settings.providers.items():
         if not p.is_simulated or name in skip:
             continue
         faults = Refreshing(partial(_current_faults, engine, name, p.faults), FAULT_REFRESH_S)
-        provider = SimulatedProvider(p.sim_name, p.models, faults=faults.get,
-                                     latency_scale=settings.simulator.latency_scale, seed=settings.simulator.seed)
+        provider = SimulatedProvider(
+            p.sim_name,
+            p.models,
+            faults=faults.get,
+            latency_scale=settings.simulator.latency_scale,
+            seed=settings.simulator.seed,
+        )
         out[name] = SimulatedUpstream(provider, faults)
     return out

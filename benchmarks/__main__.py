@@ -40,13 +40,21 @@ def main(argv: list[str]) -> int:
     print(f"{'suite':<8} {'measure':<{width}} {'value':>12} {'unit':<6} {'budget':>10}  ok")
     for r in rows:
         budget = "" if r.get("budget") is None else f"{r['budget']:g}"
-        print(f"{r['suite']:<8} {r['name']:<{width}} {r['value']:>12g} {r['unit']:<6} {budget:>10}  "
-              f"{'yes' if r['ok'] else 'NO'}")
-    RESULTS.write_text(json.dumps({
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-        "results": rows,
-    }, indent=2) + "\n")
+        print(
+            f"{r['suite']:<8} {r['name']:<{width}} {r['value']:>12g} {r['unit']:<6} {budget:>10}  "
+            f"{'yes' if r['ok'] else 'NO'}"
+        )
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": {"python": platform.python_version(), "platform": platform.platform()},
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

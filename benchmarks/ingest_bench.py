@@ -30,14 +30,29 @@ def make_records(n: int, seed: int = 1, start: float | None = None) -> list[Atte
         prompt = rng.randint(20, 4000)
         cached = rng.randint(0, prompt) if rng.random() < 0.4 else 0
         completion = rng.randint(20, 600)
-        out.append(AttemptRecord(
-            request_id=f"bench-{seed}-{i}", attempt=1, ts=t0 + i * 3600 / n, provider=rng.choice(PROVIDERS),
-            model=rng.choice(MODELS), requested_model="auto", intent=rng.choice(INTENTS),
-            side=rng.choice(("primary", "fallback")), status="ok" if ok else "error",
-            latency_ms=rng.lognormvariate(5.5, 0.6), ttft_ms=rng.lognormvariate(4.8, 0.5) if ok else None,
-            http_status=200 if ok else 503, error_class=None if ok else "server_error",
-            prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion,
-            cost_usd=(prompt * 0.3 + completion * 2.5) / 1e6, fallback=rng.random() < 0.05, source="loadgen"))
+        out.append(
+            AttemptRecord(
+                request_id=f"bench-{seed}-{i}",
+                attempt=1,
+                ts=t0 + i * 3600 / n,
+                provider=rng.choice(PROVIDERS),
+                model=rng.choice(MODELS),
+                requested_model="auto",
+                intent=rng.choice(INTENTS),
+                side=rng.choice(("primary", "fallback")),
+                status="ok" if ok else "error",
+                latency_ms=rng.lognormvariate(5.5, 0.6),
+                ttft_ms=rng.lognormvariate(4.8, 0.5) if ok else None,
+                http_status=200 if ok else 503,
+                error_class=None if ok else "server_error",
+                prompt_tokens=prompt,
+                cached_tokens=cached,
+                completion_tokens=completion,
+                cost_usd=(prompt * 0.3 + completion * 2.5) / 1e6,
+                fallback=rng.random() < 0.05,
+                source="loadgen",
+            )
+        )
     return out
 
 
@@ -54,8 +69,15 @@ def run() -> list[dict]:
     elapsed = time.perf_counter() - t0
     rate = N / elapsed
     engine.dispose()
-    return [{"name": "log ingest into SQLite (records/s)", "value": round(rate), "unit": "rec/s",
-             "budget": 20_000, "ok": rate >= 20_000}]
+    return [
+        {
+            "name": "log ingest into SQLite (records/s)",
+            "value": round(rate),
+            "unit": "rec/s",
+            "budget": 20_000,
+            "ok": rate >= 20_000,
+        }
+    ]
 
 
 if __name__ == "__main__":

@@ -24,8 +24,15 @@ def run(repeats: int = 50) -> list[dict]:
         render()
         samples.append((time.perf_counter() - start) * 1000)
     p50 = statistics.median(samples)
-    return [{"name": "kvcache: page data for one render (p50)", "value": round(p50, 3), "unit": "ms",
-             "budget": BUDGET_MS, "ok": p50 <= BUDGET_MS}]
+    return [
+        {
+            "name": "kvcache: page data for one render (p50)",
+            "value": round(p50, 3),
+            "unit": "ms",
+            "budget": BUDGET_MS,
+            "ok": p50 <= BUDGET_MS,
+        }
+    ]
 
 
 if __name__ == "__main__":

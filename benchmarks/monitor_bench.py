@@ -32,12 +32,12 @@ RUNS = 10
 BUDGET_MS = 300.0
 SEED = 20240601
 
-PROVIDERS = ("holysheep", "direct")        # primary, fallback
+PROVIDERS = ("holysheep", "direct")  # primary, fallback
 MODELS = ("deepseek-chat-v3.2", "claude-sonnet-4-20250514", "gemini-2.5-flash", "gpt-4.1")
 INTENTS = ("coding", "general", "long_context")
 SOURCES = ("loadgen", "api")
 PRIMARY_SHARE = 0.7
-PRIMARY_FAIL = 0.03                         # failed primary attempts, retried on the fallback
+PRIMARY_FAIL = 0.03  # failed primary attempts, retried on the fallback
 META_VERSION = 2  # 2: five-minute and hourly rollup tables
 
 
@@ -62,21 +62,52 @@ def _records(rng: random.Random, start: float, first: int, count: int) -> list:
         cached = int(prompt * rng.random() * 0.6)
         completion = rng.randint(20, 800)
         rid = f"b{k:08d}"
-        base = dict(request_id=rid, requested_model="auto", model=model, intent=intent, side=side,
-                    source=source, stream=stream, session_id=f"s{k % 997}")
+        base = dict(
+            request_id=rid,
+            requested_model="auto",
+            model=model,
+            intent=intent,
+            side=side,
+            source=source,
+            stream=stream,
+            session_id=f"s{k % 997}",
+        )
         attempt, fallback = 1, False
         if side == "primary" and rng.random() < PRIMARY_FAIL:
-            out.append(AttemptRecord(**base, attempt=1, ts=ts, provider=provider, status="error",
-                                     latency_ms=rng.lognormvariate(5.5, 0.6), http_status=503,
-                                     error_class="server_error", error_message="upstream unavailable",
-                                     final=False))
+            out.append(
+                AttemptRecord(
+                    **base,
+                    attempt=1,
+                    ts=ts,
+                    provider=provider,
+                    status="error",
+                    latency_ms=rng.lognormvariate(5.5, 0.6),
+                    http_status=503,
+                    error_class="server_error",
+                    error_message="upstream unavailable",
+                    final=False,
+                )
+            )
             attempt, fallback, provider = 2, True, PROVIDERS[1]
         latency = rng.lognormvariate(6.3 if provider == PROVIDERS[0] else 6.6, 0.5)
-        out.append(AttemptRecord(
-            **base, attempt=attempt, ts=ts, provider=provider, status="ok", latency_ms=latency,
-            http_status=200, ttft_ms=latency * rng.uniform(0.1, 0.4) if stream else None,
-            prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion,
-            cost_usd=catalog.cost_usd(model, prompt, cached, completion), fallback=fallback, final=True))
+        out.append(
+            AttemptRecord(
+                **base,
+                attempt=attempt,
+                ts=ts,
+                provider=provider,
+                status="ok",
+                latency_ms=latency,
+                http_status=200,
+                ttft_ms=latency * rng.uniform(0.1, 0.4) if stream else None,
+                prompt_tokens=prompt,
+                cached_tokens=cached,
+                completion_tokens=completion,
+                cost_usd=catalog.cost_usd(model, prompt, cached, completion),
+                fallback=fallback,
+                final=True,
+            )
+        )
     return out
 
 
@@ -100,13 +131,23 @@ def generate(force: bool = False) -> dict:
     for first in range(0, N_REQUESTS, BATCH):
         rows += insert_batch(engine, _records(rng, start, first, min(BATCH, N_REQUESTS - first)))
         done = first + BATCH
-        print(f"  generated {min(done, N_REQUESTS):>9,} / {N_REQUESTS:,} requests "
-              f"({rows:,} attempt rows, {time.perf_counter() - t0:5.0f} s)", flush=True)
+        print(
+            f"  generated {min(done, N_REQUESTS):>9,} / {N_REQUESTS:,} requests "
+            f"({rows:,} attempt rows, {time.perf_counter() - t0:5.0f} s)",
+            flush=True,
+        )
     with engine.begin() as conn:
         conn.exec_driver_sql("ANALYZE")
     dispose_all()
-    meta = {"version": META_VERSION, "complete": True, "requests": N_REQUESTS, "attempt_rows": rows,
-            "start": start, "end": end, "generate_s": round(time.perf_counter() - t0, 1)}
+    meta = {
+        "version": META_VERSION,
+        "complete": True,
+        "requests": N_REQUESTS,
+        "attempt_rows": rows,
+        "start": start,
+        "end": end,
+        "generate_s": round(time.perf_counter() - t0, 1),
+    }
     META_PATH.write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -154,8 +195,13 @@ def run() -> list[dict]:
 
 
 def _result(name: str, value_ms: float, budget_ms: float | None) -> dict:
-    return {"name": name, "value": round(value_ms, 1), "unit": "ms", "budget": budget_ms,
-            "ok": budget_ms is None or value_ms < budget_ms}
+    return {
+        "name": name,
+        "value": round(value_ms, 1),
+        "unit": "ms",
+        "budget": budget_ms,
+        "ok": budget_ms is None or value_ms < budget_ms,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

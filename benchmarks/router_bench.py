@@ -33,13 +33,15 @@ def _quantile(xs: list[float], q: float) -> float:
 def run() -> list[dict]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-router-"))
     settings = load_settings("gateway.toml", env={"DATABASE_URL": f"sqlite:///{tmp / 'b.db'}"})
-    settings = settings.model_copy(update={"simulator": settings.simulator.model_copy(
-        update={"latency_scale": 0.0, "seed": 1})})
+    settings = settings.model_copy(
+        update={"simulator": settings.simulator.model_copy(update={"latency_scale": 0.0, "seed": 1})}
+    )
     sim = SimulatedProvider("direct", settings.providers["direct"].models, latency_scale=0.0, seed=1)
     transport = make_transport(sim)
     router = RoutingClient(settings, transports={"direct": transport, "holysheep": transport})
-    bare = openai.OpenAI(api_key="sim", base_url="http://direct.sim/v1", max_retries=0,
-                         http_client=httpx2.Client(transport=transport))
+    bare = openai.OpenAI(
+        api_key="sim", base_url="http://direct.sim/v1", max_retries=0, http_client=httpx2.Client(transport=transport)
+    )
     msgs = [{"role": "user", "content": "Summarise the benefits of a canary rollout."}]
 
     def call_router() -> None:

@@ -93,9 +93,16 @@ def ensure_setting(engine: Engine, initial_ratio: float) -> None:
             return
     try:
         with engine.begin() as conn:
-            conn.execute(insert(CanarySetting).values(
-                id=SETTING_ID, ratio=validate_ratio(initial_ratio), version=1,
-                updated_at=time.time(), updated_by="config", reason="initial ratio from gateway config"))
+            conn.execute(
+                insert(CanarySetting).values(
+                    id=SETTING_ID,
+                    ratio=validate_ratio(initial_ratio),
+                    version=1,
+                    updated_at=time.time(),
+                    updated_by="config",
+                    reason="initial ratio from gateway config",
+                )
+            )
     except IntegrityError:
         pass  # another process created it first
 
@@ -105,22 +112,35 @@ def get_state(engine: Engine) -> CanaryState:
         row = conn.execute(select(CanarySetting).where(CanarySetting.id == SETTING_ID)).mappings().first()
     if row is None:
         raise LookupError("canary setting not initialised (call ensure_setting first)")
-    return CanaryState(ratio=row["ratio"], version=row["version"], updated_at=row["updated_at"],
-                       updated_by=row["updated_by"], reason=row["reason"])
+    return CanaryState(
+        ratio=row["ratio"],
+        version=row["version"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+        reason=row["reason"],
+    )
 
 
 def read_ratio_version(engine: Engine) -> tuple[float, int]:
     """The cheapest read of the current ratio, for the routers' once-a-second refresh."""
     with engine.connect() as conn:
-        row = conn.execute(select(CanarySetting.ratio, CanarySetting.version)
-                           .where(CanarySetting.id == SETTING_ID)).first()
+        row = conn.execute(
+            select(CanarySetting.ratio, CanarySetting.version).where(CanarySetting.id == SETTING_ID)
+        ).first()
     if row is None:
         raise LookupError("canary setting not initialised")
     return float(row[0]), int(row[1])
 
 
-def set_ratio(engine: Engine, new_ratio: object, *, expected_version: int | None, actor: str,
-              reason: str, now: float | None = None) -> CanaryState:
+def set_ratio(
+    engine: Engine,
+    new_ratio: object,
+    *,
+    expected_version: int | None,
+    actor: str,
+    reason: str,
+    now: float | None = None,
+) -> CanaryState:
     """Change the ratio; with ``expected_version`` refuse if it moved on (optimistic lock).
 
     Without ``expected_version`` the change applies on top of whatever is current (the CLI).
@@ -143,9 +163,11 @@ def set_ratio(engine: Engine, new_ratio: object, *, expected_version: int | None
                 .values(ratio=ratio, version=base + 1, updated_at=ts, updated_by=actor, reason=reason)
             )
             if res.rowcount == 1:
-                conn.execute(insert(CanaryAudit).values(
-                    ts=ts, old_ratio=current.ratio, new_ratio=ratio, version=base + 1,
-                    actor=actor, reason=reason))
+                conn.execute(
+                    insert(CanaryAudit).values(
+                        ts=ts, old_ratio=current.ratio, new_ratio=ratio, version=base + 1, actor=actor, reason=reason
+                    )
+                )
                 return CanaryState(ratio, base + 1, ts, actor, reason)
         if expected_version is not None:
             raise StaleCanaryError(get_state(engine))
@@ -158,8 +180,7 @@ def audit_log(engine: Engine, limit: int = 200, since: float | None = None) -> l
         q = q.where(CanaryAudit.ts >= since)
     with engine.connect() as conn:
         rows = conn.execute(q).mappings().all()
-    return [AuditEntry(r["ts"], r["old_ratio"], r["new_ratio"], r["version"], r["actor"], r["reason"])
-            for r in rows]
+    return [AuditEntry(r["ts"], r["old_ratio"], r["new_ratio"], r["version"], r["actor"], r["reason"]) for r in rows]
 
 
 def audit_count(engine: Engine) -> int:
@@ -174,13 +195,19 @@ def get_guardrail(engine: Engine, defaults: dict | None = None) -> GuardrailStat
         d = {"enabled": False, "error_rate_threshold": 0.5, "window_minutes": 5, "min_requests": 20}
         d.update(defaults or {})
         return GuardrailState(updated_at=0.0, updated_by="config", **d)
-    return GuardrailState(enabled=row["enabled"], error_rate_threshold=row["error_rate_threshold"],
-                          window_minutes=row["window_minutes"], min_requests=row["min_requests"],
-                          updated_at=row["updated_at"], updated_by=row["updated_by"])
+    return GuardrailState(
+        enabled=row["enabled"],
+        error_rate_threshold=row["error_rate_threshold"],
+        window_minutes=row["window_minutes"],
+        min_requests=row["min_requests"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+    )
 
 
-def set_guardrail(engine: Engine, *, enabled: bool, error_rate_threshold: float, window_minutes: int,
-                  min_requests: int, actor: str) -> GuardrailState:
+def set_guardrail(
+    engine: Engine, *, enabled: bool, error_rate_threshold: float, window_minutes: int, min_requests: int, actor: str
+) -> GuardrailState:
     if not 0.0 < float(error_rate_threshold) <= 1.0:
         raise ValueError("error-rate threshold must be above 0 % and at most 100 %")
     if not 1 <= int(window_minutes) <= 60:
@@ -188,9 +215,14 @@ def set_guardrail(engine: Engine, *, enabled: bool, error_rate_threshold: float,
     if int(min_requests) < 1:
         raise ValueError("minimum requests must be at least 1")
     actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
-    values = dict(enabled=bool(enabled), error_rate_threshold=float(error_rate_threshold),
-                  window_minutes=int(window_minutes), min_requests=int(min_requests),
-                  updated_at=time.time(), updated_by=actor)
+    values = dict(
+        enabled=bool(enabled),
+        error_rate_threshold=float(error_rate_threshold),
+        window_minutes=int(window_minutes),
+        min_requests=int(min_requests),
+        updated_at=time.time(),
+        updated_by=actor,
+    )
     with engine.begin() as conn:
         res = conn.execute(update(GuardrailSetting).where(GuardrailSetting.id == SETTING_ID).values(**values))
         if res.rowcount == 0:

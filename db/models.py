@@ -24,9 +24,18 @@ LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
 TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]
 ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side"]
 ROLLUP_SUMS = [
-    "attempts", "requests", "errors", "request_errors", "fallbacks",
-    "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd",
-    "latency_sum_ms", "ttft_sum_ms", "ttft_count",
+    "attempts",
+    "requests",
+    "errors",
+    "request_errors",
+    "fallbacks",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "latency_sum_ms",
+    "ttft_sum_ms",
+    "ttft_count",
 ]
 
 # Bigint primary keys on PostgreSQL, but SQLite only autoincrements "INTEGER PRIMARY KEY".
@@ -45,13 +54,13 @@ class RequestLog(Base):
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     request_id: Mapped[str] = mapped_column(String(64), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
-    ts: Mapped[float] = mapped_column(Float, index=True)        # attempt start, epoch seconds
+    ts: Mapped[float] = mapped_column(Float, index=True)  # attempt start, epoch seconds
     provider: Mapped[str] = mapped_column(String(64))
     model: Mapped[str] = mapped_column(String(128))
-    requested_model: Mapped[str] = mapped_column(String(128))    # "auto" or the caller's model
+    requested_model: Mapped[str] = mapped_column(String(128))  # "auto" or the caller's model
     intent: Mapped[str] = mapped_column(String(32))
-    side: Mapped[str] = mapped_column(String(16))                # canary side: primary | fallback
-    status: Mapped[str] = mapped_column(String(16))              # ok | error
+    side: Mapped[str] = mapped_column(String(16))  # canary side: primary | fallback
+    status: Mapped[str] = mapped_column(String(16))  # ok | error
     http_status: Mapped[int | None] = mapped_column(Integer)
     error_class: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(String(500))
@@ -61,13 +70,13 @@ class RequestLog(Base):
     cached_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
-    fallback: Mapped[bool] = mapped_column(Boolean, default=False)   # served by the fallback route
-    final: Mapped[bool] = mapped_column(Boolean, default=True)       # last attempt of its request
+    fallback: Mapped[bool] = mapped_column(Boolean, default=False)  # served by the fallback route
+    final: Mapped[bool] = mapped_column(Boolean, default=True)  # last attempt of its request
     substituted: Mapped[bool] = mapped_column(Boolean, default=False)
     stream: Mapped[bool] = mapped_column(Boolean, default=False)
-    source: Mapped[str] = mapped_column(String(32))              # playground | loadgen | api | cli ...
+    source: Mapped[str] = mapped_column(String(32))  # playground | loadgen | api | cli ...
     session_id: Mapped[str | None] = mapped_column(String(128))
-    prompt_text: Mapped[str | None] = mapped_column(Text)        # only with store_prompts = true
+    prompt_text: Mapped[str | None] = mapped_column(Text)  # only with store_prompts = true
 
 
 class _RollupColumns:
@@ -85,10 +94,10 @@ class _RollupColumns:
     side: Mapped[str] = mapped_column(String(16), primary_key=True)
 
     attempts: Mapped[int] = mapped_column(BigInteger, default=0)
-    requests: Mapped[int] = mapped_column(BigInteger, default=0)        # final attempts
-    errors: Mapped[int] = mapped_column(BigInteger, default=0)          # failed attempts
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)  # final attempts
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)  # failed attempts
     request_errors: Mapped[int] = mapped_column(BigInteger, default=0)  # failed final attempts
-    fallbacks: Mapped[int] = mapped_column(BigInteger, default=0)       # final attempts on fallback
+    fallbacks: Mapped[int] = mapped_column(BigInteger, default=0)  # final attempts on fallback
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)

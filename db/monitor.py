@@ -1,8 +1,9 @@
 """Read-side SQL for the dashboards: time series, KPIs, provider health, canary split, recent rows.
 
 Everything that charts or summarises traffic reads the rollup tables (per minute, and per five
-minutes and per hour for long windows: see :func:`db.models.rollup_table_for`), never the raw log, so the cost of a query depends on the window's minutes and dimensions, not on the request
-volume. The raw ``request_log`` is read only for bounded, index-ordered lookups (the newest rows, a
+minutes and per hour for long windows: see :func:`db.models.rollup_table_for`), never the raw log, so
+the cost of a query depends on the window's minutes and dimensions, not on the request volume.
+The raw ``request_log`` is read only for bounded, index-ordered lookups (the newest rows, a
 provider's latest error).
 
 Time bucketing: a rollup's ``minute`` is the integer epoch second of the minute's start. A window
@@ -53,21 +54,51 @@ NICE_STEPS_MIN = (1, 2, 3, 5, 10, 15, 20, 30, 60, 120, 180, 360, 720, 1440)
 QUANTILES = (0.50, 0.95, 0.99)
 RECENT_LIMIT_MAX = 5000
 
-_COUNTS = ("attempts", "requests", "errors", "request_errors", "fallbacks",
-           "prompt_tokens", "cached_tokens", "completion_tokens")
+_COUNTS = (
+    "attempts",
+    "requests",
+    "errors",
+    "request_errors",
+    "fallbacks",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+)
 
 # Operator-facing columns of the recent-requests table, in display order. prompt_text is opt-in.
 RECENT_COLUMNS = (
-    "time_utc", "request_id", "attempt", "final", "provider", "model", "requested_model", "intent",
-    "side", "source", "status", "http_status", "error_class", "error_message", "latency_ms", "ttft_ms",
-    "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd", "fallback", "substituted",
-    "stream", "session_id", "ts",
+    "time_utc",
+    "request_id",
+    "attempt",
+    "final",
+    "provider",
+    "model",
+    "requested_model",
+    "intent",
+    "side",
+    "source",
+    "status",
+    "http_status",
+    "error_class",
+    "error_message",
+    "latency_ms",
+    "ttft_ms",
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "fallback",
+    "substituted",
+    "stream",
+    "session_id",
+    "ts",
 )
 
 
 # ---------------------------------------------------------------------------------------------
 # Filters and the time axis
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class MonitorFilters:
@@ -123,8 +154,12 @@ def bucket_axis(since: float, until: float, step: int) -> tuple[tuple[int, ...],
 def _dimension_filter(filters: MonitorFilters | None, table) -> list:
     f = filters or NO_FILTERS
     conds = []
-    for values, col in ((f.providers, table.c.provider), (f.models, table.c.model),
-                        (f.intents, table.c.intent), (f.sources, table.c.source)):
+    for values, col in (
+        (f.providers, table.c.provider),
+        (f.models, table.c.model),
+        (f.intents, table.c.intent),
+        (f.sources, table.c.source),
+    ):
         if values:
             conds.append(col.in_(values))
     return conds
@@ -132,8 +167,7 @@ def _dimension_filter(filters: MonitorFilters | None, table) -> list:
 
 def _rollup_range(since: float, until: float, filters: MonitorFilters | None, table=None):
     t = RequestRollup.__table__ if table is None else table
-    return and_(t.c.minute >= _minute_floor(since), t.c.minute <= int(until),
-                *_dimension_filter(filters, t))
+    return and_(t.c.minute >= _minute_floor(since), t.c.minute <= int(until), *_dimension_filter(filters, t))
 
 
 def _i(v) -> int:
@@ -161,6 +195,7 @@ def _cumsum(values: Iterable[float]) -> tuple[float, ...]:
 # window_series: everything the monitor charts, in two queries
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Percentiles:
     """p50 / p95 / p99 in milliseconds per bucket (``None`` where a bucket has no samples)."""
@@ -178,17 +213,17 @@ class ProviderSeries:
     provider: str
     requests: tuple[int, ...]
     attempts: tuple[int, ...]
-    errors: tuple[int, ...]                    # failed attempts
-    request_rate: tuple[float, ...]            # requests per second
-    error_rate: tuple[float | None, ...]       # failed attempts / attempts
+    errors: tuple[int, ...]  # failed attempts
+    request_rate: tuple[float, ...]  # requests per second
+    error_rate: tuple[float | None, ...]  # failed attempts / attempts
     latency: Percentiles
     ttft: Percentiles
     cost_usd: tuple[float, ...]
     cost_per_min: tuple[float, ...]
-    cum_cost_usd: tuple[float, ...]            # running total from the window's start
+    cum_cost_usd: tuple[float, ...]  # running total from the window's start
     cached_ratio: tuple[float | None, ...]
-    tokens_per_s: tuple[float, ...]            # completion tokens per second
-    window_latency: tuple[float | None, float | None, float | None]   # p50, p95, p99 over the window
+    tokens_per_s: tuple[float, ...]  # completion tokens per second
+    window_latency: tuple[float | None, float | None, float | None]  # p50, p95, p99 over the window
     window_ttft: tuple[float | None, float | None, float | None]
 
 
@@ -263,7 +298,7 @@ class WindowSeries:
     models: Mapping[str, ModelSeries]
     requests: tuple[int, ...]
     request_rate: tuple[float, ...]
-    error_rate: tuple[float | None, ...]          # failed attempts / attempts, all providers
+    error_rate: tuple[float | None, ...]  # failed attempts / attempts, all providers
     request_error_rate: tuple[float | None, ...]  # failed requests / requests
     fallback_rate: tuple[float | None, ...]
     cost_per_min: tuple[float, ...]
@@ -294,9 +329,9 @@ class _Cell:
     """One (bucket, provider or model) group as summed by SQL, with its percentiles worked out
     once (a settled bucket's cell is cached and reused on every refresh)."""
 
-    counts: tuple[int, ...]                 # _COUNTS order (models: only ``requests`` is filled)
+    counts: tuple[int, ...]  # _COUNTS order (models: only ``requests`` is filled)
     cost: float
-    lat: tuple[int, ...] | None = None      # summed histogram, None when it has no samples
+    lat: tuple[int, ...] | None = None  # summed histogram, None when it has no samples
     ttft: tuple[int, ...] | None = None
     lat_q: tuple[float | None, ...] = (None, None, None)
     ttft_q: tuple[float | None, ...] = (None, None, None)
@@ -321,10 +356,16 @@ def _hist(values: Sequence) -> tuple[int, ...] | None:
 def _provider_cell(row: Sequence) -> _Cell:
     # row: bucket, provider, *_COUNTS, cost_usd, *LATENCY_BUCKETS, *TTFT_BUCKETS
     nc, nl = len(_COUNTS), len(LATENCY_BUCKETS)
-    lat = _hist(row[3 + nc:3 + nc + nl])
-    ttft = _hist(row[3 + nc + nl:])
-    return _Cell(counts=tuple(_i(v) for v in row[2:2 + nc]), cost=_f(row[2 + nc]), lat=lat, ttft=ttft,
-                 lat_q=_quantiles(lat), ttft_q=_quantiles(ttft))
+    lat = _hist(row[3 + nc : 3 + nc + nl])
+    ttft = _hist(row[3 + nc + nl :])
+    return _Cell(
+        counts=tuple(_i(v) for v in row[2 : 2 + nc]),
+        cost=_f(row[2 + nc]),
+        lat=lat,
+        ttft=ttft,
+        lat_q=_quantiles(lat),
+        ttft_q=_quantiles(ttft),
+    )
 
 
 _REQ = _COUNTS.index("requests")
@@ -344,11 +385,20 @@ def _fetch(engine: Engine, lo: int, until: float, step: int, filters: MonitorFil
     t = rollup_table_for(step)
     bucket = _bucket_expr(step, t)
     where = _rollup_range(lo, until, filters, t)
-    by_provider = (select(bucket, t.c.provider, *_sum_cols(_COUNTS + ("cost_usd",), t),
-                          *_sum_cols(LATENCY_BUCKETS, t), *_sum_cols(TTFT_BUCKETS, t))
-                   .where(where).group_by(bucket, t.c.provider))
-    by_model = (select(bucket, t.c.model, *_sum_cols(("requests", "cost_usd"), t))
-                .where(where).group_by(bucket, t.c.model))
+    by_provider = (
+        select(
+            bucket,
+            t.c.provider,
+            *_sum_cols((*_COUNTS, "cost_usd"), t),
+            *_sum_cols(LATENCY_BUCKETS, t),
+            *_sum_cols(TTFT_BUCKETS, t),
+        )
+        .where(where)
+        .group_by(bucket, t.c.provider)
+    )
+    by_model = (
+        select(bucket, t.c.model, *_sum_cols(("requests", "cost_usd"), t)).where(where).group_by(bucket, t.c.model)
+    )
     out: _Buckets = {}
     with engine.connect() as conn:
         for row in conn.execute(by_provider):
@@ -405,8 +455,9 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _window_cells(engine: Engine, buckets: Sequence[int], step: int, until: float,
-                  filters: MonitorFilters, use_cache: bool) -> _Buckets:
+def _window_cells(
+    engine: Engine, buckets: Sequence[int], step: int, until: float, filters: MonitorFilters, use_cache: bool
+) -> _Buckets:
     key = (engine.url.render_as_string(hide_password=True), step, filters)
     known = _CACHE.get(key) if use_cache else {}
     missing = [b for b in buckets if b not in known]
@@ -425,7 +476,7 @@ def _sum_hists(hists: Iterable[Sequence[int] | None], n: int) -> list[int]:
     total = [0] * n
     for h in hists:
         if h:
-            total = [a + b for a, b in zip(total, h)]
+            total = [a + b for a, b in zip(total, h, strict=False)]
     return total
 
 
@@ -443,15 +494,19 @@ def _provider_series(name: str, cells: Sequence[_Cell | None], secs: Sequence[fl
     lat_q = [c.lat_q if c else none3 for c in cells]
     ttft_q = [c.ttft_q if c else none3 for c in cells]
     return ProviderSeries(
-        provider=name, requests=tuple(req), attempts=tuple(att), errors=tuple(err),
-        request_rate=tuple(r / s for r, s in zip(req, secs)),
-        error_rate=tuple(_ratio(e, a) for e, a in zip(err, att)),
+        provider=name,
+        requests=tuple(req),
+        attempts=tuple(att),
+        errors=tuple(err),
+        request_rate=tuple(r / s for r, s in zip(req, secs, strict=False)),
+        error_rate=tuple(_ratio(e, a) for e, a in zip(err, att, strict=False)),
         latency=Percentiles(*(tuple(q[k] for q in lat_q) for k in range(3))),
         ttft=Percentiles(*(tuple(q[k] for q in ttft_q) for k in range(3))),
-        cost_usd=tuple(cost), cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs)),
+        cost_usd=tuple(cost),
+        cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs, strict=False)),
         cum_cost_usd=_cumsum(cost),
-        cached_ratio=tuple(_ratio(k, p) for k, p in zip(cached, prompt)),
-        tokens_per_s=tuple(t / s for t, s in zip(completion, secs)),
+        cached_ratio=tuple(_ratio(k, p) for k, p in zip(cached, prompt, strict=False)),
+        tokens_per_s=tuple(t / s for t, s in zip(completion, secs, strict=False)),
         window_latency=_quantiles(_sum_hists((c.lat for c in cells if c), len(LATENCY_BUCKETS))),
         window_ttft=_quantiles(_sum_hists((c.ttft for c in cells if c), len(TTFT_BUCKETS))),
     )
@@ -459,9 +514,13 @@ def _provider_series(name: str, cells: Sequence[_Cell | None], secs: Sequence[fl
 
 def _model_series(name: str, cells: Sequence[_Cell | None], secs: Sequence[float]) -> ModelSeries:
     cost = [c.cost if c else 0.0 for c in cells]
-    return ModelSeries(model=name, requests=tuple(_column(cells, "requests")), cost_usd=tuple(cost),
-                       cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs)),
-                       cum_cost_usd=_cumsum(cost))
+    return ModelSeries(
+        model=name,
+        requests=tuple(_column(cells, "requests")),
+        cost_usd=tuple(cost),
+        cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs, strict=False)),
+        cum_cost_usd=_cumsum(cost),
+    )
 
 
 def _by_name(cells: _Buckets, buckets: Sequence[int], side: int) -> dict[str, list[_Cell | None]]:
@@ -469,8 +528,15 @@ def _by_name(cells: _Buckets, buckets: Sequence[int], side: int) -> dict[str, li
     return {n: [cells.get(b, _EMPTY_BUCKET)[side].get(n) for b in buckets] for n in names}
 
 
-def window_series(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None,
-                  step: int | None = None, use_cache: bool = True) -> WindowSeries:
+def window_series(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    step: int | None = None,
+    use_cache: bool = True,
+) -> WindowSeries:
     """Per-bucket series for the window ``[since, until]`` (epoch seconds).
 
     ``step`` (seconds, a multiple of 60) defaults to :func:`choose_step` of the window; the window
@@ -489,34 +555,48 @@ def window_series(engine: Engine, *, since: float, until: float, filters: Monito
     return _assemble(buckets[0], until, step, buckets, secs, pcells, providers, models)
 
 
-def _assemble(since: float, until: float, step: int, buckets: tuple[int, ...], secs: tuple[float, ...],
-              pcells: Mapping[str, Sequence[_Cell | None]], providers: dict[str, ProviderSeries],
-              models: dict[str, ModelSeries]) -> WindowSeries:
+def _assemble(
+    since: float,
+    until: float,
+    step: int,
+    buckets: tuple[int, ...],
+    secs: tuple[float, ...],
+    pcells: Mapping[str, Sequence[_Cell | None]],
+    providers: dict[str, ProviderSeries],
+    models: dict[str, ModelSeries],
+) -> WindowSeries:
     n = len(buckets)
     tot = {c: [0] * n for c in _COUNTS}
     cost = [0.0] * n
     for cells in pcells.values():
         for c in _COUNTS:
-            tot[c] = [x + y for x, y in zip(tot[c], _column(cells, c))]
-        cost = [x + (c.cost if c else 0.0) for x, c in zip(cost, cells)]
+            tot[c] = [x + y for x, y in zip(tot[c], _column(cells, c), strict=False)]
+        cost = [x + (c.cost if c else 0.0) for x, c in zip(cost, cells, strict=False)]
     all_cells = [c for cells in pcells.values() for c in cells if c]
     totals = Totals(
-        **{c: sum(tot[c]) for c in _COUNTS}, cost_usd=sum(cost), seconds=float(sum(secs)),
+        **{c: sum(tot[c]) for c in _COUNTS},
+        cost_usd=sum(cost),
+        seconds=float(sum(secs)),
         latency=_quantiles(_sum_hists((c.lat for c in all_cells), len(LATENCY_BUCKETS))),
         ttft=_quantiles(_sum_hists((c.ttft for c in all_cells), len(TTFT_BUCKETS))),
     )
     return WindowSeries(
-        since=since, until=until, step_s=step, buckets=buckets, seconds=secs,
-        providers=providers, models=models,
+        since=since,
+        until=until,
+        step_s=step,
+        buckets=buckets,
+        seconds=secs,
+        providers=providers,
+        models=models,
         requests=tuple(tot["requests"]),
-        request_rate=tuple(r / s for r, s in zip(tot["requests"], secs)),
-        error_rate=tuple(_ratio(e, a) for e, a in zip(tot["errors"], tot["attempts"])),
-        request_error_rate=tuple(_ratio(e, r) for e, r in zip(tot["request_errors"], tot["requests"])),
-        fallback_rate=tuple(_ratio(f, r) for f, r in zip(tot["fallbacks"], tot["requests"])),
-        cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs)),
+        request_rate=tuple(r / s for r, s in zip(tot["requests"], secs, strict=False)),
+        error_rate=tuple(_ratio(e, a) for e, a in zip(tot["errors"], tot["attempts"], strict=False)),
+        request_error_rate=tuple(_ratio(e, r) for e, r in zip(tot["request_errors"], tot["requests"], strict=False)),
+        fallback_rate=tuple(_ratio(f, r) for f, r in zip(tot["fallbacks"], tot["requests"], strict=False)),
+        cost_per_min=tuple(v * 60.0 / s for v, s in zip(cost, secs, strict=False)),
         cum_cost_usd=_cumsum(cost),
-        cached_ratio=tuple(_ratio(k, p) for k, p in zip(tot["cached_tokens"], tot["prompt_tokens"])),
-        tokens_per_s=tuple(t / s for t, s in zip(tot["completion_tokens"], secs)),
+        cached_ratio=tuple(_ratio(k, p) for k, p in zip(tot["cached_tokens"], tot["prompt_tokens"], strict=False)),
+        tokens_per_s=tuple(t / s for t, s in zip(tot["completion_tokens"], secs, strict=False)),
         totals=totals,
     )
 
@@ -524,6 +604,7 @@ def _assemble(since: float, until: float, step: int, buckets: tuple[int, ...], s
 # ---------------------------------------------------------------------------------------------
 # Overview KPIs and provider health
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class OverviewStats:
@@ -560,24 +641,34 @@ def overview_stats(engine: Engine, *, now: float, window_s: int = 900) -> Overvi
     """Headline KPIs from the rollups: one window query plus one for today's cost."""
     t = RequestRollup.__table__
     since = now - window_s
-    q = select(*_sum_cols(_COUNTS + ("cost_usd",)), *_sum_cols(LATENCY_BUCKETS), *_sum_cols(TTFT_BUCKETS)
-               ).where(_rollup_range(since, now, None))
+    q = select(*_sum_cols((*_COUNTS, "cost_usd")), *_sum_cols(LATENCY_BUCKETS), *_sum_cols(TTFT_BUCKETS)).where(
+        _rollup_range(since, now, None)
+    )
     today = select(func.coalesce(func.sum(t.c.cost_usd), 0.0)).where(
-        t.c.minute >= _utc_midnight(now), t.c.minute <= int(now))
+        t.c.minute >= _utc_midnight(now), t.c.minute <= int(now)
+    )
     with engine.connect() as conn:
         row = conn.execute(q).one()
         cost_today = _f(conn.execute(today).scalar_one())
     nl = len(LATENCY_BUCKETS)
-    lat = [_i(v) for v in row[len(_COUNTS) + 1:len(_COUNTS) + 1 + nl]]
-    ttft = [_i(v) for v in row[len(_COUNTS) + 1 + nl:]]
+    lat = [_i(v) for v in row[len(_COUNTS) + 1 : len(_COUNTS) + 1 + nl]]
+    ttft = [_i(v) for v in row[len(_COUNTS) + 1 + nl :]]
     requests, req_err, fallbacks = _i(row.requests), _i(row.request_errors), _i(row.fallbacks)
     return OverviewStats(
-        window_s=int(window_s), requests=requests, attempts=_i(row.attempts), errors=req_err,
-        error_rate=_ratio(req_err, requests), fallbacks=fallbacks, fallback_rate=_ratio(fallbacks, requests),
-        p50_ms=percentile(lat, 0.5), p95_ms=percentile(lat, 0.95), ttft_p50_ms=percentile(ttft, 0.5),
+        window_s=int(window_s),
+        requests=requests,
+        attempts=_i(row.attempts),
+        errors=req_err,
+        error_rate=_ratio(req_err, requests),
+        fallbacks=fallbacks,
+        fallback_rate=_ratio(fallbacks, requests),
+        p50_ms=percentile(lat, 0.5),
+        p95_ms=percentile(lat, 0.95),
+        ttft_p50_ms=percentile(ttft, 0.5),
         tokens=_i(row.prompt_tokens) + _i(row.completion_tokens),
         cached_ratio=_ratio(_i(row.cached_tokens), _i(row.prompt_tokens)),
-        cost_window_usd=_f(row.cost_usd), cost_today_usd=cost_today,
+        cost_window_usd=_f(row.cost_usd),
+        cost_today_usd=cost_today,
     )
 
 
@@ -600,8 +691,9 @@ class ProviderHealth:
     last_error_at: float | None = None
 
 
-def provider_health(engine: Engine, *, providers: list[str], now: float,
-                    window_s: int = 300) -> dict[str, ProviderHealth]:
+def provider_health(
+    engine: Engine, *, providers: list[str], now: float, window_s: int = 300
+) -> dict[str, ProviderHealth]:
     """Health of each named provider (every name gets an entry, zeros when idle).
 
     One grouped rollup query; then, only for providers that had errors, one ``ts``-indexed lookup of
@@ -609,9 +701,11 @@ def provider_health(engine: Engine, *, providers: list[str], now: float,
     """
     t = RequestRollup.__table__
     since = now - window_s
-    q = (select(t.c.provider, *_sum_cols(("attempts", "errors", "requests")), *_sum_cols(LATENCY_BUCKETS))
-         .where(_rollup_range(since, now, MonitorFilters(providers=tuple(providers))))
-         .group_by(t.c.provider))
+    q = (
+        select(t.c.provider, *_sum_cols(("attempts", "errors", "requests")), *_sum_cols(LATENCY_BUCKETS))
+        .where(_rollup_range(since, now, MonitorFilters(providers=tuple(providers))))
+        .group_by(t.c.provider)
+    )
     out: dict[str, ProviderHealth] = {}
     with engine.connect() as conn:
         rows = {r.provider: r for r in conn.execute(q).all()} if providers else {}
@@ -624,17 +718,27 @@ def provider_health(engine: Engine, *, providers: list[str], now: float,
             attempts, errors = _i(r.attempts), _i(r.errors)
             last = _last_error(conn, name, _minute_floor(since), now) if errors else None
             out[name] = ProviderHealth(
-                name, attempts, errors, _ratio(errors, attempts), _i(r.requests),
-                percentile(lat, 0.5), percentile(lat, 0.95),
-                last_error_class=last[0] if last else None, last_error_at=last[1] if last else None)
+                name,
+                attempts,
+                errors,
+                _ratio(errors, attempts),
+                _i(r.requests),
+                percentile(lat, 0.5),
+                percentile(lat, 0.95),
+                last_error_class=last[0] if last else None,
+                last_error_at=last[1] if last else None,
+            )
     return out
 
 
 def _last_error(conn: Connection, provider: str, since: float, now: float) -> tuple[str | None, float] | None:
     log = RequestLog.__table__
-    q = (select(log.c.error_class, log.c.ts)
-         .where(log.c.ts >= since, log.c.ts <= now + 60, log.c.provider == provider, log.c.status != "ok")
-         .order_by(log.c.ts.desc()).limit(1))
+    q = (
+        select(log.c.error_class, log.c.ts)
+        .where(log.c.ts >= since, log.c.ts <= now + 60, log.c.provider == provider, log.c.status != "ok")
+        .order_by(log.c.ts.desc())
+        .limit(1)
+    )
     row = conn.execute(q).first()
     return (row.error_class, float(row.ts)) if row else None
 
@@ -642,6 +746,7 @@ def _last_error(conn: Connection, provider: str, since: float, now: float) -> tu
 # ---------------------------------------------------------------------------------------------
 # Canary: observed split
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SplitPoint:
@@ -676,8 +781,11 @@ def observed_split(engine: Engine, *, now: float, minutes: int) -> list[SplitPoi
     step = choose_step(now - since)
     buckets, _ = bucket_axis(since, now, step)
     bucket = _bucket_expr(step)
-    q = (select(bucket, t.c.side, func.sum(t.c.requests).label("requests"))
-         .where(_rollup_range(since, now, None)).group_by(bucket, t.c.side))
+    q = (
+        select(bucket, t.c.side, func.sum(t.c.requests).label("requests"))
+        .where(_rollup_range(since, now, None))
+        .group_by(bucket, t.c.side)
+    )
     with engine.connect() as conn:
         rows = conn.execute(q).all()
     counts: dict[int, list[int]] = {b: [0, 0] for b in buckets}
@@ -692,12 +800,19 @@ def observed_split(engine: Engine, *, now: float, minutes: int) -> list[SplitPoi
 # Raw rows: recent requests, CSV, cheap checks, filter choices
 # ---------------------------------------------------------------------------------------------
 
+
 def _time_utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def recent_requests(engine: Engine, *, limit: int = 200, filters: MonitorFilters | None = None,
-                    include_prompt: bool = False, since: float | None = None) -> list[dict]:
+def recent_requests(
+    engine: Engine,
+    *,
+    limit: int = 200,
+    filters: MonitorFilters | None = None,
+    include_prompt: bool = False,
+    since: float | None = None,
+) -> list[dict]:
     """The newest attempt rows of ``request_log``, newest first, as dicts keyed by
     :data:`RECENT_COLUMNS` (plus ``prompt_text`` only when ``include_prompt``).
 
@@ -749,9 +864,11 @@ def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
     first_hour = -(-int(since) // 3600) * 3600  # the first hour boundary at or after ``since``
     minutes, hours = RequestRollup.__table__, rollup_table_for(3600)
     queries = [
-        select(minutes.c.provider, minutes.c.model, minutes.c.intent, minutes.c.source).distinct()
+        select(minutes.c.provider, minutes.c.model, minutes.c.intent, minutes.c.source)
+        .distinct()
         .where(minutes.c.minute >= _minute_floor(since), minutes.c.minute < first_hour),
-        select(hours.c.provider, hours.c.model, hours.c.intent, hours.c.source).distinct()
+        select(hours.c.provider, hours.c.model, hours.c.intent, hours.c.source)
+        .distinct()
         .where(hours.c.minute >= first_hour),
     ]
     out: dict[str, set[str]] = {"providers": set(), "models": set(), "intents": set(), "sources": set()}
@@ -777,15 +894,17 @@ class GuardrailReading:
         return self.errors / self.attempts if self.attempts else 0.0
 
 
-def provider_error_rate(engine: Engine, provider: str, window_minutes: int,
-                        now: float | None = None) -> GuardrailReading:
+def provider_error_rate(
+    engine: Engine, provider: str, window_minutes: int, now: float | None = None
+) -> GuardrailReading:
     """Attempts and failures of ``provider`` in the last ``window_minutes`` minutes (the current
     minute included), from the per-minute rollups."""
     now = time.time() if now is None else now
     since = _minute_floor(now) - (window_minutes - 1) * 60
     t = RequestRollup.__table__
-    q = (select(func.coalesce(func.sum(t.c.attempts), 0), func.coalesce(func.sum(t.c.errors), 0))
-         .where(t.c.provider == provider, t.c.minute >= since))
+    q = select(func.coalesce(func.sum(t.c.attempts), 0), func.coalesce(func.sum(t.c.errors), 0)).where(
+        t.c.provider == provider, t.c.minute >= since
+    )
     with engine.connect() as conn:
         attempts, errors = conn.execute(q).one()
     return GuardrailReading(_i(attempts), _i(errors))

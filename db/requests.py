@@ -28,7 +28,7 @@ def rollup_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[di
         key = (int(r.ts // span_s) * span_s, r.provider, r.model, r.intent, r.source, r.side)
         row = acc.get(key)
         if row is None:
-            row = dict(zip(ROLLUP_KEY, key))
+            row = dict(zip(ROLLUP_KEY, key, strict=False))
             row.update({c: 0 for c in _COUNTERS})
             acc[key] = row
         failed = r.status != "ok"
@@ -137,5 +137,6 @@ def prune(engine: Engine, *, raw_before: float, minute_rollups_before: float | N
         if minute_rollups_before is not None:
             cutoff = int(minute_rollups_before // 60) * 60
             deleted["request_rollup"] = conn.execute(
-                delete(RequestRollup).where(RequestRollup.minute < cutoff)).rowcount
+                delete(RequestRollup).where(RequestRollup.minute < cutoff)
+            ).rowcount
     return deleted

@@ -50,45 +50,81 @@ def on_slider() -> None:
 
 
 def on_apply() -> None:
-    after_write(canary_form.apply_ratio(engine, st.session_state[PCT_KEY], st.session_state[REASON_KEY],
-                                        expected_version=state.seen_version, actor=auth.actor()))
+    after_write(
+        canary_form.apply_ratio(
+            engine,
+            st.session_state[PCT_KEY],
+            st.session_state[REASON_KEY],
+            expected_version=state.seen_version,
+            actor=auth.actor(),
+        )
+    )
 
 
 def on_quick(action: str) -> None:
-    percent, label, _ = canary_form.QUICK_ACTIONS[action]
+    percent, _label, _ = canary_form.QUICK_ACTIONS[action]
     reason = st.session_state.get(f"quick_reason_{action}") or ""
     state.pending = None
-    after_write(canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version,
-                                        actor=auth.actor()))
+    after_write(
+        canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version, actor=auth.actor())
+    )
 
 
 st.title("Canary control")
 m1, m2 = st.columns([1, 3], vertical_alignment="center")
 m1.metric("Current canary ratio", ratio_pct(current.ratio))
-m2.markdown(f"**{settings.routing.primary}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
-            f"**{settings.routing.fallback}** the rest.  \nVersion {current.version}, set by "
-            f"**{current.updated_by}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
-            f"{current.reason}")
+m2.markdown(
+    f"**{settings.routing.primary}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
+    f"**{settings.routing.fallback}** the rest.  \nVersion {current.version}, set by "
+    f"**{current.updated_by}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
+    f"{current.reason}"
+)
 notices = st.container()  # always present, so messages appearing never shift (and reset) the inputs below
 if state.flash:
     with notices:
         render.flash(*state.flash)
     state.flash = None
 if current.version != state.seen_version:
-    notices.warning(f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
-               "Apply will be refused until you reload the value.")
-    notices.button("Load the current value", on_click=after_write,
-              args=(canary_form.Outcome(True, "Loaded the current value.", current),))
+    notices.warning(
+        f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
+        "Apply will be refused until you reload the value."
+    )
+    notices.button(
+        "Load the current value",
+        on_click=after_write,
+        args=(canary_form.Outcome(True, "Loaded the current value.", current),),
+    )
 
 form_col, chart_col = st.columns([2, 3], gap="large")
 with form_col:
     st.subheader("Change the ratio")
-    st.number_input("Canary ratio (%)", min_value=0.0, max_value=100.0, value=None, step=1.0, format="%.1f",
-                    key=PCT_KEY, on_change=on_number, help="Share of traffic for the primary, 0 to 100")
-    st.slider("Canary ratio slider", min_value=0.0, max_value=100.0, step=0.1, key=SLIDER_KEY,
-              on_change=on_slider, label_visibility="collapsed", format="%.1f %%")
-    st.text_input("Reason (required)", key=REASON_KEY, max_chars=500,
-                  placeholder="e.g. error rate stable for 30 min, widening the canary")
+    st.number_input(
+        "Canary ratio (%)",
+        min_value=0.0,
+        max_value=100.0,
+        value=None,
+        step=1.0,
+        format="%.1f",
+        key=PCT_KEY,
+        on_change=on_number,
+        help="Share of traffic for the primary, 0 to 100",
+    )
+    st.slider(
+        "Canary ratio slider",
+        min_value=0.0,
+        max_value=100.0,
+        step=0.1,
+        key=SLIDER_KEY,
+        on_change=on_slider,
+        label_visibility="collapsed",
+        format="%.1f %%",
+    )
+    st.text_input(
+        "Reason (required)",
+        key=REASON_KEY,
+        max_chars=500,
+        placeholder="e.g. error rate stable for 30 min, widening the canary",
+    )
     st.button("Apply", type="primary", on_click=on_apply)
 
     st.markdown("**Quick actions**")
@@ -101,8 +137,7 @@ with form_col:
         percent, label, effect = canary_form.QUICK_ACTIONS[state.pending]
         with st.container(border=True):
             st.warning(f"{label}: {effect}. Confirm?")
-            st.text_input("Reason (required)", value=f"{label} from the dashboard",
-                          key=f"quick_reason_{state.pending}")
+            st.text_input("Reason (required)", value=f"{label} from the dashboard", key=f"quick_reason_{state.pending}")
             c1, c2 = st.columns(2)
             c1.button(f"Confirm: {label}", type="primary", on_click=on_quick, args=(state.pending,))
             if c2.button("Cancel"):
@@ -112,8 +147,9 @@ with form_col:
 audit = resources.audit()
 with chart_col:
     st.plotly_chart(ratio_step_figure(audit, current, time.time()), width="stretch")
-    minutes = st.segmented_control("Observed split window", [15, 60, 240], default=60,
-                                   format_func=lambda m: f"{m} min", required=True)
+    minutes = st.segmented_control(
+        "Observed split window", [15, 60, 240], default=60, format_func=lambda m: f"{m} min", required=True
+    )
     st.plotly_chart(split_figure(resources.split(minutes), audit, current, time.time(), minutes), width="stretch")
 
 st.subheader("Audit trail")
@@ -125,16 +161,23 @@ else:
 st.subheader("Guardrail")
 g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
-st.caption(f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
-           f"over the window exceeds the threshold. Now: "
-           + (f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts")
-           + f" in the last {g.window_minutes} min. "
-           f"Last changed by {g.updated_by} ({when(g.updated_at)}).")
+st.caption(
+    f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
+    f"over the window exceeds the threshold. Now: "
+    + (f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts")
+    + f" in the last {g.window_minutes} min. "
+    f"Last changed by {g.updated_by} ({when(g.updated_at)})."
+)
 with st.form("guardrail"):
     enabled = st.toggle("Enable automatic rollback", value=g.enabled)
     gc1, gc2, gc3 = st.columns(3)
-    threshold = gc1.number_input("Error-rate threshold (%)", min_value=1.0, max_value=100.0,
-                                 value=round(g.error_rate_threshold * 100, 1), step=5.0)
+    threshold = gc1.number_input(
+        "Error-rate threshold (%)",
+        min_value=1.0,
+        max_value=100.0,
+        value=round(g.error_rate_threshold * 100, 1),
+        step=5.0,
+    )
     window = gc2.number_input("Window (minutes)", min_value=1, max_value=60, value=g.window_minutes)
     min_requests = gc3.number_input("Minimum attempts in window", min_value=1, value=g.min_requests)
     if st.form_submit_button("Save guardrail"):
@@ -142,8 +185,10 @@ with st.form("guardrail"):
         render.flash("success" if outcome.ok else "error", outcome.message)
 
 st.subheader("Fault injection (simulated providers)")
-st.caption("Rehearse an outage: make a simulated provider fail or slow down, then watch the fallback "
-           "and the guardrail act on the Monitor page. Clear to go back to the configuration's values.")
+st.caption(
+    "Rehearse an outage: make a simulated provider fail or slow down, then watch the fallback "
+    "and the guardrail act on the Monitor page. Clear to go back to the configuration's values."
+)
 
 
 def fault_keys(name: str) -> tuple[str, str, str]:
@@ -151,8 +196,11 @@ def fault_keys(name: str) -> tuple[str, str, str]:
 
 
 def show_faults(name: str, faults) -> None:
-    for key, value in zip(fault_keys(name), (faults.error_rate * 100, faults.rate_limit_rate * 100,
-                                             faults.latency_multiplier)):
+    for key, value in zip(
+        fault_keys(name),
+        (faults.error_rate * 100, faults.rate_limit_rate * 100, faults.latency_multiplier),
+        strict=False,
+    ):
         st.session_state[key] = float(value)
 
 
@@ -171,7 +219,7 @@ def on_clear_faults(name: str, config_faults) -> None:
 
 simulated = [(n, p) for n, p in settings.providers.items() if p.is_simulated]
 stored_faults = resources.faults()  # one cached read for every provider (cleared after each write)
-for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated):
+for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, strict=False):
     faults = stored_faults.get(name) or provider.faults
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)

@@ -35,8 +35,12 @@ with st.container(border=True):
     config_text = None
     if model == kv.CUSTOM:
         upload = st.file_uploader("Upload config.json", type=["json"], key="kv_upload")
-        pasted = st.text_area("config.json", height=160, key="kv_config",
-                              placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}')
+        pasted = st.text_area(
+            "config.json",
+            height=160,
+            key="kv_config",
+            placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
+        )
         config_text = upload.getvalue().decode("utf-8", errors="replace") if upload else pasted
     config_slot = st.empty()
 
@@ -74,10 +78,19 @@ if raw != state.values:
     state.link_errors = {}  # the user has edited since the link was opened
 state.values = raw
 inputs, errors = kv.validate_inputs(raw, config_text)
-for name, slot in (("config", config_slot), ("model", config_slot), ("kv_dtype", kv_dtype_slot),
-                   ("context_len", context_slot), ("batch", batch_slot), ("prefix_len", prefix_slot),
-                   ("gpu_count", count_slot), ("tp", tp_slot), ("utilization", util_slot),
-                   ("reserve_gib", reserve_slot), ("block_size", block_slot)):
+for name, slot in (
+    ("config", config_slot),
+    ("model", config_slot),
+    ("kv_dtype", kv_dtype_slot),
+    ("context_len", context_slot),
+    ("batch", batch_slot),
+    ("prefix_len", prefix_slot),
+    ("gpu_count", count_slot),
+    ("tp", tp_slot),
+    ("utilization", util_slot),
+    ("reserve_gib", reserve_slot),
+    ("block_size", block_slot),
+):
     with slot.container():
         field_error(name)
 
@@ -98,7 +111,7 @@ else:
 
 metrics = list(data.metrics.items())
 for start in range(0, len(metrics), 2):  # two per row: the exact byte counts need the width
-    for col, (label, value) in zip(st.columns(2), metrics[start:start + 2]):
+    for col, (label, value) in zip(st.columns(2), metrics[start : start + 2], strict=False):
         col.metric(label, value)
 
 st.subheader("Working")
@@ -124,7 +137,9 @@ st.subheader("Across models")
 st.plotly_chart(data.figures["catalog"], key="kv_chart_catalog")
 
 export_cols = st.columns(2)
-export_cols[0].download_button("Download JSON", data.export_json(), file_name="kv_plan.json",
-                               mime="application/json", key="kv_export_json")
-export_cols[1].download_button("Download CSV", data.export_csv(), file_name="kv_plan.csv",
-                               mime="text/csv", key="kv_export_csv")
+export_cols[0].download_button(
+    "Download JSON", data.export_json(), file_name="kv_plan.json", mime="application/json", key="kv_export_json"
+)
+export_cols[1].download_button(
+    "Download CSV", data.export_csv(), file_name="kv_plan.csv", mime="text/csv", key="kv_export_csv"
+)

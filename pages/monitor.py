@@ -14,10 +14,16 @@ engine = resources.engine()
 
 st.title("Monitor")
 controls = st.columns([3, 2, 1, 1], vertical_alignment="bottom")
-controls[0].selectbox("Time window", list(WINDOWS), index=list(WINDOWS).index("1h"), format_func=window_label,
-                      key=K("window"))
-controls[1].selectbox("Auto-refresh every", REFRESH_INTERVALS_S, index=REFRESH_INTERVALS_S.index(5),
-                      format_func=lambda s: f"{s} seconds", key=K("interval_s"))
+controls[0].selectbox(
+    "Time window", list(WINDOWS), index=list(WINDOWS).index("1h"), format_func=window_label, key=K("window")
+)
+controls[1].selectbox(
+    "Auto-refresh every",
+    REFRESH_INTERVALS_S,
+    index=REFRESH_INTERVALS_S.index(5),
+    format_func=lambda s: f"{s} seconds",
+    key=K("interval_s"),
+)
 controls[2].toggle("Pause", key=K("paused"), help="Stop auto-refresh (Refresh still works)")
 if controls[3].button("Refresh", key="monitor_refresh", help="Re-read everything now"):
     resources.refresh()
@@ -39,21 +45,24 @@ def live() -> None:
     view = monitor_view(engine, state.window, state.filters)
     st.caption(view.caption + (" · paused" if state.paused else f" · refreshing every {state.interval_s} s"))
     if not view.has_data:
-        st.info("No requests in this window. Send some from the Playground, or run "
-                "`python -m app loadgen --rps 5 --duration 60`.")
+        st.info(
+            "No requests in this window. Send some from the Playground, or run "
+            "`python -m app loadgen --rps 5 --duration 60`."
+        )
     for row in (view.kpis[:5], view.kpis[5:]):
-        for col, kpi in zip(st.columns(5), row):
+        for col, kpi in zip(st.columns(5), row, strict=False):
             col.metric(kpi.label, kpi.value, help=kpi.help)
     figures = list(view.figures.items())
-    for left, right in zip(figures[::2], figures[1::2]):
+    for left, right in zip(figures[::2], figures[1::2], strict=False):
         cols = st.columns(2)
-        for col, (name, fig) in zip(cols, (left, right)):
+        for col, (name, fig) in zip(cols, (left, right), strict=False):
             col.plotly_chart(fig, key=f"monitor_chart_{name}", width="stretch")
     st.subheader("Recent requests")
     st.caption(f"Newest {len(view.recent)} attempts in the window, newest first (time_utc is UTC).")
     st.dataframe(view.recent, hide_index=True, width="stretch")
-    st.download_button("Download CSV", view.recent_csv, file_name=f"requests-{state.window}.csv",
-                       mime="text/csv", key="monitor_csv")
+    st.download_button(
+        "Download CSV", view.recent_csv, file_name=f"requests-{state.window}.csv", mime="text/csv", key="monitor_csv"
+    )
 
 
 live()

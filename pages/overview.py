@@ -20,9 +20,11 @@ settings = resources.settings()
 canary = resources.current_canary()
 left, right = st.columns([1, 3], vertical_alignment="center")
 left.metric("Canary ratio", ratio_pct(canary.ratio), help="Share of new sessions sent to the primary")
-right.markdown(f"**{settings.routing.primary}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
-               f"**{settings.routing.fallback}** the rest.  \nSet by **{canary.updated_by}** "
-               f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {canary.reason}")
+right.markdown(
+    f"**{settings.routing.primary}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
+    f"**{settings.routing.fallback}** the rest.  \nSet by **{canary.updated_by}** "
+    f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {canary.reason}"
+)
 
 st.subheader("Last 15 minutes")
 stats = resources.overview()
@@ -48,6 +50,7 @@ st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretc
 job_key = settings.database_url
 job = demo_traffic.current_job(job_key)
 if job is not None and job.running:
+
     @st.fragment(run_every=1.0)
     def demo_progress() -> None:
         current = demo_traffic.current_job(job_key)
@@ -65,11 +68,15 @@ elif not resources.has_requests():
     st.subheader("No traffic yet")
     client = resources.client()
     if demo_traffic.simulated_only(client):
-        st.info(f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
-                "demo requests through the simulated providers (tagged `loadgen`) so the charts have data.")
+        st.info(
+            f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
+            "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
+        )
         if st.button("Generate demo traffic", type="primary"):
             demo_traffic.start_job(job_key, client)
             st.rerun()
     else:
-        st.info("The request log is empty. Send a prompt from the Playground, or run "
-                "`python -m app loadgen` against simulated providers.")
+        st.info(
+            "The request log is empty. Send a prompt from the Playground, or run "
+            "`python -m app loadgen` against simulated providers."
+        )

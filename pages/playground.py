@@ -18,23 +18,35 @@ client = resources.client()
 with st.sidebar:
     st.subheader("Playground settings")
     model = st.selectbox("Model", ["auto", *model_names()], help="auto = intent routing picks the model")
-    compare = st.toggle("Compare primary and fallback",
-                        help="Send each prompt through both routes, side by side (no fallback, no canary split)")
+    compare = st.toggle(
+        "Compare primary and fallback",
+        help="Send each prompt through both routes, side by side (no fallback, no canary split)",
+    )
     system_prompt = st.text_area("System prompt", placeholder="You are a helpful assistant.", height=80)
     temperature = st.slider("Temperature", 0.0, 2.0, 0.7, 0.1)
     max_tokens = st.number_input("Max tokens", min_value=1, max_value=32_768, value=512, step=64)
-    st.text_input("Session id", value=state.session_id, disabled=True,
-                  help="Requests of one session stick to one canary side and reuse the provider's prompt cache")
+    st.text_input(
+        "Session id",
+        value=state.session_id,
+        disabled=True,
+        help="Requests of one session stick to one canary side and reuse the provider's prompt cache",
+    )
     if st.button("New session"):
         state.new_session()
         st.rerun()
 
-chat_options = {"model": model, "session_id": state.session_id, "temperature": temperature,
-                "max_tokens": int(max_tokens)}
+chat_options = {
+    "model": model,
+    "session_id": state.session_id,
+    "temperature": temperature,
+    "max_tokens": int(max_tokens),
+}
 
 st.title("Playground")
-st.caption(f"Session `{state.session_id}` · model {model} · "
-           + ("compare mode: primary vs fallback" if compare else "routed by the canary split"))
+st.caption(
+    f"Session `{state.session_id}` · model {model} · "
+    + ("compare mode: primary vs fallback" if compare else "routed by the canary split")
+)
 
 
 prompt = st.chat_input("Ask the gateway something")  # pinned to the bottom wherever it is called
@@ -42,8 +54,10 @@ for turn in state.turns:
     render.chat_turn(turn)
 
 if not state.turns and not prompt:
-    st.info("Send a prompt below. Under each answer you will see the provider, model, intent, canary side, "
-            "attempts, latency, tokens and cost.")
+    st.info(
+        "Send a prompt below. Under each answer you will see the provider, model, intent, canary side, "
+        "attempts, latency, tokens and cost."
+    )
 
 if prompt:
     user_turn = {"role": "user", "content": prompt}
@@ -53,10 +67,12 @@ if prompt:
     messages = build_messages(system_prompt, state.history()[:-1], prompt)
     with st.chat_message("assistant"):
         if compare:
-            routes = [("primary", f"Primary: {settings.routing.primary}"),
-                      ("fallback", f"Fallback: {settings.routing.fallback}")]
+            routes = [
+                ("primary", f"Primary: {settings.routing.primary}"),
+                ("fallback", f"Fallback: {settings.routing.fallback}"),
+            ]
             results = []
-            for col, (route, label) in zip(st.columns(2), routes):
+            for col, (route, label) in zip(st.columns(2), routes, strict=False):
                 with col:
                     st.markdown(f"**{label}**")
                     result, error = render.streamed_answer(client, settings, messages, chat_options, route)
@@ -67,5 +83,6 @@ if prompt:
             result, error = render.streamed_answer(client, settings, messages, chat_options)
             if result is None:
                 user_turn["failed"] = True
-            state.turns.append({"role": "assistant", "content": result["text"] if result else "",
-                                "meta": result, "error": error})
+            state.turns.append(
+                {"role": "assistant", "content": result["text"] if result else "", "meta": result, "error": error}
+            )

@@ -73,15 +73,17 @@ def settings_factory(tmp_path: Path):
     """Build validated Settings from TOML text (default: the repo's gateway.toml), instant simulator."""
     from app.config import load_settings
 
-    def make(toml: str | None = None, *, database_url: str | None = None, latency_scale: float = 0.0,
-             seed: int | None = 7):
+    def make(
+        toml: str | None = None, *, database_url: str | None = None, latency_scale: float = 0.0, seed: int | None = 7
+    ):
         body = toml if toml is not None else (REPO / "gateway.toml").read_text()
         path = tmp_path / f"gateway-{uuid.uuid4().hex[:6]}.toml"
         path.write_text(body)
         env = {"DATABASE_URL": database_url or f"sqlite:///{tmp_path / 'gateway.db'}"}
         s = load_settings(path, env=env)
-        return s.model_copy(update={"simulator": s.simulator.model_copy(
-            update={"latency_scale": latency_scale, "seed": seed})})
+        return s.model_copy(
+            update={"simulator": s.simulator.model_copy(update={"latency_scale": latency_scale, "seed": seed})}
+        )
 
     return make
 

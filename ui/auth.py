@@ -62,6 +62,11 @@ def actor() -> str:
 def actor_input() -> None:
     """Sidebar field to name yourself (recorded as the actor of canary and fault changes)."""
     state = AuthState.get()
-    name = st.text_input("Your name", value=state.actor or "", placeholder=DEFAULT_ACTOR,
-                         help="Recorded as the actor of every change you make.", key="actor_name")
+    name = st.text_input(
+        "Your name",
+        value=state.actor or "",
+        placeholder=DEFAULT_ACTOR,
+        help="Recorded as the actor of every change you make.",
+        key="actor_name",
+    )
     state.actor = name.strip()[:100] or None

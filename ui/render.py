@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.dashboard.answer import AnswerMeta, FailureView, answer_meta as build_answer_meta, explain_failure
+from app.dashboard.answer import AnswerMeta, FailureView, explain_failure
+from app.dashboard.answer import answer_meta as build_answer_meta
 from app.dashboard.safe_text import safe_markdown, safe_stream
 
 
@@ -33,7 +34,7 @@ def chat_turn(turn: dict) -> None:
     """One past turn of the playground conversation (model text shown without loading images)."""
     with st.chat_message(turn["role"]):
         if turn.get("compare"):
-            for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"]):
+            for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"], strict=False):
                 with col:
                     st.markdown(f"**{label}**")
                     if meta:
@@ -50,8 +51,9 @@ def chat_turn(turn: dict) -> None:
             failure(turn["error"])
 
 
-def streamed_answer(client, settings, messages: list[dict], options: dict,
-                    route: str | None = None) -> tuple[dict | None, FailureView | None]:
+def streamed_answer(
+    client, settings, messages: list[dict], options: dict, route: str | None = None
+) -> tuple[dict | None, FailureView | None]:
     """Stream one answer into the current container; returns (result dict, failure view)."""
     try:
         stream = client.chat(messages, stream=True, route=route, **options)

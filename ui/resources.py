@@ -76,6 +76,7 @@ def database_label(url: str) -> str:
 
 # -- cached queries ------------------------------------------------------------------------------
 
+
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def canary_state(_key: tuple[str, str]):
     from db.canary import get_state

@@ -54,9 +54,9 @@ class PlaygroundState(_PageState):
 @dataclass
 class CanaryPageState(_PageState):
     KEY: ClassVar[str] = "_canary_state"
-    seen_version: int | None = None      # the version this page showed; Apply is locked on it
+    seen_version: int | None = None  # the version this page showed; Apply is locked on it
     flash: tuple[str, str] | None = None  # (kind, message) shown once after a rerun
-    pending: str | None = None           # quick action awaiting confirmation: rollback | promote
+    pending: str | None = None  # quick action awaiting confirmation: rollback | promote
 
 
 @dataclass

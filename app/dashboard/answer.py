@@ -10,16 +10,15 @@ from dataclasses import dataclass, field
 
 from app.catalog import UnknownModelError, model_names
 from app.config import ConfigError, ProviderNotConfigured, Settings
-from app.routing import AllRoutesFailed, ChatResult, StreamBrokenError
-
 from app.dashboard.fmt import ms, usd
+from app.routing import AllRoutesFailed, ChatResult, StreamBrokenError
 
 
 @dataclass(frozen=True)
 class AnswerMeta:
-    headline: str                     # provider/model, intent, side, fallback
-    timing: str                       # ttft and total latency
-    tokens: str                       # prompt / cached / completion, cost
+    headline: str  # provider/model, intent, side, fallback
+    timing: str  # ttft and total latency
+    tokens: str  # prompt / cached / completion, cost
     attempts: list[dict] = field(default_factory=list)  # one row per attempt, with its error
     request_id: str = ""
     notes: list[str] = field(default_factory=list)
@@ -30,18 +29,28 @@ def answer_meta(result: ChatResult | dict) -> AnswerMeta:
     u = d.get("usage") or {}
     side = d.get("side", "?")
     fallback = " · served by the fallback" if d.get("fallback_used") else ""
-    headline = (f"{d['provider']} / {d['model']} · intent {d.get('intent', '?')} · canary side {side}{fallback}")
+    headline = f"{d['provider']} / {d['model']} · intent {d.get('intent', '?')} · canary side {side}{fallback}"
     timing = f"TTFT {ms(d.get('ttft_ms'))} · total {ms(d.get('latency_ms'))} · {d.get('attempts', 1)} attempt(s)"
-    tokens = (f"tokens: {u.get('prompt_tokens', 0)} prompt / {u.get('cached_tokens', 0)} cached / "
-              f"{u.get('completion_tokens', 0)} completion · cost {usd(d.get('cost_usd'))}")
-    rows = [{
-        "#": a["number"], "provider": a["provider"], "model": a["model"], "status": a["status"],
-        "latency": ms(a.get("latency_ms")), "error": a.get("error") or "",
-    } for a in d.get("attempt_log") or []]
+    tokens = (
+        f"tokens: {u.get('prompt_tokens', 0)} prompt / {u.get('cached_tokens', 0)} cached / "
+        f"{u.get('completion_tokens', 0)} completion · cost {usd(d.get('cost_usd'))}"
+    )
+    rows = [
+        {
+            "#": a["number"],
+            "provider": a["provider"],
+            "model": a["model"],
+            "status": a["status"],
+            "latency": ms(a.get("latency_ms")),
+            "error": a.get("error") or "",
+        }
+        for a in d.get("attempt_log") or []
+    ]
     notes = []
     if d.get("substituted_model"):
-        notes.append(f"{d['provider']} does not serve the model chosen for this prompt; "
-                     f"its default model {d['model']} answered.")
+        notes.append(
+            f"{d['provider']} does not serve the model chosen for this prompt; its default model {d['model']} answered."
+        )
     if d.get("finish_reason") == "length":
         notes.append("The answer was cut at max tokens.")
     return AnswerMeta(headline, timing, tokens, rows, d.get("request_id", ""), notes)
@@ -51,9 +60,14 @@ def answer_meta(result: ChatResult | dict) -> AnswerMeta:
 HINTS = {
     "not_configured": "Set the provider's key environment variable (or put it in .streamlit/secrets.toml) and restart.",
     "auth": "The provider refused the key: check that the key variable holds a valid key.",
-    "rate_limited": "The provider is rate limiting: wait a moment, lower the load, or clear the 429 fault injection on the Canary page.",
+    "rate_limited": (
+        "The provider is rate limiting: wait a moment, lower the load, or clear the 429 fault injection"
+        " on the Canary page."
+    ),
     "server_error": "The provider is failing: check its status, or clear the error fault injection on the Canary page.",
-    "timeout": "The provider did not answer in time: try again, lower max tokens, or check the latency fault injection.",
+    "timeout": (
+        "The provider did not answer in time: try again, lower max tokens, or check the latency fault injection."
+    ),
     "connection": "Could not reach the provider: check its base_url and the network.",
     "not_found": "The provider does not serve this model: choose another model or auto.",
     "bad_request": "The provider rejected the request: check temperature, max tokens and the prompt.",
@@ -88,22 +102,28 @@ def explain_failure(exc: BaseException, settings: Settings | None = None) -> Fai
                 hint = f"{a.provider}: {env} (environment or .streamlit/secrets.toml) and restart." if env else hint
             if hint and hint not in fixes:
                 fixes.append(hint)
-        return FailureView(f"All routes failed (request {exc.request_id})", lines,
-                           " ".join(fixes) or "Check the providers on the Overview page.")
+        return FailureView(
+            f"All routes failed (request {exc.request_id})",
+            lines,
+            " ".join(fixes) or "Check the providers on the Overview page.",
+        )
     if isinstance(exc, ProviderNotConfigured):
-        return FailureView(f"Provider {exc.provider} is not configured", [str(exc)],
-                           f"Set {exc.env_var} in the environment or .streamlit/secrets.toml and restart.")
+        return FailureView(
+            f"Provider {exc.provider} is not configured",
+            [str(exc)],
+            f"Set {exc.env_var} in the environment or .streamlit/secrets.toml and restart.",
+        )
     if isinstance(exc, UnknownModelError):
-        return FailureView(f"Unknown model {exc.model!r}", [],
-                           f"Choose auto or one of: {', '.join(model_names())}.")
+        return FailureView(f"Unknown model {exc.model!r}", [], f"Choose auto or one of: {', '.join(model_names())}.")
     if isinstance(exc, StreamBrokenError):
         return FailureView("The answer stream broke", [str(exc)], HINTS["stream_broken"])
     if isinstance(exc, ConfigError):
         return FailureView("Configuration error", [str(exc)], "Fix the file named above (GATEWAY_CONFIG) and reload.")
     if isinstance(exc, ValueError):
         return FailureView("The request was refused", [str(exc)], "Correct the value and send again.")
-    return FailureView(f"Unexpected error: {type(exc).__name__}", [str(exc)[:500]],
-                       "Try again; if it persists, check the server log.")
+    return FailureView(
+        f"Unexpected error: {type(exc).__name__}", [str(exc)[:500]], "Try again; if it persists, check the server log."
+    )
 
 
 def build_messages(system_prompt: str, history: list[dict], prompt: str) -> list[dict]:

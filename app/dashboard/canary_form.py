@@ -11,18 +11,17 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from app.dashboard.fmt import ratio_pct, when
 from app.simulator.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
 from db.faults import clear_faults, set_faults
-
-from app.dashboard.fmt import ratio_pct, when
 
 
 @dataclass(frozen=True)
 class Outcome:
     ok: bool
     message: str
-    state: CanaryState | None = None   # the current canary state after the attempt, when known
+    state: CanaryState | None = None  # the current canary state after the attempt, when known
 
 
 def parse_percent(value: object, *, name: str = "Canary ratio") -> float:
@@ -60,13 +59,16 @@ def parse_reason(reason: object) -> str:
 
 
 def stale_message(current: CanaryState) -> str:
-    return (f"Refused: {current.updated_by} changed the canary ratio to {ratio_pct(current.ratio)} "
-            f"at {when(current.updated_at)} (\"{current.reason}\") after this page loaded. "
-            "Nothing was written; the page now shows the current value, check it and apply again.")
+    return (
+        f"Refused: {current.updated_by} changed the canary ratio to {ratio_pct(current.ratio)} "
+        f'at {when(current.updated_at)} ("{current.reason}") after this page loaded. '
+        "Nothing was written; the page now shows the current value, check it and apply again."
+    )
 
 
-def apply_ratio(engine: Engine, percent: object, reason: object, *, expected_version: int | None,
-                actor: str) -> Outcome:
+def apply_ratio(
+    engine: Engine, percent: object, reason: object, *, expected_version: int | None, actor: str
+) -> Outcome:
     """Validate and write a new ratio, optimistic-locked on ``expected_version``."""
     try:
         ratio = parse_percent(percent)
@@ -74,14 +76,14 @@ def apply_ratio(engine: Engine, percent: object, reason: object, *, expected_ver
     except ValueError as exc:
         return Outcome(False, f"{exc}. Nothing was written.")
     try:
-        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor or "dashboard",
-                          reason=why)
+        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor or "dashboard", reason=why)
     except StaleCanaryError as exc:
         return Outcome(False, stale_message(exc.current), exc.current)
     except ValueError as exc:
         return Outcome(False, f"{exc}. Nothing was written.")
-    return Outcome(True, f"Canary ratio set to {ratio_pct(state.ratio)} (version {state.version}) by {state.updated_by}.",
-                   state)
+    return Outcome(
+        True, f"Canary ratio set to {ratio_pct(state.ratio)} (version {state.version}) by {state.updated_by}.", state
+    )
 
 
 QUICK_ACTIONS = {
@@ -93,13 +95,14 @@ QUICK_ACTIONS = {
 @dataclass(frozen=True)
 class GuardrailInput:
     enabled: bool
-    threshold: float         # 0..1
+    threshold: float  # 0..1
     window_minutes: int
     min_requests: int
 
 
-def parse_guardrail(enabled: bool, threshold_pct: object, window_minutes: object,
-                    min_requests: object) -> GuardrailInput:
+def parse_guardrail(
+    enabled: bool, threshold_pct: object, window_minutes: object, min_requests: object
+) -> GuardrailInput:
     threshold = parse_percent(threshold_pct, name="Error-rate threshold")
     if threshold <= 0:
         raise ValueError("Error-rate threshold must be above 0 %")
@@ -115,21 +118,32 @@ def parse_guardrail(enabled: bool, threshold_pct: object, window_minutes: object
     return GuardrailInput(bool(enabled), threshold, window, minimum)
 
 
-def save_guardrail(engine: Engine, enabled: bool, threshold_pct: object, window_minutes: object,
-                   min_requests: object, *, actor: str) -> Outcome:
+def save_guardrail(
+    engine: Engine, enabled: bool, threshold_pct: object, window_minutes: object, min_requests: object, *, actor: str
+) -> Outcome:
     try:
         g = parse_guardrail(enabled, threshold_pct, window_minutes, min_requests)
-        set_guardrail(engine, enabled=g.enabled, error_rate_threshold=g.threshold,
-                      window_minutes=g.window_minutes, min_requests=g.min_requests, actor=actor or "dashboard")
+        set_guardrail(
+            engine,
+            enabled=g.enabled,
+            error_rate_threshold=g.threshold,
+            window_minutes=g.window_minutes,
+            min_requests=g.min_requests,
+            actor=actor or "dashboard",
+        )
     except ValueError as exc:
         return Outcome(False, f"{exc}. Nothing was written.")
     state = "on" if g.enabled else "off"
-    return Outcome(True, f"Guardrail {state}: roll back when the primary's error rate over {g.window_minutes} min "
-                         f"exceeds {g.threshold * 100:g} % (at least {g.min_requests} attempts).")
+    return Outcome(
+        True,
+        f"Guardrail {state}: roll back when the primary's error rate over {g.window_minutes} min "
+        f"exceeds {g.threshold * 100:g} % (at least {g.min_requests} attempts).",
+    )
 
 
-def parse_faults(error_pct: object, rate_limit_pct: object, latency_multiplier: object,
-                 base: FaultSettings | None = None) -> FaultSettings:
+def parse_faults(
+    error_pct: object, rate_limit_pct: object, latency_multiplier: object, base: FaultSettings | None = None
+) -> FaultSettings:
     errors = parse_percent(error_pct, name="Error rate")
     limited = parse_percent(rate_limit_pct, name="429 rate")
     try:
@@ -139,18 +153,30 @@ def parse_faults(error_pct: object, rate_limit_pct: object, latency_multiplier: 
     if not math.isfinite(mult) or not 0.1 <= mult <= 100:
         raise ValueError("Latency multiplier must be between 0.1 and 100")
     return (base or FaultSettings()).model_copy(
-        update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult})
+        update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult}
+    )
 
 
-def save_faults(engine: Engine, provider: str, error_pct: object, rate_limit_pct: object,
-                latency_multiplier: object, *, actor: str, base: FaultSettings | None = None) -> Outcome:
+def save_faults(
+    engine: Engine,
+    provider: str,
+    error_pct: object,
+    rate_limit_pct: object,
+    latency_multiplier: object,
+    *,
+    actor: str,
+    base: FaultSettings | None = None,
+) -> Outcome:
     try:
         faults = parse_faults(error_pct, rate_limit_pct, latency_multiplier, base)
     except ValueError as exc:
         return Outcome(False, f"{exc}. Nothing was written.")
     set_faults(engine, provider, faults, actor=actor or "dashboard")
-    return Outcome(True, f"Fault injection for {provider}: {faults.error_rate * 100:g} % errors, "
-                         f"{faults.rate_limit_rate * 100:g} % 429s, latency x{faults.latency_multiplier:g}.")
+    return Outcome(
+        True,
+        f"Fault injection for {provider}: {faults.error_rate * 100:g} % errors, "
+        f"{faults.rate_limit_rate * 100:g} % 429s, latency x{faults.latency_multiplier:g}.",
+    )
 
 
 def reset_faults(engine: Engine, provider: str) -> Outcome:

@@ -4,7 +4,7 @@ vs target split. Built from plain records so they can be checked without a brows
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -17,19 +17,22 @@ TARGET_COLOR = "#f59e0b"
 
 
 def _dt(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)
 
 
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """Newest first: time, old, new, actor, reason (percent columns as numbers)."""
-    return pd.DataFrame({
-        "time (UTC)": [_dt(e.ts).strftime("%Y-%m-%d %H:%M:%S") for e in entries],
-        "old %": [round(e.old_ratio * 100, 4) for e in entries],
-        "new %": [round(e.new_ratio * 100, 4) for e in entries],
-        "actor": [e.actor for e in entries],
-        "reason": [e.reason for e in entries],
-        "version": [e.version for e in entries],
-    }, columns=["time (UTC)", "old %", "new %", "actor", "reason", "version"])
+    return pd.DataFrame(
+        {
+            "time (UTC)": [_dt(e.ts).strftime("%Y-%m-%d %H:%M:%S") for e in entries],
+            "old %": [round(e.old_ratio * 100, 4) for e in entries],
+            "new %": [round(e.new_ratio * 100, 4) for e in entries],
+            "actor": [e.actor for e in entries],
+            "reason": [e.reason for e in entries],
+            "version": [e.version for e in entries],
+        },
+        columns=["time (UTC)", "old %", "new %", "actor", "reason", "version"],
+    )
 
 
 def ratio_history(entries: Sequence[AuditEntry], current: CanaryState, now: float) -> tuple[list[float], list[float]]:
@@ -53,17 +56,30 @@ def ratio_history(entries: Sequence[AuditEntry], current: CanaryState, now: floa
 
 
 def _layout(fig: go.Figure, title: str, height: int = 300) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0, font=dict(size=15)), height=height,
-                      margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.2),
-                      yaxis=dict(title="% to primary", range=[-5, 105], ticksuffix=" %"),
-                      xaxis=dict(title=None), hovermode="x unified")
+    fig.update_layout(
+        title=dict(text=title, x=0, font=dict(size=15)),
+        height=height,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h", y=-0.2),
+        yaxis=dict(title="% to primary", range=[-5, 105], ticksuffix=" %"),
+        xaxis=dict(title=None),
+        hovermode="x unified",
+    )
     return fig
 
 
 def ratio_step_figure(entries: Sequence[AuditEntry], current: CanaryState, now: float) -> go.Figure:
     xs, ys = ratio_history(entries, current, now)
-    fig = go.Figure(go.Scatter(x=[_dt(x) for x in xs], y=ys, mode="lines+markers", line_shape="hv",
-                               name="canary ratio", line=dict(color=PRIMARY_COLOR, width=2)))
+    fig = go.Figure(
+        go.Scatter(
+            x=[_dt(x) for x in xs],
+            y=ys,
+            mode="lines+markers",
+            line_shape="hv",
+            name="canary ratio",
+            line=dict(color=PRIMARY_COLOR, width=2),
+        )
+    )
     return _layout(fig, "Canary ratio changes")
 
 
@@ -76,8 +92,9 @@ def _get(point: Any, *names: str) -> Any:
     return None
 
 
-def split_figure(points: Sequence[Any], entries: Sequence[AuditEntry], current: CanaryState, now: float,
-                 minutes: int) -> go.Figure:
+def split_figure(
+    points: Sequence[Any], entries: Sequence[AuditEntry], current: CanaryState, now: float, minutes: int
+) -> go.Figure:
     """Observed share of requests assigned to the primary per minute, over the target step line."""
     since = now - minutes * 60
     xs: list[datetime] = []
@@ -92,15 +109,31 @@ def split_figure(points: Sequence[Any], entries: Sequence[AuditEntry], current: 
     tx, ty = ratio_history(entries, current, now)
     # Clip the target line to the window, starting from the value in force at its start.
     start_val = ty[0]
-    for x, y in zip(tx, ty):
+    for x, y in zip(tx, ty, strict=False):
         if x <= since:
             start_val = y
-    target = [(since, start_val)] + [(x, y) for x, y in zip(tx, ty) if x > since]
+    target = [(since, start_val)] + [(x, y) for x, y in zip(tx, ty, strict=False) if x > since]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[_dt(x) for x, _ in target], y=[y for _, y in target], mode="lines",
-                             line_shape="hv", name="target", line=dict(color=TARGET_COLOR, width=2, dash="dash")))
-    fig.add_trace(go.Scatter(x=xs, y=observed, mode="lines+markers", name="observed",
-                             line=dict(color=PRIMARY_COLOR, width=2), connectgaps=False))
+    fig.add_trace(
+        go.Scatter(
+            x=[_dt(x) for x, _ in target],
+            y=[y for _, y in target],
+            mode="lines",
+            line_shape="hv",
+            name="target",
+            line=dict(color=TARGET_COLOR, width=2, dash="dash"),
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=observed,
+            mode="lines+markers",
+            name="observed",
+            line=dict(color=PRIMARY_COLOR, width=2),
+            connectgaps=False,
+        )
+    )
     _layout(fig, f"Observed vs target split, last {minutes} min")
     fig.update_xaxes(range=[_dt(since), _dt(now)])
     return fig

@@ -30,7 +30,7 @@ class DemoTrafficJob:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def start(self) -> DemoTrafficJob:
-        self.planned = max(1, int(round(self.rps * self.duration_s)))
+        self.planned = max(1, round(self.rps * self.duration_s))
         self.started_at = time.time()
         self._thread = threading.Thread(target=self._run, name="demo-traffic", daemon=True)
         self._thread.start()
@@ -41,8 +41,14 @@ class DemoTrafficJob:
 
     def _run(self) -> None:
         try:
-            self.report = run_loadgen(self.client, rps=self.rps, duration_s=self.duration_s, seed=self.seed,
-                                      progress=self._progress, stop=self._stop)
+            self.report = run_loadgen(
+                self.client,
+                rps=self.rps,
+                duration_s=self.duration_s,
+                seed=self.seed,
+                progress=self._progress,
+                stop=self._stop,
+            )
             self.client.flush()  # the overview reads the log right after; do not leave rows queued
         except Exception as exc:  # noqa: BLE001 - shown on the page, never a traceback
             self.error = f"{type(exc).__name__}: {exc}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def pct(share: float | None, digits: int = 1) -> str:
@@ -39,7 +39,7 @@ def when(epoch: float | None) -> str:
     """An epoch time as UTC text; ``never`` for 0 or None (a setting nobody has written)."""
     if not epoch:
         return "never"
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def ago(epoch: float | None, now: float) -> str:

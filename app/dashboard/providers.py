@@ -28,10 +28,10 @@ class HealthLike(Protocol):
 @dataclass(frozen=True)
 class ProviderStatus:
     name: str
-    role: str               # primary | fallback | spare
-    base: str               # "simulated" or the upstream host, never a key
-    key: str                # simulated | set | missing
-    state: str              # simulated | configured | key missing | failing recently
+    role: str  # primary | fallback | spare
+    base: str  # "simulated" or the upstream host, never a key
+    key: str  # simulated | set | missing
+    state: str  # simulated | configured | key missing | failing recently
     detail: str
     attempts: int = 0
     error_rate: float | None = None
@@ -65,9 +65,14 @@ def _host(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0]
 
 
-def provider_statuses(settings: Settings, health: Mapping[str, HealthLike] | None = None, *,
-                      env: Mapping[str, str] | None = None, secrets: Mapping[str, Any] | None = None,
-                      faults: Mapping[str, FaultSettings] | None = None) -> list[ProviderStatus]:
+def provider_statuses(
+    settings: Settings,
+    health: Mapping[str, HealthLike] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, Any] | None = None,
+    faults: Mapping[str, FaultSettings] | None = None,
+) -> list[ProviderStatus]:
     """One status per configured provider, primary first, then fallback, then the rest."""
     health = health or {}
     faults = faults or {}
@@ -77,8 +82,13 @@ def provider_statuses(settings: Settings, health: Mapping[str, HealthLike] | Non
     out = []
     for name in dict.fromkeys(order):
         p = settings.providers[name]
-        role = ("primary" if name == settings.routing.primary
-                else "fallback" if name == settings.routing.fallback else "spare")
+        role = (
+            "primary"
+            if name == settings.routing.primary
+            else "fallback"
+            if name == settings.routing.fallback
+            else "spare"
+        )
         key = key_state(p, env=env, secrets=str_secrets)
         h = health.get(name)
         attempts = int(getattr(h, "attempts", 0) or 0)
@@ -94,22 +104,34 @@ def provider_statuses(settings: Settings, health: Mapping[str, HealthLike] | Non
             state, detail = "simulated", "built-in simulator, no key needed"
         else:
             state, detail = "configured", f"key {p.api_key_env} is set"
-        out.append(ProviderStatus(name=name, role=role,
-                                  base="simulated" if p.is_simulated else _host(p.base_url),
-                                  key=key, state=state, detail=detail, attempts=attempts,
-                                  error_rate=rate, faults=active_faults))
+        out.append(
+            ProviderStatus(
+                name=name,
+                role=role,
+                base="simulated" if p.is_simulated else _host(p.base_url),
+                key=key,
+                state=state,
+                detail=detail,
+                attempts=attempts,
+                error_rate=rate,
+                faults=active_faults,
+            )
+        )
     return out
 
 
 def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
     """Rows for a table: no key value anywhere, only its state."""
-    return [{
-        "provider": s.name,
-        "role": s.role,
-        "upstream": s.base,
-        "key": s.key,
-        "state": s.state,
-        "attempts (5 min)": s.attempts,
-        "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
-        "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
-    } for s in statuses]
+    return [
+        {
+            "provider": s.name,
+            "role": s.role,
+            "upstream": s.base,
+            "key": s.key,
+            "state": s.state,
+            "attempts (5 min)": s.attempts,
+            "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
+            "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
+        }
+        for s in statuses
+    ]

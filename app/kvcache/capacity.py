@@ -40,14 +40,14 @@ class CapacityPlan:
     weights_total: int
     weights_per_gpu: int
     reserve: int
-    kv_budget: int              # per GPU; negative when weights + reserve do not fit
+    kv_budget: int  # per GPU; negative when weights + reserve do not fit
     context_len: int
     batch: int
     batch_per_replica: int
-    sequence_bytes: int         # one sequence at context_len, per GPU, whole blocks
-    batch_bytes: int            # batch_per_replica sequences, per GPU
-    max_concurrency: int        # at context_len, all replicas
-    max_context_at_batch: int   # longest context for `batch` sequences (0 = none fits)
+    sequence_bytes: int  # one sequence at context_len, per GPU, whole blocks
+    batch_bytes: int  # batch_per_replica sequences, per GPU
+    max_concurrency: int  # at context_len, all replicas
+    max_context_at_batch: int  # longest context for `batch` sequences (0 = none fits)
     max_len: int
     max_len_sequence_bytes: int
 
@@ -94,8 +94,7 @@ def max_sequences(budget: int, per_sequence: int) -> int:
     return budget // per_sequence if per_sequence else 0
 
 
-def max_context(cost: SequenceCost, budget: int, sequences: int, limit: int,
-                block_size: int | None) -> int:
+def max_context(cost: SequenceCost, budget: int, sequences: int, limit: int, block_size: int | None) -> int:
     """Largest length <= limit such that `sequences` sequences fit in budget (binary search:
     the cost is non-decreasing in length). 0 when not even one token fits."""
     if sequences <= 0 or budget <= 0 or sequences * cost.bytes(1, block_size) > budget:
@@ -110,10 +109,22 @@ def max_context(cost: SequenceCost, budget: int, sequences: int, limit: int,
     return lo
 
 
-def plan(spec: ModelSpec, gpu: Gpu, *, gpu_count: int = 1, tp: int = 1, weight_dtype_name: str = "bf16",
-         kv_dtype: str = "bf16", context_len: int, batch: int = 1, utilization: object = DEFAULT_UTILIZATION,
-         reserve_bytes: int = DEFAULT_RESERVE_BYTES, block_size: int = 16,
-         state_dtype: str = DEFAULT_STATE_DTYPE, max_len: int | None = None) -> CapacityPlan:
+def plan(
+    spec: ModelSpec,
+    gpu: Gpu,
+    *,
+    gpu_count: int = 1,
+    tp: int = 1,
+    weight_dtype_name: str = "bf16",
+    kv_dtype: str = "bf16",
+    context_len: int,
+    batch: int = 1,
+    utilization: object = DEFAULT_UTILIZATION,
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    block_size: int = 16,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+    max_len: int | None = None,
+) -> CapacityPlan:
     """The capacity plan for serving `spec` on `gpu_count` x `gpu` with tensor parallel `tp`."""
     check_tp(spec, tp)
     if gpu_count % tp:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
@@ -81,7 +81,7 @@ def gpus() -> dict[str, Gpu]:
     return _unique(_GpuFile.model_validate(raw).gpus, "GPU")
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_spec(model_id: str) -> ModelSpec:
     """The ModelSpec of a catalog model, with its published parameter counts."""
     try:

@@ -25,10 +25,26 @@ def context_points(chosen: int, maximum: int) -> list[int]:
 
 def _hline(y: float, color: str, dash: str, text: str) -> tuple[dict, dict]:
     """A full-width horizontal line and its label, as layout dicts (add_hline is slow)."""
-    shape = {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": y, "y1": y,
-             "line": {"color": color, "dash": dash}}
-    note = {"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": y, "yanchor": "bottom",
-            "text": text, "showarrow": False}
+    shape = {
+        "type": "line",
+        "xref": "paper",
+        "x0": 0,
+        "x1": 1,
+        "yref": "y",
+        "y0": y,
+        "y1": y,
+        "line": {"color": color, "dash": dash},
+    }
+    note = {
+        "xref": "paper",
+        "x": 1,
+        "xanchor": "right",
+        "yref": "y",
+        "y": y,
+        "yanchor": "bottom",
+        "text": text,
+        "showarrow": False,
+    }
     return shape, note
 
 
@@ -36,44 +52,79 @@ def memory_figure(contexts: list[int], plan: CapacityPlan, kv_per_gpu: list[int]
     """Stacked per-GPU memory (weights, reserve, KV for the batch) against context length."""
     x = [f"{c:,}" for c in contexts]
     cap_line = _hline(plan.gpu_memory / GIB, "red", "solid", f"{plan.gpu_name} capacity")
-    use_line = _hline(plan.usable / GIB, "orange", "dash",
-                      f"usable at utilization {float(plan.utilization):g}")
-    return go.Figure({
-        "data": [
-            {"type": "bar", "name": "weights", "x": x, "y": [plan.weights_per_gpu / GIB] * len(x)},
-            {"type": "bar", "name": "runtime reserve", "x": x, "y": [plan.reserve / GIB] * len(x)},
-            {"type": "bar", "name": f"KV cache ({plan.batch_per_replica} seq)", "x": x,
-             "y": [b / GIB for b in kv_per_gpu]},
-        ],
-        "layout": {
-            "barmode": "stack", "title": {"text": "Memory per GPU against context length"},
-            # Category axis: the context lengths are powers of two, which on a linear axis squeezed
-            # the short contexts into one thin column of bars.
-            "xaxis": {"title": {"text": "context length (tokens)"}, "type": "category"},
-            "yaxis": {"title": {"text": "GiB per GPU"}},
-            "shapes": [cap_line[0], use_line[0]], "annotations": [cap_line[1], use_line[1]],
-            "margin": {"t": 50, "b": 40},
-        },
-    })
+    use_line = _hline(plan.usable / GIB, "orange", "dash", f"usable at utilization {float(plan.utilization):g}")
+    return go.Figure(
+        {
+            "data": [
+                {"type": "bar", "name": "weights", "x": x, "y": [plan.weights_per_gpu / GIB] * len(x)},
+                {"type": "bar", "name": "runtime reserve", "x": x, "y": [plan.reserve / GIB] * len(x)},
+                {
+                    "type": "bar",
+                    "name": f"KV cache ({plan.batch_per_replica} seq)",
+                    "x": x,
+                    "y": [b / GIB for b in kv_per_gpu],
+                },
+            ],
+            "layout": {
+                "barmode": "stack",
+                "title": {"text": "Memory per GPU against context length"},
+                # Category axis: the context lengths are powers of two, which on a linear axis squeezed
+                # the short contexts into one thin column of bars.
+                "xaxis": {"title": {"text": "context length (tokens)"}, "type": "category"},
+                "yaxis": {"title": {"text": "GiB per GPU"}},
+                "shapes": [cap_line[0], use_line[0]],
+                "annotations": [cap_line[1], use_line[1]],
+                "margin": {"t": 50, "b": 40},
+            },
+        }
+    )
 
 
 def concurrency_figure(contexts: list[int], concurrency: list[int], chosen: int) -> go.Figure:
     """Maximum concurrent sequences (all replicas) against context length."""
-    return go.Figure({
-        "data": [{"type": "scatter", "x": contexts, "y": concurrency, "mode": "lines+markers",
-                  "name": "max sequences",
-                  "hovertemplate": "%{x:,} tokens: %{y:,} sequences<extra></extra>"}],
-        "layout": {
-            "title": {"text": "Maximum concurrent sequences against context length"},
-            "xaxis": {"title": {"text": "context length (tokens)"}, "type": "log"},
-            "yaxis": {"title": {"text": "sequences"}},
-            "shapes": [{"type": "line", "xref": "x", "x0": chosen, "x1": chosen, "yref": "paper",
-                        "y0": 0, "y1": 1, "line": {"dash": "dot"}}],
-            "annotations": [{"xref": "x", "x": chosen, "yref": "paper", "y": 1, "showarrow": False,
-                             "text": f"{chosen:,} tokens", "yanchor": "bottom"}],
-            "margin": {"t": 50, "b": 40},
-        },
-    })
+    return go.Figure(
+        {
+            "data": [
+                {
+                    "type": "scatter",
+                    "x": contexts,
+                    "y": concurrency,
+                    "mode": "lines+markers",
+                    "name": "max sequences",
+                    "hovertemplate": "%{x:,} tokens: %{y:,} sequences<extra></extra>",
+                }
+            ],
+            "layout": {
+                "title": {"text": "Maximum concurrent sequences against context length"},
+                "xaxis": {"title": {"text": "context length (tokens)"}, "type": "log"},
+                "yaxis": {"title": {"text": "sequences"}},
+                "shapes": [
+                    {
+                        "type": "line",
+                        "xref": "x",
+                        "x0": chosen,
+                        "x1": chosen,
+                        "yref": "paper",
+                        "y0": 0,
+                        "y1": 1,
+                        "line": {"dash": "dot"},
+                    }
+                ],
+                "annotations": [
+                    {
+                        "xref": "x",
+                        "x": chosen,
+                        "yref": "paper",
+                        "y": 1,
+                        "showarrow": False,
+                        "text": f"{chosen:,} tokens",
+                        "yanchor": "bottom",
+                    }
+                ],
+                "margin": {"t": 50, "b": 40},
+            },
+        }
+    )
 
 
 def catalog_figure(rows: list[dict], dtypes: list[str], context: int) -> go.Figure:
@@ -84,16 +135,26 @@ def catalog_figure(rows: list[dict], dtypes: list[str], context: int) -> go.Figu
     data = []
     for dtype in dtypes:
         sub = [r for r in rows if r["dtype"] == dtype]
-        data.append({"type": "bar", "name": dtype, "x": [r["label"] for r in sub],
-                     "y": [r["bytes_per_token"] for r in sub], "customdata": [r["tokens"] for r in sub],
-                     "hovertemplate": "%{x}<br>%{y:,.0f} B/token at %{customdata:,} tokens<extra>"
-                     + dtype + "</extra>"})
-    return go.Figure({
-        "data": data,
-        "layout": {
-            "barmode": "group", "title": {"text": f"KV bytes per token across models (at {context:,} tokens)"},
-            "yaxis": {"type": "log", "title": {"text": "bytes per token (cache / tokens)"}},
-            "xaxis": {"tickangle": -40}, "legend": {"title": {"text": "KV dtype"}},
-            "margin": {"t": 50, "b": 160},
-        },
-    })
+        data.append(
+            {
+                "type": "bar",
+                "name": dtype,
+                "x": [r["label"] for r in sub],
+                "y": [r["bytes_per_token"] for r in sub],
+                "customdata": [r["tokens"] for r in sub],
+                "hovertemplate": "%{x}<br>%{y:,.0f} B/token at %{customdata:,} tokens<extra>" + dtype + "</extra>",
+            }
+        )
+    return go.Figure(
+        {
+            "data": data,
+            "layout": {
+                "barmode": "group",
+                "title": {"text": f"KV bytes per token across models (at {context:,} tokens)"},
+                "yaxis": {"type": "log", "title": {"text": "bytes per token (cache / tokens)"}},
+                "xaxis": {"tickangle": -40},
+                "legend": {"title": {"text": "KV dtype"}},
+                "margin": {"t": 50, "b": 160},
+            },
+        }
+    )

@@ -116,6 +116,4 @@ def weight_dtype(name: str) -> WeightDtype:
     try:
         return WEIGHT_DTYPES[name]
     except KeyError:
-        raise ValueError(
-            f"unknown weight dtype {name!r}; supported: {', '.join(WEIGHT_DTYPES)}"
-        ) from None
+        raise ValueError(f"unknown weight dtype {name!r}; supported: {', '.join(WEIGHT_DTYPES)}") from None

@@ -43,10 +43,10 @@ class GroupBytes:
     kind: str
     label: str
     layers: int
-    tokens_held: int          # per sequence; 0 for constant-state layers
-    bytes_per_token: int      # all layers of the group, one sequence, one GPU; 0 for states
+    tokens_held: int  # per sequence; 0 for constant-state layers
+    bytes_per_token: int  # all layers of the group, one sequence, one GPU; 0 for states
     bytes_per_sequence: int
-    bytes_total: int          # x batch
+    bytes_total: int  # x batch
     formula: str
 
 
@@ -127,20 +127,27 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
     if group.kind == "mla":
         values = group.kv_lora_rank + group.qk_rope_head_dim
         per_token = group.layers * dtype.vector_bytes(values)
-        text = (f"{group.layers} layers x ({group.kv_lora_rank} kv_lora_rank + "
-                f"{group.qk_rope_head_dim} qk_rope_head_dim = {values} values: "
-                f"{dtype.describe_vector(values)}) = {per_token:,} B/token"
-                + (" (latent replicated on every TP GPU)" if tp > 1 else ""))
+        text = (
+            f"{group.layers} layers x ({group.kv_lora_rank} kv_lora_rank + "
+            f"{group.qk_rope_head_dim} qk_rope_head_dim = {values} values: "
+            f"{dtype.describe_vector(values)}) = {per_token:,} B/token"
+            + (" (latent replicated on every TP GPU)" if tp > 1 else "")
+        )
         return per_token, text
     if group.kind in ("full", "sliding"):
         heads = kv_heads_per_gpu(group.kv_heads, tp)
         per_token = 2 * group.layers * heads * dtype.vector_bytes(group.head_dim)
         tp_note = ""
         if tp > 1:
-            tp_note = (f" ({group.kv_heads} / TP {tp})" if tp <= group.kv_heads
-                       else f" ({group.kv_heads} KV heads replicated over TP {tp})")
-        text = (f"2 (K,V) x {group.layers} layers x {heads} KV heads{tp_note} x "
-                f"({dtype.describe_vector(group.head_dim)}) = {per_token:,} B/token")
+            tp_note = (
+                f" ({group.kv_heads} / TP {tp})"
+                if tp <= group.kv_heads
+                else f" ({group.kv_heads} KV heads replicated over TP {tp})"
+            )
+        text = (
+            f"2 (K,V) x {group.layers} layers x {heads} KV heads{tp_note} x "
+            f"({dtype.describe_vector(group.head_dim)}) = {per_token:,} B/token"
+        )
         return per_token, text
     return 0, ""
 
@@ -171,13 +178,22 @@ def state_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
     assert s is not None
     per_layer_values = conv + ssm
     per_seq = group.layers * dtype.vector_bytes(per_layer_values)
-    text = (f"{group.layers} layers x (conv {channels:,} channels x ({s.conv_kernel} - 1) = {conv:,}"
-            f" + state {ssm:,} values) x {dtype.bits // 8} B = {per_seq:,} B/sequence")
+    text = (
+        f"{group.layers} layers x (conv {channels:,} channels x ({s.conv_kernel} - 1) = {conv:,}"
+        f" + state {ssm:,} values) x {dtype.bits // 8} B = {per_seq:,} B/sequence"
+    )
     return per_seq, text
 
 
-def breakdown(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: str = "bf16", *,
-              tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE) -> KvBreakdown:
+def breakdown(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype_name: str = "bf16",
+    *,
+    tp: int = 1,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+) -> KvBreakdown:
     """Per-group bytes on one GPU of a TP group, with every formula written out."""
     _check_count("seq_len", seq_len, 0)
     _check_count("batch", batch, 0)
@@ -206,8 +222,15 @@ def breakdown(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: str 
     return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
 
 
-def kv_cache_bytes(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype: str = "bf16", *,
-                   tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE) -> int:
+def kv_cache_bytes(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype: str = "bf16",
+    *,
+    tp: int = 1,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+) -> int:
     """Exact bytes to hold the cache of `batch` sequences of `seq_len` tokens.
 
     With tp > 1 this is the cache on ONE GPU of the tensor-parallel group (the figure that has to
@@ -242,8 +265,9 @@ class SequenceCost:
         return total
 
 
-def sequence_cost(spec: ModelSpec, kv_dtype_name: str = "bf16", *, tp: int = 1,
-                  state_dtype: str = DEFAULT_STATE_DTYPE) -> SequenceCost:
+def sequence_cost(
+    spec: ModelSpec, kv_dtype_name: str = "bf16", *, tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE
+) -> SequenceCost:
     _check_count("tensor parallel size", tp, 1)
     kv = kv_dtype(kv_dtype_name)
     if state_dtype not in STATE_DTYPES:

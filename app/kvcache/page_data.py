@@ -9,9 +9,10 @@ import csv
 import io
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -47,15 +48,29 @@ DEFAULTS: dict[str, Any] = {
 INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size")
 DECIMAL_FIELDS = ("utilization", "reserve_gib")
 LABELS = {
-    "model": "Model", "config": "config.json", "kv_dtype": "KV cache dtype",
-    "weight_dtype": "Weight dtype", "state_dtype": "State dtype (hybrids)",
-    "context_len": "Context length (tokens)", "batch": "Concurrent sequences",
-    "prefix_len": "Shared prefix (tokens)", "gpu": "GPU", "gpu_count": "GPU count",
-    "tp": "Tensor parallel size", "utilization": "gpu_memory_utilization",
-    "reserve_gib": "Runtime reserve (GiB per GPU)", "block_size": "Block size (tokens)",
+    "model": "Model",
+    "config": "config.json",
+    "kv_dtype": "KV cache dtype",
+    "weight_dtype": "Weight dtype",
+    "state_dtype": "State dtype (hybrids)",
+    "context_len": "Context length (tokens)",
+    "batch": "Concurrent sequences",
+    "prefix_len": "Shared prefix (tokens)",
+    "gpu": "GPU",
+    "gpu_count": "GPU count",
+    "tp": "Tensor parallel size",
+    "utilization": "gpu_memory_utilization",
+    "reserve_gib": "Runtime reserve (GiB per GPU)",
+    "block_size": "Block size (tokens)",
 }
-_LIMITS = {"batch": (1, 1_000_000), "prefix_len": (0, None), "gpu_count": (1, 4096),
-           "tp": (1, 1024), "block_size": (1, 4096), "context_len": (1, None)}
+_LIMITS = {
+    "batch": (1, 1_000_000),
+    "prefix_len": (0, None),
+    "gpu_count": (1, 4096),
+    "tp": (1, 1024),
+    "block_size": (1, 4096),
+    "context_len": (1, None),
+}
 
 
 @dataclass(frozen=True)
@@ -109,8 +124,13 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     per link value that could not be used (the widget then shows the default)."""
     values = dict(DEFAULTS)
     errors: dict[str, str] = {}
-    choices = {"model": model_options(), "gpu": gpu_options(), "kv_dtype": KV_DTYPES,
-               "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES}
+    choices = {
+        "model": model_options(),
+        "gpu": gpu_options(),
+        "kv_dtype": KV_DTYPES,
+        "weight_dtype": WEIGHT_DTYPES,
+        "state_dtype": STATE_DTYPES,
+    }
     for key in DEFAULTS:
         if key not in params:
             continue
@@ -202,8 +222,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         else:
             ints[key] = value
 
-    choices = {"kv_dtype": KV_DTYPES, "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES,
-               "gpu": catalog.gpus()}
+    choices = {"kv_dtype": KV_DTYPES, "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES, "gpu": catalog.gpus()}
     for key, options in choices.items():
         if raw.get(key, DEFAULTS[key]) not in options:
             errors[key] = f"{LABELS[key]}: choose one of {', '.join(options)}."
@@ -239,16 +258,18 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
     if spec is not None:
         ctx = ints.get("context_len")
         if ctx is not None and ctx > spec.max_context:
-            errors["context_len"] = (f"{spec.name} supports at most {spec.max_context:,} tokens "
-                                     f"(max_position_embeddings); got {ctx:,}.")
+            errors["context_len"] = (
+                f"{spec.name} supports at most {spec.max_context:,} tokens (max_position_embeddings); got {ctx:,}."
+            )
         if "tp" in ints:
             try:
                 check_tp(spec, ints["tp"])
             except ValueError as e:
                 errors["tp"] = f"{str(e)[0].upper()}{str(e)[1:]}."
     if "tp" in ints and "gpu_count" in ints and ints["gpu_count"] % ints["tp"]:
-        errors["gpu_count"] = (f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor "
-                               f"parallel size ({ints['tp']}).")
+        errors["gpu_count"] = (
+            f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor parallel size ({ints['tp']})."
+        )
     if "prefix_len" in ints and "context_len" in ints and ints["prefix_len"] > ints["context_len"]:
         errors["prefix_len"] = "The shared prefix cannot be longer than the context."
 
@@ -256,11 +277,16 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         return None, errors
     assert spec is not None and utilization is not None and reserve is not None
     return KvInputs(
-        model=model, kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
+        model=model,
+        kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
         weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
         state_dtype=raw.get("state_dtype", DEFAULTS["state_dtype"]),
-        utilization=utilization, reserve_bytes=reserve, spec=spec, source=source,
-        gpu=raw.get("gpu", DEFAULTS["gpu"]), **ints,
+        utilization=utilization,
+        reserve_bytes=reserve,
+        spec=spec,
+        source=source,
+        gpu=raw.get("gpu", DEFAULTS["gpu"]),
+        **ints,
     ), {}
 
 
@@ -282,8 +308,8 @@ def fmt_bytes(n: int) -> str:
 class PageData:
     inputs: KvInputs
     model_rows: list[dict]
-    whole: KvBreakdown            # the whole model's cache (tp = 1)
-    per_gpu: KvBreakdown          # one GPU of the TP group
+    whole: KvBreakdown  # the whole model's cache (tp = 1)
+    per_gpu: KvBreakdown  # one GPU of the TP group
     naive: int
     paged: PagedAllocation
     capacity: CapacityPlan
@@ -306,11 +332,16 @@ class PageData:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=["section", "item", "value", "formula"])
         writer.writeheader()
-        for section, rows in (("breakdown", self.breakdown_rows), ("capacity", self.capacity_rows),
-                              ("paged", self.paged_rows), ("prefix", self.prefix_rows)):
+        for section, rows in (
+            ("breakdown", self.breakdown_rows),
+            ("capacity", self.capacity_rows),
+            ("paged", self.paged_rows),
+            ("prefix", self.prefix_rows),
+        ):
             for r in rows:
-                writer.writerow({"section": section, "item": r["item"], "value": r["bytes"],
-                                 "formula": r.get("formula", "")})
+                writer.writerow(
+                    {"section": section, "item": r["item"], "value": r["bytes"], "formula": r.get("formula", "")}
+                )
         return buf.getvalue()
 
 
@@ -327,8 +358,14 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
         tokens = min(context, spec.max_context)
         for dtype in CATALOG_CHART_DTYPES:
             total = sequence_cost(spec, dtype).bytes(tokens)
-            rows.append({"label": f"{spec.name} ({spec.attention_label})", "dtype": dtype,
-                         "bytes_per_token": total / tokens, "tokens": tokens})
+            rows.append(
+                {
+                    "label": f"{spec.name} ({spec.attention_label})",
+                    "dtype": dtype,
+                    "bytes_per_token": total / tokens,
+                    "tokens": tokens,
+                }
+            )
     return rows
 
 
@@ -337,15 +374,41 @@ def build_page_data(v: KvInputs) -> PageData:
     spec = v.spec
     whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
     per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
-    cap = plan(spec, catalog.gpu(v.gpu), gpu_count=v.gpu_count, tp=v.tp, weight_dtype_name=v.weight_dtype,
-               kv_dtype=v.kv_dtype, context_len=v.context_len, batch=v.batch, utilization=v.utilization,
-               reserve_bytes=v.reserve_bytes, block_size=v.block_size, state_dtype=v.state_dtype)
-    paged = paged_allocation(spec, v.context_len, cap.batch_per_replica, v.kv_dtype, block_size=v.block_size,
-                             tp=v.tp, state_dtype=v.state_dtype)
+    cap = plan(
+        spec,
+        catalog.gpu(v.gpu),
+        gpu_count=v.gpu_count,
+        tp=v.tp,
+        weight_dtype_name=v.weight_dtype,
+        kv_dtype=v.kv_dtype,
+        context_len=v.context_len,
+        batch=v.batch,
+        utilization=v.utilization,
+        reserve_bytes=v.reserve_bytes,
+        block_size=v.block_size,
+        state_dtype=v.state_dtype,
+    )
+    paged = paged_allocation(
+        spec,
+        v.context_len,
+        cap.batch_per_replica,
+        v.kv_dtype,
+        block_size=v.block_size,
+        tp=v.tp,
+        state_dtype=v.state_dtype,
+    )
     prefix = None
     if v.prefix_len:
-        prefix = prefix_sharing(spec, cap.batch_per_replica, v.prefix_len, v.context_len, v.kv_dtype,
-                                block_size=v.block_size, tp=v.tp, state_dtype=v.state_dtype)
+        prefix = prefix_sharing(
+            spec,
+            cap.batch_per_replica,
+            v.prefix_len,
+            v.context_len,
+            v.kv_dtype,
+            block_size=v.block_size,
+            tp=v.tp,
+            state_dtype=v.state_dtype,
+        )
     naive = naive_bytes(spec, v.context_len, v.batch, v.kv_dtype)
 
     # charts: one cost model, many lengths
@@ -355,24 +418,32 @@ def build_page_data(v: KvInputs) -> PageData:
     figures = {
         "memory": charts.memory_figure(contexts, cap, [cap.batch_per_replica * b for b in seq_bytes]),
         "concurrency": charts.concurrency_figure(
-            contexts, [max_sequences(cap.kv_budget, b) * cap.replicas for b in seq_bytes], v.context_len),
-        "catalog": charts.catalog_figure(_catalog_rows(v.context_len, spec if v.model == CUSTOM else None),
-                                         CATALOG_CHART_DTYPES, v.context_len),
+            contexts, [max_sequences(cap.kv_budget, b) * cap.replicas for b in seq_bytes], v.context_len
+        ),
+        "catalog": charts.catalog_figure(
+            _catalog_rows(v.context_len, spec if v.model == CUSTOM else None), CATALOG_CHART_DTYPES, v.context_len
+        ),
     }
 
     if not cap.weights_fit:
-        verdict = (f"Does not fit: the weights ({fmt_bytes(cap.weights_per_gpu)} per GPU) and the reserve "
-                   f"leave no KV budget out of {fmt_bytes(cap.usable)} usable per GPU.")
+        verdict = (
+            f"Does not fit: the weights ({fmt_bytes(cap.weights_per_gpu)} per GPU) and the reserve "
+            f"leave no KV budget out of {fmt_bytes(cap.usable)} usable per GPU."
+        )
     elif cap.fits:
-        verdict = (f"Fits: {v.batch:,} sequences of {v.context_len:,} tokens need "
-                   f"{fmt_bytes(cap.batch_bytes)} of KV per GPU; headroom {fmt_bytes(cap.headroom)} "
-                   f"({cap.headroom * 100 // cap.kv_budget}% of the KV budget). Up to "
-                   f"{cap.max_concurrency:,} such sequences fit.")
+        verdict = (
+            f"Fits: {v.batch:,} sequences of {v.context_len:,} tokens need "
+            f"{fmt_bytes(cap.batch_bytes)} of KV per GPU; headroom {fmt_bytes(cap.headroom)} "
+            f"({cap.headroom * 100 // cap.kv_budget}% of the KV budget). Up to "
+            f"{cap.max_concurrency:,} such sequences fit."
+        )
     else:
-        verdict = (f"Does not fit: {v.batch:,} sequences of {v.context_len:,} tokens need "
-                   f"{fmt_bytes(cap.batch_bytes)} of KV per GPU but the budget is "
-                   f"{fmt_bytes(cap.kv_budget)} (short by {fmt_bytes(-cap.headroom)}). At most "
-                   f"{cap.max_concurrency:,} such sequences fit.")
+        verdict = (
+            f"Does not fit: {v.batch:,} sequences of {v.context_len:,} tokens need "
+            f"{fmt_bytes(cap.batch_bytes)} of KV per GPU but the budget is "
+            f"{fmt_bytes(cap.kv_budget)} (short by {fmt_bytes(-cap.headroom)}). At most "
+            f"{cap.max_concurrency:,} such sequences fit."
+        )
 
     growth = whole.bytes_per_token
     metrics = {
@@ -386,20 +457,39 @@ def build_page_data(v: KvInputs) -> PageData:
     working = [f"{g.label}: {g.formula}" for g in whole.groups]
     if v.tp > 1:
         working += [f"per GPU (TP {v.tp}), {g.label}: {g.formula}" for g in per_gpu.groups]
-    working.append(f"naive 2 x layers x hidden_size formula: 2 x {spec.num_layers} x {spec.hidden_size} x "
-                   f"{KV_DTYPES[v.kv_dtype].describe_vector(1)} x {v.context_len:,} tokens x {v.batch} = "
-                   f"{naive:,} B ({naive / whole.total:.2f}x the exact figure)" if whole.total else
-                   "naive formula: n/a")
+    working.append(
+        f"naive 2 x layers x hidden_size formula: 2 x {spec.num_layers} x {spec.hidden_size} x "
+        f"{KV_DTYPES[v.kv_dtype].describe_vector(1)} x {v.context_len:,} tokens x {v.batch} = "
+        f"{naive:,} B ({naive / whole.total:.2f}x the exact figure)"
+        if whole.total
+        else "naive formula: n/a"
+    )
 
     breakdown_rows = [
-        {"item": g.label, "layers": g.layers, "tokens held": g.tokens_held,
-         "B/token": g.bytes_per_token, "B/sequence": g.bytes_per_sequence, "bytes": g.bytes_total,
-         "readable": fmt_bytes(g.bytes_total), "formula": g.formula}
+        {
+            "item": g.label,
+            "layers": g.layers,
+            "tokens held": g.tokens_held,
+            "B/token": g.bytes_per_token,
+            "B/sequence": g.bytes_per_sequence,
+            "bytes": g.bytes_total,
+            "readable": fmt_bytes(g.bytes_total),
+            "formula": g.formula,
+        }
         for g in whole.groups
     ]
-    breakdown_rows.append({"item": "total", "layers": spec.num_layers, "tokens held": v.context_len,
-                           "B/token": growth, "B/sequence": whole.per_sequence, "bytes": whole.total,
-                           "readable": fmt_bytes(whole.total), "formula": "sum of the groups"})
+    breakdown_rows.append(
+        {
+            "item": "total",
+            "layers": spec.num_layers,
+            "tokens held": v.context_len,
+            "B/token": growth,
+            "B/sequence": whole.per_sequence,
+            "bytes": whole.total,
+            "readable": fmt_bytes(whole.total),
+            "formula": "sum of the groups",
+        }
+    )
     weight = WEIGHT_DTYPES[v.weight_dtype]
     capacity_rows = [
         _row("GPU memory", cap.gpu_memory, f"{catalog.gpu(v.gpu).memory_gib} GiB"),
@@ -411,13 +501,19 @@ def build_page_data(v: KvInputs) -> PageData:
         _row(f"one sequence of {v.context_len:,} tokens per GPU (whole blocks)", cap.sequence_bytes),
         _row(f"{cap.batch_per_replica} sequences per replica, per GPU", cap.batch_bytes),
         _row("headroom per GPU", cap.headroom, "KV budget - batch"),
-        _row(f"one max-length request ({cap.max_len:,} tokens) per GPU", cap.max_len_sequence_bytes,
-             "fits" if cap.max_len_fits else "does not fit"),
+        _row(
+            f"one max-length request ({cap.max_len:,} tokens) per GPU",
+            cap.max_len_sequence_bytes,
+            "fits" if cap.max_len_fits else "does not fit",
+        ),
     ]
     paged_rows = [
         _row("used by the tokens", paged.used),
-        _row(f"paged allocation ({v.block_size}-token blocks)", paged.allocated,
-             "ceil(tokens held / block) x block per group"),
+        _row(
+            f"paged allocation ({v.block_size}-token blocks)",
+            paged.allocated,
+            "ceil(tokens held / block) x block per group",
+        ),
         _row("internal fragmentation", paged.fragmentation, "allocated - used"),
         _row(f"contiguous pre-allocation to {paged.max_len:,} tokens", paged.contiguous),
         _row("saved by paging", paged.saved_by_paging, "contiguous - allocated"),
@@ -426,8 +522,11 @@ def build_page_data(v: KvInputs) -> PageData:
     if prefix is not None:
         prefix_rows = [
             _row(f"{prefix.requests} requests without prefix caching", prefix.without_sharing),
-            _row(f"with a shared {prefix.shared_tokens:,}-token prefix", prefix.with_sharing,
-                 "prefix stored once; only whole blocks are shared"),
+            _row(
+                f"with a shared {prefix.shared_tokens:,}-token prefix",
+                prefix.with_sharing,
+                "prefix stored once; only whole blocks are shared",
+            ),
             _row("saved by prefix caching", prefix.saved),
         ]
     model_rows = [
@@ -435,27 +534,69 @@ def build_page_data(v: KvInputs) -> PageData:
         {"field": "layers", "value": f"{spec.num_layers}"},
         {"field": "layer groups", "value": ", ".join(f"{g.layers} {g.kind}" for g in spec.groups)},
         {"field": "max context", "value": f"{spec.max_context:,} tokens"},
-        {"field": "parameters", "value": f"{spec.params_total:,} total, {spec.params_active:,} active "
-                                         f"({spec.params_note})"},
+        {
+            "field": "parameters",
+            "value": f"{spec.params_total:,} total, {spec.params_active:,} active ({spec.params_note})",
+        },
         {"field": "source", "value": v.source or "pasted config.json"},
     ]
-    inputs = {k: getattr(v, k) for k in ("model", "kv_dtype", "weight_dtype", "state_dtype", "context_len",
-                                         "batch", "prefix_len", "gpu", "gpu_count", "tp", "block_size",
-                                         "reserve_bytes")}
+    inputs = {
+        k: getattr(v, k)
+        for k in (
+            "model",
+            "kv_dtype",
+            "weight_dtype",
+            "state_dtype",
+            "context_len",
+            "batch",
+            "prefix_len",
+            "gpu",
+            "gpu_count",
+            "tp",
+            "block_size",
+            "reserve_bytes",
+        )
+    }
     inputs["utilization"] = str(v.utilization)
     export = {
         "inputs": inputs,
         "model": {"name": spec.name, **{r["field"]: r["value"] for r in model_rows}},
         "verdict": verdict,
         "fits": cap.fits,
-        "kv_whole_model": {"bytes_per_token": growth, "per_sequence": whole.per_sequence, "total": whole.total,
-                           "groups": [asdict(g) for g in whole.groups]},
+        "kv_whole_model": {
+            "bytes_per_token": growth,
+            "per_sequence": whole.per_sequence,
+            "total": whole.total,
+            "groups": [asdict(g) for g in whole.groups],
+        },
         "kv_per_gpu": {"total": per_gpu.total, "groups": [asdict(g) for g in per_gpu.groups]},
         "capacity": {r["item"]: r["bytes"] for r in capacity_rows}
-        | {"max_concurrency": cap.max_concurrency, "max_context_at_batch": cap.max_context_at_batch,
-           "replicas": cap.replicas, "max_len_fits": cap.max_len_fits},
+        | {
+            "max_concurrency": cap.max_concurrency,
+            "max_context_at_batch": cap.max_context_at_batch,
+            "replicas": cap.replicas,
+            "max_len_fits": cap.max_len_fits,
+        },
         "paged": {r["item"]: r["bytes"] for r in paged_rows},
         "prefix": {r["item"]: r["bytes"] for r in prefix_rows},
     }
-    return PageData(v, model_rows, whole, per_gpu, naive, paged, cap, prefix, metrics, verdict,
-                    cap.fits, working, breakdown_rows, capacity_rows, paged_rows, prefix_rows, figures, export)
+    return PageData(
+        v,
+        model_rows,
+        whole,
+        per_gpu,
+        naive,
+        paged,
+        cap,
+        prefix,
+        metrics,
+        verdict,
+        cap.fits,
+        working,
+        breakdown_rows,
+        capacity_rows,
+        paged_rows,
+        prefix_rows,
+        figures,
+        export,
+    )

@@ -26,9 +26,9 @@ class PagedAllocation:
     seq_len: int
     max_len: int
     batch: int
-    used: int          # exact bytes the tokens occupy
-    allocated: int     # whole blocks
-    contiguous: int    # max_len reserved per sequence
+    used: int  # exact bytes the tokens occupy
+    allocated: int  # whole blocks
+    contiguous: int  # max_len reserved per sequence
 
     @property
     def fragmentation(self) -> int:
@@ -45,9 +45,17 @@ class PagedAllocation:
         return self.contiguous - self.allocated
 
 
-def paged_allocation(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype: str = "bf16", *,
-                     block_size: int = DEFAULT_BLOCK_SIZE, max_len: int | None = None, tp: int = 1,
-                     state_dtype: str = DEFAULT_STATE_DTYPE) -> PagedAllocation:
+def paged_allocation(
+    spec: ModelSpec,
+    seq_len: int,
+    batch: int = 1,
+    kv_dtype: str = "bf16",
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    max_len: int | None = None,
+    tp: int = 1,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+) -> PagedAllocation:
     """Used vs paged-allocated vs contiguous bytes on one GPU for `batch` sequences."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")

@@ -45,13 +45,18 @@ def _mixer(cfg: dict, kind: str | None, hidden: int) -> int:
         d_state = _i(cfg, "mamba_d_state", "state_size", default=16)
         dt_rank = _i(cfg, "mamba_dt_rank", default=-(-hidden // 16))
         conv = _i(cfg, "mamba_d_conv", "conv_kernel", default=4)
-        return (hidden * 2 * d_inner + d_inner * conv + d_inner * (dt_rank + 2 * d_state)
-                + dt_rank * d_inner + d_inner * d_state + d_inner * hidden)
+        return (
+            hidden * 2 * d_inner
+            + d_inner * conv
+            + d_inner * (dt_rank + 2 * d_state)
+            + dt_rank * d_inner
+            + d_inner * d_state
+            + d_inner * hidden
+        )
     if kind == "mamba2":
         nh = _i(cfg, "mamba_num_heads", "mamba_n_heads")
         d_inner = nh * _i(cfg, "mamba_head_dim", "mamba_d_head")
-        groups_state = 2 * _i(cfg, "n_groups", "mamba_n_groups", default=1) * _i(
-            cfg, "ssm_state_size", "mamba_d_state")
+        groups_state = 2 * _i(cfg, "n_groups", "mamba_n_groups", default=1) * _i(cfg, "ssm_state_size", "mamba_d_state")
         conv = _i(cfg, "conv_kernel", "mamba_d_conv", default=4)
         return hidden * (2 * d_inner + groups_state + nh) + (d_inner + groups_state) * conv + d_inner * hidden
     if kind == "linear_attention":
@@ -59,8 +64,9 @@ def _mixer(cfg: dict, kind: str | None, hidden: int) -> int:
         v_heads = _i(cfg, "linear_num_value_heads")
         value_dim = v_heads * _i(cfg, "linear_value_head_dim")
         conv = _i(cfg, "linear_conv_kernel_dim", default=4)
-        return (hidden * (2 * key_dim + 2 * value_dim + 2 * v_heads)
-                + (2 * key_dim + value_dim) * conv + value_dim * hidden)
+        return (
+            hidden * (2 * key_dim + 2 * value_dim + 2 * v_heads) + (2 * key_dim + value_dim) * conv + value_dim * hidden
+        )
     return 0
 
 
@@ -82,8 +88,7 @@ def estimate(cfg: dict, kinds: list[str | None], hidden: int, heads: int, kv: in
     experts = _i(cfg, "num_local_experts", "num_experts", "n_routed_experts")
     per_tok = _i(cfg, "num_experts_per_tok", "experts_per_token", default=experts)
     moe_inter = _i(cfg, "moe_intermediate_size", "intermediate_size")
-    shared = (_i(cfg, "n_shared_experts") * moe_inter
-              + _i(cfg, "shared_expert_intermediate_size"))
+    shared = _i(cfg, "n_shared_experts") * moe_inter + _i(cfg, "shared_expert_intermediate_size")
     if "ffn_dim" in cfg:
         dense_mlp = 2 * hidden * _i(cfg, "ffn_dim")
     else:

@@ -36,9 +36,17 @@ class PrefixSharing:
         return self.without_sharing - self.with_sharing
 
 
-def prefix_sharing(spec: ModelSpec, requests: int, prefix_len: int, seq_len: int,
-                   kv_dtype: str = "bf16", *, block_size: int | None = None, tp: int = 1,
-                   state_dtype: str = DEFAULT_STATE_DTYPE) -> PrefixSharing:
+def prefix_sharing(
+    spec: ModelSpec,
+    requests: int,
+    prefix_len: int,
+    seq_len: int,
+    kv_dtype: str = "bf16",
+    *,
+    block_size: int | None = None,
+    tp: int = 1,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+) -> PrefixSharing:
     """Per-GPU bytes for `requests` sequences of seq_len tokens with and without prefix sharing."""
     for name, value in (("requests", requests), ("prefix_len", prefix_len), ("seq_len", seq_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -228,15 +228,11 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
     if cfg.get("layer_types") is not None:
         types = cfg["layer_types"]
         if not isinstance(types, list) or len(types) != n_layers:
-            raise ValueError(
-                f"config.json: 'layer_types' must list one entry per layer ({n_layers} layers)"
-            )
+            raise ValueError(f"config.json: 'layer_types' must list one entry per layer ({n_layers} layers)")
         kinds: list[str | None] = []
         for i, t in enumerate(types):
             if t not in _LAYER_TYPE_KINDS:
-                raise ValueError(
-                    f"config.json: layer_types[{i}] is {t!r}; supported: {', '.join(_LAYER_TYPE_KINDS)}"
-                )
+                raise ValueError(f"config.json: layer_types[{i}] is {t!r}; supported: {', '.join(_LAYER_TYPE_KINDS)}")
             kinds.append(_LAYER_TYPE_KINDS[t])
         if "sliding" in kinds and window is None:
             raise ValueError("config.json: 'sliding_window' is missing but layer_types has sliding layers")
@@ -245,9 +241,7 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
     if cfg.get("hybrid_override_pattern") is not None:
         pattern = cfg["hybrid_override_pattern"]
         if not isinstance(pattern, str) or len(pattern) != n_layers:
-            raise ValueError(
-                f"config.json: 'hybrid_override_pattern' must have one character per layer ({n_layers})"
-            )
+            raise ValueError(f"config.json: 'hybrid_override_pattern' must have one character per layer ({n_layers})")
         bad = sorted(set(pattern) - set(_PATTERN_KINDS))
         if bad:
             raise ValueError(f"config.json: 'hybrid_override_pattern' has unknown characters {bad}")
@@ -326,8 +320,7 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
         if heads % kv_heads:
             raise ValueError(
-                f"config.json: num_attention_heads ({heads}) must be a multiple of "
-                f"num_key_value_heads ({kv_heads})"
+                f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
             )
         explicit = _opt(cfg, "head_dim")
         if explicit is not None:
@@ -350,8 +343,11 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     for kind in dict.fromkeys(k for k in kinds if k is not None):
         idx = tuple(i for i, k in enumerate(kinds) if k == kind)
         if kind in ("full", "sliding"):
-            groups.append(LayerGroup(kind, idx, kv_heads=kv_heads, head_dim=head_dim,
-                                     window=window if kind == "sliding" else None))
+            groups.append(
+                LayerGroup(
+                    kind, idx, kv_heads=kv_heads, head_dim=head_dim, window=window if kind == "sliding" else None
+                )
+            )
         elif kind == "mla":
             groups.append(LayerGroup(kind, idx, kv_lora_rank=lora, qk_rope_head_dim=rope))
         else:

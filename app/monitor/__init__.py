@@ -16,6 +16,15 @@ from app.monitor.view import (
 from db.monitor import MonitorFilters
 
 __all__ = [
-    "DEFAULT_INTERVAL_S", "DEFAULT_WINDOW", "REFRESH_INTERVALS_S", "WINDOWS", "Kpi", "MonitorFilters",
-    "MonitorState", "MonitorView", "monitor_view", "window_label", "window_seconds",
+    "DEFAULT_INTERVAL_S",
+    "DEFAULT_WINDOW",
+    "REFRESH_INTERVALS_S",
+    "WINDOWS",
+    "Kpi",
+    "MonitorFilters",
+    "MonitorState",
+    "MonitorView",
+    "monitor_view",
+    "window_label",
+    "window_seconds",
 ]

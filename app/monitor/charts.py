@@ -52,16 +52,34 @@ def _values(values: Sequence[float | None]) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype="float64")
 
 
-def _line(x: np.ndarray, y: Sequence[float | None], name: str, color: str, hover: str, *,
-          dash: str = "solid", group: str | None = None, yaxis: str = "y") -> dict:
+def _line(
+    x: np.ndarray,
+    y: Sequence[float | None],
+    name: str,
+    color: str,
+    hover: str,
+    *,
+    dash: str = "solid",
+    group: str | None = None,
+    yaxis: str = "y",
+) -> dict:
     values = _values(y)
     # Gaps are not connected, so a bucket with data between empty ones would be invisible as a
     # line: sparse series get markers too.
     sparse = np.count_nonzero(~np.isnan(values)) < max(3, len(values) // 4)
-    return {"type": "scatter", "mode": "lines+markers" if sparse else "lines", "x": x, "y": values,
-            "name": name, "legendgroup": group or name, "line": {"color": color, "dash": dash},
-            "marker": {"size": 5, "color": color}, "yaxis": yaxis,
-            "connectgaps": False, "hovertemplate": f"{hover}<extra></extra>"}
+    return {
+        "type": "scatter",
+        "mode": "lines+markers" if sparse else "lines",
+        "x": x,
+        "y": values,
+        "name": name,
+        "legendgroup": group or name,
+        "line": {"color": color, "dash": dash},
+        "marker": {"size": 5, "color": color},
+        "yaxis": yaxis,
+        "connectgaps": False,
+        "hovertemplate": f"{hover}<extra></extra>",
+    }
 
 
 def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
@@ -71,12 +89,15 @@ def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
     # The legend goes below the plot and the time axis carries no title (the page says times are
     # UTC): a legend of several rows then grows downwards instead of colliding with the title or
     # with an axis title.
-    return {"title": {"text": title}, "height": HEIGHT,
-            "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
-            "hovermode": "x unified",
-            "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
-            "xaxis": {"type": "date", "automargin": True, "hoverformat": f"%Y-%m-%d %H:%M {TIME_ZONE}"},
-            "yaxis": yaxis}
+    return {
+        "title": {"text": title},
+        "height": HEIGHT,
+        "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
+        "hovermode": "x unified",
+        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
+        "xaxis": {"type": "date", "automargin": True, "hoverformat": f"%Y-%m-%d %H:%M {TIME_ZONE}"},
+        "yaxis": yaxis,
+    }
 
 
 def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.Figure:
@@ -84,8 +105,17 @@ def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.F
     layout = _layout(title, y_title)
     layout["xaxis"]["visible"] = False
     layout["yaxis"]["visible"] = False
-    layout["annotations"] = [{"text": text or EMPTY_TEXT, "x": 0.5, "y": 0.5, "xref": "paper", "yref": "paper",
-                              "showarrow": False, "font": {"size": 16}}]
+    layout["annotations"] = [
+        {
+            "text": text or EMPTY_TEXT,
+            "x": 0.5,
+            "y": 0.5,
+            "xref": "paper",
+            "yref": "paper",
+            "showarrow": False,
+            "font": {"size": 16},
+        }
+    ]
     return go.Figure(layout=layout)
 
 
@@ -107,39 +137,71 @@ def percentile_figure(series: WindowSeries, kind: str = "latency") -> go.Figure:
             note = "No streamed requests in this window (time to first token is measured on streams)"
         return empty_figure(title, y_title, note)
     x, colors = _times(series.buckets), provider_colors(series.providers)
-    traces = [_line(x, getattr(getattr(p, kind), q), f"{name} {q}", colors[name],
-                    f"{name} {q}: %{{y:,.0f}} ms", dash=DASH[q], group=name)
-              for name, p in series.providers.items() for q in ("p50", "p95", "p99")]
+    traces = [
+        _line(
+            x,
+            getattr(getattr(p, kind), q),
+            f"{name} {q}",
+            colors[name],
+            f"{name} {q}: %{{y:,.0f}} ms",
+            dash=DASH[q],
+            group=name,
+        )
+        for name, p in series.providers.items()
+        for q in ("p50", "p95", "p99")
+    ]
     return go.Figure(data=traces, layout=_layout(title, y_title))
 
 
-def _per_provider(series: WindowSeries, attr: str, title: str, y_title: str, hover: str,
-                  *, y_percent: bool = False, extra: Sequence[dict] = ()) -> go.Figure:
+def _per_provider(
+    series: WindowSeries,
+    attr: str,
+    title: str,
+    y_title: str,
+    hover: str,
+    *,
+    y_percent: bool = False,
+    extra: Sequence[dict] = (),
+) -> go.Figure:
     if series.empty:
         return empty_figure(title, y_title)
     x, colors = _times(series.buckets), provider_colors(series.providers)
-    traces = [_line(x, getattr(p, attr), name, colors[name], f"{name}: {hover}")
-              for name, p in series.providers.items()]
+    traces = [
+        _line(x, getattr(p, attr), name, colors[name], f"{name}: {hover}") for name, p in series.providers.items()
+    ]
     return go.Figure(data=[*traces, *extra], layout=_layout(title, y_title, y_percent=y_percent))
 
 
 def request_rate_figure(series: WindowSeries) -> go.Figure:
     """Requests per second per provider."""
-    return _per_provider(series, "request_rate", "Request rate per provider", "Requests / s",
-                         "%{y:,.2f} req/s")
+    return _per_provider(series, "request_rate", "Request rate per provider", "Requests / s", "%{y:,.2f} req/s")
 
 
 def error_rate_figure(series: WindowSeries) -> go.Figure:
     """Failed-attempt rate per provider, plus the overall request error and fallback rates."""
     x = _times(series.buckets)
     extra = [
-        _line(x, series.request_error_rate, "request error rate (all)", PALETTE[5],
-              "requests failed: %{y:.1%}", dash="dash"),
-        _line(x, series.fallback_rate, "fallback rate (all)", OVERALL_COLOR,
-              "served by fallback: %{y:.1%}", dash="dot"),
+        _line(
+            x,
+            series.request_error_rate,
+            "request error rate (all)",
+            PALETTE[5],
+            "requests failed: %{y:.1%}",
+            dash="dash",
+        ),
+        _line(
+            x, series.fallback_rate, "fallback rate (all)", OVERALL_COLOR, "served by fallback: %{y:.1%}", dash="dot"
+        ),
     ]
-    return _per_provider(series, "error_rate", "Error and fallback rate", "Rate (%)",
-                         "%{y:.1%} of attempts failed", y_percent=True, extra=extra)
+    return _per_provider(
+        series,
+        "error_rate",
+        "Error and fallback rate",
+        "Rate (%)",
+        "%{y:.1%} of attempts failed",
+        y_percent=True,
+        extra=extra,
+    )
 
 
 def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
@@ -154,11 +216,26 @@ def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
     x, colors = _times(series.buckets), provider_colors(groups)
     traces = []
     for name, s in groups.items():
-        traces.append({"type": "bar", "x": x, "y": _values(s.cost_per_min), "name": name, "legendgroup": name,
-                       "marker": {"color": colors[name]},
-                       "hovertemplate": f"{name}: $%{{y:,.4f}}/min<extra></extra>"})
-        cumulative = _line(x, s.cum_cost_usd, f"{name} cumulative", colors[name],
-                           f"{name} cumulative: $%{{y:,.2f}}", group=name, yaxis="y2")
+        traces.append(
+            {
+                "type": "bar",
+                "x": x,
+                "y": _values(s.cost_per_min),
+                "name": name,
+                "legendgroup": name,
+                "marker": {"color": colors[name]},
+                "hovertemplate": f"{name}: $%{{y:,.4f}}/min<extra></extra>",
+            }
+        )
+        cumulative = _line(
+            x,
+            s.cum_cost_usd,
+            f"{name} cumulative",
+            colors[name],
+            f"{name} cumulative: $%{{y:,.2f}}",
+            group=name,
+            yaxis="y2",
+        )
         # One legend entry per name (the bar's); its line shares the colour and the legend group,
         # so clicking the entry hides both. Two entries per model wrapped into a legend taller
         # than the plot.
@@ -166,21 +243,33 @@ def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
         traces.append(cumulative)
     layout = _layout(title, "USD / min")
     layout["barmode"] = "stack"
-    layout["yaxis2"] = {"title": {"text": "Cumulative USD"}, "overlaying": "y", "side": "right",
-                        "rangemode": "tozero", "showgrid": False}
+    layout["yaxis2"] = {
+        "title": {"text": "Cumulative USD"},
+        "overlaying": "y",
+        "side": "right",
+        "rangemode": "tozero",
+        "showgrid": False,
+    }
     return go.Figure(data=traces, layout=layout)
 
 
 def cached_ratio_figure(series: WindowSeries) -> go.Figure:
     """Cached prompt tokens / prompt tokens per provider."""
-    return _per_provider(series, "cached_ratio", "Cached-token ratio per provider",
-                         "Cached / prompt tokens (%)", "%{y:.1%} cached", y_percent=True)
+    return _per_provider(
+        series,
+        "cached_ratio",
+        "Cached-token ratio per provider",
+        "Cached / prompt tokens (%)",
+        "%{y:.1%} cached",
+        y_percent=True,
+    )
 
 
 def tokens_per_s_figure(series: WindowSeries) -> go.Figure:
     """Output-token throughput per provider."""
-    return _per_provider(series, "tokens_per_s", "Output tokens per second per provider",
-                         "Completion tokens / s", "%{y:,.1f} tok/s")
+    return _per_provider(
+        series, "tokens_per_s", "Output tokens per second per provider", "Completion tokens / s", "%{y:,.1f} tok/s"
+    )
 
 
 def split_figure(points: Sequence[SplitPoint], target_ratio: float | None = None) -> go.Figure:
@@ -189,14 +278,20 @@ def split_figure(points: Sequence[SplitPoint], target_ratio: float | None = None
     if not any(p.total for p in points):
         return empty_figure(title, y_title)
     x = _times([p.ts for p in points])
-    observed = _line(x, [p.primary_share for p in points], "observed", PALETTE[0],
-                     "observed: %{y:.1%} (%{customdata[0]} primary / %{customdata[1]} fallback)")
+    observed = _line(
+        x,
+        [p.primary_share for p in points],
+        "observed",
+        PALETTE[0],
+        "observed: %{y:.1%} (%{customdata[0]} primary / %{customdata[1]} fallback)",
+    )
     observed["mode"] = "lines+markers"
     observed["customdata"] = np.array([[p.primary, p.fallback] for p in points], dtype="int64")
     traces = [observed]
     if target_ratio is not None:
-        traces.append(_line(x[[0, -1]], [target_ratio, target_ratio], "target", PALETTE[1],
-                            "target: %{y:.1%}", dash="dash"))
+        traces.append(
+            _line(x[[0, -1]], [target_ratio, target_ratio], "target", PALETTE[1], "target: %{y:.1%}", dash="dash")
+        )
     layout = _layout(title, y_title, y_percent=True)
     layout["yaxis"]["range"] = [0, 1]
     return go.Figure(data=traces, layout=layout)

@@ -77,8 +77,10 @@ class MonitorView:
 
     @property
     def caption(self) -> str:
-        return (f"{window_label(self.window)}: {_utc(self.since)} to {_utc(self.until)} UTC, "
-                f"{self.step_s // 60}-minute buckets")
+        return (
+            f"{window_label(self.window)}: {_utc(self.since)} to {_utc(self.until)} UTC, "
+            f"{self.step_s // 60}-minute buckets"
+        )
 
 
 def _utc(ts: float) -> str:
@@ -109,8 +111,9 @@ def kpis(series: WindowSeries) -> tuple[Kpi, ...]:
     )
 
 
-def monitor_view(engine: Engine, window: str, filters: MonitorFilters | None = None,
-                 now: float | None = None) -> MonitorView:
+def monitor_view(
+    engine: Engine, window: str, filters: MonitorFilters | None = None, now: float | None = None
+) -> MonitorView:
     """Query and build everything the monitor page shows for ``window`` ending at ``now``.
 
     Three queries: two grouped rollup scans for the series, one indexed read of the newest rows.
@@ -121,14 +124,22 @@ def monitor_view(engine: Engine, window: str, filters: MonitorFilters | None = N
     series = window_series(engine, since=since, until=now, filters=filters)
     recent = recent_requests(engine, limit=RECENT_ROWS, filters=filters, since=since)
     return MonitorView(
-        window=window, since=since, until=now, step_s=series.step_s, has_data=not series.empty,
-        kpis=kpis(series), figures=monitor_figures(series), recent=recent,
-        recent_csv=requests_csv(recent), series=series,
+        window=window,
+        since=since,
+        until=now,
+        step_s=series.step_s,
+        has_data=not series.empty,
+        kpis=kpis(series),
+        figures=monitor_figures(series),
+        recent=recent,
+        recent_csv=requests_csv(recent),
+        series=series,
     )
 
 
-def filter_choices(engine: Engine, window: str, selected: MonitorFilters | None = None,
-                   now: float | None = None) -> dict[str, list[str]]:
+def filter_choices(
+    engine: Engine, window: str, selected: MonitorFilters | None = None, now: float | None = None
+) -> dict[str, list[str]]:
     """Values offered by each filter: those with traffic in ``window``, plus whatever is already
     selected (a selection must stay valid when the window moves past its last request)."""
     now = time.time() if now is None else float(now)
@@ -162,6 +173,7 @@ class MonitorState:
     @classmethod
     def from_session(cls, session: Mapping[str, Any]) -> MonitorState:
         """Read the widget values from ``session`` (defaults for any not set yet or invalid)."""
+
         def get(name: str, default: Any) -> Any:
             value = session.get(cls.key(name), default)
             return default if value is None else value
@@ -170,8 +182,10 @@ class MonitorState:
         interval = get("interval_s", DEFAULT_INTERVAL_S)
         return cls(
             window=window if window in WINDOWS else DEFAULT_WINDOW,
-            providers=tuple(get("providers", ())), models=tuple(get("models", ())),
-            intents=tuple(get("intents", ())), sources=tuple(get("sources", ())),
+            providers=tuple(get("providers", ())),
+            models=tuple(get("models", ())),
+            intents=tuple(get("intents", ())),
+            sources=tuple(get("sources", ())),
             interval_s=interval if interval in REFRESH_INTERVALS_S else DEFAULT_INTERVAL_S,
             paused=bool(get("paused", False)),
         )

@@ -7,6 +7,14 @@ from app.routing.errors import StreamBrokenError
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 
 __all__ = [
-    "AllRoutesFailed", "AttemptInfo", "ChatResult", "ChatStream", "ProviderNotConfigured",
-    "RoutingClient", "StreamBrokenError", "UnknownModelError", "Usage", "validate_messages",
+    "AllRoutesFailed",
+    "AttemptInfo",
+    "ChatResult",
+    "ChatStream",
+    "ProviderNotConfigured",
+    "RoutingClient",
+    "StreamBrokenError",
+    "UnknownModelError",
+    "Usage",
+    "validate_messages",
 ]

@@ -66,7 +66,7 @@ class _Plan:
     model: str
     intent: str
     side: Side
-    routes: list[tuple[str, bool]]          # (provider name, is a fallback route)
+    routes: list[tuple[str, bool]]  # (provider name, is a fallback route)
     prompt_tokens_est: int
     session_id: str | None
     source: str
@@ -87,8 +87,8 @@ class _Try:
     substituted: bool
     with_hints: bool
     timeout: float
-    ts: float = 0.0      # wall-clock start, for the log
-    t0: float = 0.0      # monotonic start, for latency
+    ts: float = 0.0  # wall-clock start, for the log
+    t0: float = 0.0  # monotonic start, for latency
 
     def begin(self, wall: float, clock: float) -> _Try:
         return replace(self, ts=wall, t0=clock)
@@ -115,17 +115,22 @@ class ChatStream:
 
 
 class RoutingClient:
-    def __init__(self, settings: Settings, *, engine: Engine | None = None,
-                 transports: Mapping[str, httpx2.BaseTransport] | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.perf_counter,
-                 wall_clock: Callable[[], float] = time.time,
-                 rng: random.Random | None = None,
-                 source: str = "api",
-                 env: Mapping[str, str] | None = None,
-                 secrets: Mapping[str, str] | None = None,
-                 telemetry: TelemetryWriter | None = None,
-                 guardrail: bool = True):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        engine: Engine | None = None,
+        transports: Mapping[str, httpx2.BaseTransport] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.perf_counter,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        source: str = "api",
+        env: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        telemetry: TelemetryWriter | None = None,
+        guardrail: bool = True,
+    ):
         from db.canary import ensure_setting, read_ratio_version
         from db.engine import get_engine
         from db.requests import insert_batch
@@ -162,8 +167,11 @@ class RoutingClient:
 
         self._owns_telemetry = telemetry is None
         self.telemetry = telemetry or TelemetryWriter(
-            write, queue_size=settings.telemetry.queue_size, batch_size=settings.telemetry.batch_size,
-            flush_interval_s=settings.telemetry.flush_interval_s)
+            write,
+            queue_size=settings.telemetry.queue_size,
+            batch_size=settings.telemetry.batch_size,
+            flush_interval_s=settings.telemetry.flush_interval_s,
+        )
 
     @classmethod
     def from_config(cls, path: str | None = None, **kwargs: Any) -> RoutingClient:
@@ -173,16 +181,24 @@ class RoutingClient:
     def current_ratio(self) -> float:
         return self._ratio.get()
 
-    def chat(self, messages: Sequence[dict], model: str = "auto", *, session_id: str | None = None,
-             stream: bool = False, temperature: float | None = None, max_tokens: int | None = None,
-             source: str | None = None, route: Side | None = None,
-             cache_hints: bool = True) -> ChatResult | ChatStream:
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: bool = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatResult | ChatStream:
         """Send one chat request through the router.
 
         ``route`` forces one side with no fallback (the playground's compare mode).
         """
-        plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route,
-                          cache_hints)
+        plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route, cache_hints)
         if stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
@@ -215,9 +231,18 @@ class RoutingClient:
         self.close()
 
     # -- planning ------------------------------------------------------------------------------
-    def _plan(self, messages: Sequence[dict], model: str, session_id: str | None, stream: bool,
-              temperature: float | None, max_tokens: int | None, source: str | None,
-              route: Side | None, cache_hints: bool) -> _Plan:
+    def _plan(
+        self,
+        messages: Sequence[dict],
+        model: str,
+        session_id: str | None,
+        stream: bool,
+        temperature: float | None,
+        max_tokens: int | None,
+        source: str | None,
+        route: Side | None,
+        cache_hints: bool,
+    ) -> _Plan:
         msgs = validate_messages(messages)
         if session_id is not None and not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
             raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters")
@@ -253,9 +278,21 @@ class RoutingClient:
             params["temperature"] = float(temperature)
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
-        return _Plan(request_id=uuid.uuid4().hex, messages=msgs, requested_model=requested, model=chosen,
-                     intent=intent, side=side, routes=routes, prompt_tokens_est=est, session_id=session_id,
-                     source=source, params=params, cache_hints=cache_hints, stream=stream)
+        return _Plan(
+            request_id=uuid.uuid4().hex,
+            messages=msgs,
+            requested_model=requested,
+            model=chosen,
+            intent=intent,
+            side=side,
+            routes=routes,
+            prompt_tokens_est=est,
+            session_id=session_id,
+            source=source,
+            params=params,
+            cache_hints=cache_hints,
+            stream=stream,
+        )
 
     # -- provider clients ----------------------------------------------------------------------
     def _client(self, name: str) -> openai.OpenAI:
@@ -268,8 +305,9 @@ class RoutingClient:
             transport = self._transports.get(name)
             http_client = httpx2.Client(transport=transport) if transport is not None else httpx2.Client()
             base_url = f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
-            client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s,
-                                   http_client=http_client)
+            client = openai.OpenAI(
+                api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
+            )
             self._http_clients.append(http_client)
             self._clients[name] = client
             return client
@@ -279,30 +317,62 @@ class RoutingClient:
         return (model, False) if model in p.models else (p.default_model, True)
 
     # -- attempts ------------------------------------------------------------------------------
-    def _record(self, plan: _Plan, attempt: _Try, *, ttft_ms: float | None = None,
-                failure: Failure | None = None, usage: Usage | None = None, cost: float = 0.0) -> None:
+    def _record(
+        self,
+        plan: _Plan,
+        attempt: _Try,
+        *,
+        ttft_ms: float | None = None,
+        failure: Failure | None = None,
+        usage: Usage | None = None,
+        cost: float = 0.0,
+    ) -> None:
         usage = usage or Usage()
         number = len(plan.records) + 1
         latency_ms = (self._clock() - attempt.t0) * 1000.0
         store = self.settings.telemetry.store_prompts
-        plan.records.append(AttemptRecord(
-            request_id=plan.request_id, attempt=number, ts=attempt.ts, provider=attempt.provider,
-            model=attempt.model, requested_model=plan.requested_model, intent=plan.intent, side=plan.side,
-            status="ok" if failure is None else "error", latency_ms=latency_ms,
-            http_status=failure.http_status if failure else 200,
-            error_class=failure.error_class if failure else None,
-            error_message=failure.message if failure else None,
-            ttft_ms=ttft_ms, prompt_tokens=usage.prompt_tokens, cached_tokens=usage.cached_tokens,
-            completion_tokens=usage.completion_tokens, cost_usd=cost, fallback=attempt.is_fallback, final=False,
-            substituted=attempt.substituted, stream=plan.stream, source=plan.source, session_id=plan.session_id,
-            prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
-        ))
-        plan.infos.append(AttemptInfo(
-            number=number, provider=attempt.provider, model=attempt.model,
-            status="ok" if failure is None else "error", latency_ms=latency_ms,
-            error_class=failure.error_class if failure else None,
-            http_status=failure.http_status if failure else None,
-            error=failure.describe() if failure else None, with_hints=attempt.with_hints))
+        plan.records.append(
+            AttemptRecord(
+                request_id=plan.request_id,
+                attempt=number,
+                ts=attempt.ts,
+                provider=attempt.provider,
+                model=attempt.model,
+                requested_model=plan.requested_model,
+                intent=plan.intent,
+                side=plan.side,
+                status="ok" if failure is None else "error",
+                latency_ms=latency_ms,
+                http_status=failure.http_status if failure else 200,
+                error_class=failure.error_class if failure else None,
+                error_message=failure.message if failure else None,
+                ttft_ms=ttft_ms,
+                prompt_tokens=usage.prompt_tokens,
+                cached_tokens=usage.cached_tokens,
+                completion_tokens=usage.completion_tokens,
+                cost_usd=cost,
+                fallback=attempt.is_fallback,
+                final=False,
+                substituted=attempt.substituted,
+                stream=plan.stream,
+                source=plan.source,
+                session_id=plan.session_id,
+                prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
+            )
+        )
+        plan.infos.append(
+            AttemptInfo(
+                number=number,
+                provider=attempt.provider,
+                model=attempt.model,
+                status="ok" if failure is None else "error",
+                latency_ms=latency_ms,
+                error_class=failure.error_class if failure else None,
+                http_status=failure.http_status if failure else None,
+                error=failure.describe() if failure else None,
+                with_hints=attempt.with_hints,
+            )
+        )
 
     def _commit(self, plan: _Plan) -> None:
         if not plan.records:
@@ -323,8 +393,9 @@ class RoutingClient:
         backoff = Backoff(self.settings.retry, self._rng)
         for provider, is_fallback in plan.routes:
             model, substituted = self._model_for(provider, plan.model)
-            timeout = attempt_timeout_s(self.settings.providers[provider].timeout_s,
-                                        plan.prompt_tokens_est, self.settings.retry)
+            timeout = attempt_timeout_s(
+                self.settings.providers[provider].timeout_s, plan.prompt_tokens_est, self.settings.retry
+            )
             with_hints = plan.cache_hints and plan.session_id is not None
             hints_dropped = False
             retries = 0
@@ -346,22 +417,48 @@ class RoutingClient:
                 raise _Stop(f"request refused by {provider}")
         raise _Stop("all routes failed")
 
-    def _succeed(self, plan: _Plan, attempt: _Try, started: float, text: str, usage: Usage,
-                 ttft_ms: float | None, finish_reason: str | None) -> ChatResult:
+    def _succeed(
+        self,
+        plan: _Plan,
+        attempt: _Try,
+        started: float,
+        text: str,
+        usage: Usage,
+        ttft_ms: float | None,
+        finish_reason: str | None,
+    ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
         self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost)
         return ChatResult(
-            text=text, provider=attempt.provider, model=attempt.model, requested_model=plan.requested_model,
-            intent=plan.intent, side=plan.side, fallback_used=attempt.is_fallback, attempts=len(plan.records),
-            latency_ms=(self._clock() - started) * 1000.0, ttft_ms=ttft_ms, usage=usage, cost_usd=cost,
-            request_id=plan.request_id, session_id=plan.session_id, substituted_model=attempt.substituted,
-            finish_reason=finish_reason, attempt_log=list(plan.infos))
+            text=text,
+            provider=attempt.provider,
+            model=attempt.model,
+            requested_model=plan.requested_model,
+            intent=plan.intent,
+            side=plan.side,
+            fallback_used=attempt.is_fallback,
+            attempts=len(plan.records),
+            latency_ms=(self._clock() - started) * 1000.0,
+            ttft_ms=ttft_ms,
+            usage=usage,
+            cost_usd=cost,
+            request_id=plan.request_id,
+            session_id=plan.session_id,
+            substituted_model=attempt.substituted,
+            finish_reason=finish_reason,
+            attempt_log=list(plan.infos),
+        )
 
     def _send(self, plan: _Plan, attempt: _Try, **extra: Any) -> Any:
         return self._client(attempt.provider).chat.completions.create(
-            model=attempt.model, messages=plan.messages, timeout=attempt.timeout,
-            extra_headers=self._headers(plan, attempt.with_hints), **plan.params, **extra)
+            model=attempt.model,
+            messages=plan.messages,
+            timeout=attempt.timeout,
+            extra_headers=self._headers(plan, attempt.with_hints),
+            **plan.params,
+            **extra,
+        )
 
     def _run(self, plan: _Plan) -> ChatResult:
         started = self._clock()
@@ -416,17 +513,28 @@ class RoutingClient:
                     if finish is None:
                         raise _Truncated("the stream ended without a finish reason")
                 except GeneratorExit:
-                    self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage,
-                                 failure=Failure("cancelled", "the caller stopped reading the stream"))
+                    self._record(
+                        plan,
+                        attempt,
+                        ttft_ms=ttft_ms,
+                        usage=usage,
+                        failure=Failure("cancelled", "the caller stopped reading the stream"),
+                    )
                     raise
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     if pieces:
                         cause = exc.args[0] if isinstance(exc, _Truncated) else f"{type(exc).__name__}: {exc}"
-                        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, failure=Failure(
-                            "stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"))
+                        self._record(
+                            plan,
+                            attempt,
+                            ttft_ms=ttft_ms,
+                            usage=usage,
+                            failure=Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"),
+                        )
                         raise StreamBrokenError(
                             f"{attempt.provider}/{attempt.model} stream broke after {len(pieces)} chunks "
-                            f"(request {plan.request_id}): {cause}; the answer is incomplete") from exc
+                            f"(request {plan.request_id}): {cause}; the answer is incomplete"
+                        ) from exc
                     if isinstance(exc, _Truncated):
                         failure = Failure("bad_response", exc.args[0], retryable=True, fallback=True)
                     else:
@@ -434,8 +542,9 @@ class RoutingClient:
                     self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, failure=failure)
                     attempt = steps.send(failure)
                     continue
-                holder.result = self._succeed(plan, attempt, started, "".join(pieces), usage or Usage(),
-                                              ttft_ms, finish)
+                holder.result = self._succeed(
+                    plan, attempt, started, "".join(pieces), usage or Usage(), ttft_ms, finish
+                )
                 return
         except _Stop as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
@@ -470,5 +579,8 @@ def _usage(u: Any) -> Usage:
         return Usage()
     details = getattr(u, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None) or 0 if details is not None else 0
-    return Usage(prompt_tokens=int(u.prompt_tokens or 0), cached_tokens=int(cached),
-                 completion_tokens=int(u.completion_tokens or 0))
+    return Usage(
+        prompt_tokens=int(u.prompt_tokens or 0),
+        cached_tokens=int(cached),
+        completion_tokens=int(u.completion_tokens or 0),
+    )

@@ -28,7 +28,7 @@ REQUEST_FAULT_STATUS = frozenset({400, 413, 422})
 
 @dataclass(frozen=True)
 class Failure:
-    error_class: str          # short machine name: timeout, connection, rate_limited, server_error, ...
+    error_class: str  # short machine name: timeout, connection, rate_limited, server_error, ...
     message: str
     http_status: int | None = None
     retryable: bool = False
@@ -95,8 +95,14 @@ def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
             return Failure("cache_hints_rejected", msg, status, hint_rejection=True)
         if status in RETRYABLE_STATUS or status >= 500:
             name = {408: "request_timeout", 409: "conflict", 429: "rate_limited"}.get(status, "server_error")
-            return Failure(name, msg, status, retryable=True, fallback=True,
-                           retry_after_s=retry_after_seconds(exc.response.headers))
+            return Failure(
+                name,
+                msg,
+                status,
+                retryable=True,
+                fallback=True,
+                retry_after_s=retry_after_seconds(exc.response.headers),
+            )
         if status in (401, 403):
             return Failure("auth", msg, status, fallback=True)
         if status == 404:

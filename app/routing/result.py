@@ -21,7 +21,7 @@ class AttemptInfo:
     number: int
     provider: str
     model: str
-    status: str                  # ok | error
+    status: str  # ok | error
     latency_ms: float
     error_class: str | None = None
     http_status: int | None = None
@@ -36,7 +36,7 @@ class ChatResult:
     model: str
     requested_model: str
     intent: str
-    side: str                    # canary side the request was assigned to
+    side: str  # canary side the request was assigned to
     fallback_used: bool
     attempts: int
     latency_ms: float

@@ -20,7 +20,7 @@ class Backoff:
 
     def next_delay(self, retry_number: int, retry_after_s: float | None) -> float | None:
         """Seconds to sleep before retry ``retry_number`` (0-based), or ``None`` if over budget."""
-        cap = min(self.cfg.max_delay_s, self.cfg.base_delay_s * (2 ** retry_number))
+        cap = min(self.cfg.max_delay_s, self.cfg.base_delay_s * (2**retry_number))
         delay = self.rng.uniform(0.0, cap)
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, self.cfg.retry_after_cap_s))

@@ -94,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._dispatch()
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         # The request line only: headers (and so any Authorization) are never logged.
         log.debug("%s %s", self.address_string(), format % args)
 

@@ -321,7 +321,7 @@ class SimulatedProvider:
         text = completion.answer.text
         ends = [end for _, end in token_spans(text)] or [len(text)]
         ends[-1] = len(text)
-        pieces = [text[start:end] for start, end in zip([0, *ends[:-1]], ends)]
+        pieces = [text[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=False)]
 
         def event(payload: Any) -> bytes:
             data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))

@@ -14,8 +14,8 @@ class AttemptRecord:
     model: str
     requested_model: str
     intent: str
-    side: str                   # canary side the request was assigned to: primary | fallback
-    status: str                 # ok | error
+    side: str  # canary side the request was assigned to: primary | fallback
+    status: str  # ok | error
     latency_ms: float
     http_status: int | None = None
     error_class: str | None = None

@@ -26,10 +26,16 @@ _STOP = object()
 
 
 class TelemetryWriter:
-    def __init__(self, write_batch: Callable[[Sequence[AttemptRecord]], int], *,
-                 queue_size: int = 10_000, batch_size: int = 500, flush_interval_s: float = 0.2,
-                 retry_delays_s: Sequence[float] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
-                 name: str = "telemetry-writer"):
+    def __init__(
+        self,
+        write_batch: Callable[[Sequence[AttemptRecord]], int],
+        *,
+        queue_size: int = 10_000,
+        batch_size: int = 500,
+        flush_interval_s: float = 0.2,
+        retry_delays_s: Sequence[float] = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0),
+        name: str = "telemetry-writer",
+    ):
         self._write_batch = write_batch
         self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
         self._batch_size = batch_size
@@ -117,8 +123,7 @@ class TelemetryWriter:
                 attempt += 1
                 if (final or self._closed) and attempt > len(self._retry_delays):
                     # Shutting down and the database stays unreachable: say so loudly.
-                    print(f"telemetry: could not write {len(batch)} records: {self.last_error}",
-                          file=sys.stderr)
+                    print(f"telemetry: could not write {len(batch)} records: {self.last_error}", file=sys.stderr)
                     return
                 log.warning("telemetry write failed (%s); retrying in %.2fs", self.last_error, delay)
                 time.sleep(delay)
@@ -127,8 +132,11 @@ class TelemetryWriter:
         if len(batch) == 1:
             self.rejected += 1
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            print(f"telemetry: record {batch[0].request_id}#{batch[0].attempt} rejected by the database: "
-                  f"{self.last_error}", file=sys.stderr)
+            print(
+                f"telemetry: record {batch[0].request_id}#{batch[0].attempt} rejected by the database: "
+                f"{self.last_error}",
+                file=sys.stderr,
+            )
             return
         mid = len(batch) // 2
         self._write_with_retry(batch[:mid], final=final)

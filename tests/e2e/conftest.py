@@ -19,8 +19,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path(__file__).parent / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 READY = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 
@@ -46,8 +53,14 @@ class Server:
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """``python -m app ...`` against the same database and configuration as the server."""
-        return subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "app", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def query(self, sql: str) -> list[tuple]:
         import sqlite3
@@ -64,17 +77,31 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None, *, launcher
     config = tmp / "gateway.toml"
     config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n")
     database_url = f"sqlite:///{tmp / 'gateway.db'}"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY")}
-    env.update({"GATEWAY_CONFIG": str(config), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1",
-                **(extra_env or {})})
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY")
+    }
+    env.update(
+        {"GATEWAY_CONFIG": str(config), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    )
     port = _free_port()
     log = tmp / "server.log"
     command = ["-m", "ui.serve"] if launcher else ["-m", "streamlit", "run", "streamlit_app.py"]
     proc = subprocess.Popen(
-        [sys.executable, *command, "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            *command,
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -146,7 +173,8 @@ def open_page(page, server: Server, path: str = "") -> None:
 
 def assert_no_exception(page) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
-        '[data-testid="stException"]').first.inner_text()
+        '[data-testid="stException"]'
+    ).first.inner_text()
 
 
 def screenshot(page, name: str) -> None:
@@ -155,7 +183,8 @@ def screenshot(page, name: str) -> None:
     size = page.viewport_size
     height = page.evaluate(
         "Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], [data-testid=stMainBlockContainer]'))"
-        ".map(e => e.scrollHeight), 0)")
+        ".map(e => e.scrollHeight), 0)"
+    )
     page.set_viewport_size({"width": size["width"], "height": min(max(int(height) + 40, size["height"]), 6000)})
     page.wait_for_timeout(300)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)

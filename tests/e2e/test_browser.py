@@ -9,12 +9,16 @@ import json
 import re
 
 import pytest
+from conftest import assert_no_exception, open_page, screenshot, start_server, stop_server, wait_ready
 from playwright.sync_api import expect
 
-from conftest import assert_no_exception, open_page, screenshot, start_server, stop_server, wait_ready
-
-PAGES = [("", "Overview"), ("playground", "Playground"), ("canary", "Canary control"), ("monitor", "Monitor"),
-         ("kv-calculator", "KV-cache calculator")]
+PAGES = [
+    ("", "Overview"),
+    ("playground", "Playground"),
+    ("canary", "Canary control"),
+    ("monitor", "Monitor"),
+    ("kv-calculator", "KV-cache calculator"),
+]
 
 
 def heading(page):
@@ -112,7 +116,9 @@ def test_stale_tab_apply_is_refused(server, new_page):
 
 
 def _requests_kpi(page) -> str:
-    return page.get_by_test_id("stMetric").filter(has_text="Requests").first.get_by_test_id("stMetricValue").inner_text()
+    return (
+        page.get_by_test_id("stMetric").filter(has_text="Requests").first.get_by_test_id("stMetricValue").inner_text()
+    )
 
 
 def test_monitor_shows_loadgen_traffic_and_updates_while_open(server, new_page):
@@ -128,8 +134,9 @@ def test_monitor_shows_loadgen_traffic_and_updates_while_open(server, new_page):
     screenshot(page, "monitor-loadgen")
     run = server.cli("loadgen", "--rps", "10", "--duration", "1", "--seed", "2", "--quiet")
     assert run.returncode == 0, run.stderr
-    expect(page.get_by_test_id("stMetric").filter(has_text="Requests").first.get_by_test_id("stMetricValue")
-           ).not_to_have_text(before, timeout=20_000)  # auto-refresh, no reload
+    expect(
+        page.get_by_test_id("stMetric").filter(has_text="Requests").first.get_by_test_id("stMetricValue")
+    ).not_to_have_text(before, timeout=20_000)  # auto-refresh, no reload
     assert int(_requests_kpi(page).replace(",", "")) > int(before.replace(",", ""))
     assert_no_exception(page)
 

@@ -76,9 +76,11 @@ def open_app(page: str | None = None) -> AppTest:
 
 def texts(at: AppTest) -> str:
     """Every piece of text the app rendered (for 'never shown' checks)."""
-    parts = [str(getattr(el, "value", "")) for kind in ("markdown", "caption", "error", "info", "warning",
-                                                          "success", "title", "subheader", "metric")
-             for el in getattr(at, kind)]
+    parts = [
+        str(getattr(el, "value", ""))
+        for kind in ("markdown", "caption", "error", "info", "warning", "success", "title", "subheader", "metric")
+        for el in getattr(at, kind)
+    ]
     parts += [el.label for el in at.metric]
     parts += [df.value.to_string() for df in at.dataframe]
     parts += [str(w.value) for w in at.text_input]
@@ -93,11 +95,17 @@ def button(at: AppTest, label: str):
 
 # -- entry, config, security ------------------------------------------------------------------------
 
+
 def test_every_page_renders_without_exception(env):
     at = open_app()
     assert at.title[0].value == "Overview"
-    for page, title in [("pages/playground.py", "Playground"), ("pages/canary.py", "Canary control"),
-                        ("pages/monitor.py", None), ("pages/kv_calculator.py", None), ("pages/overview.py", "Overview")]:
+    for page, title in [
+        ("pages/playground.py", "Playground"),
+        ("pages/canary.py", "Canary control"),
+        ("pages/monitor.py", None),
+        ("pages/kv_calculator.py", None),
+        ("pages/overview.py", "Overview"),
+    ]:
         at.switch_page(page).run()
         assert not at.exception, page
         if title:
@@ -186,6 +194,7 @@ def test_keys_are_never_displayed(env, monkeypatch):
 
 # -- overview -----------------------------------------------------------------------------------------
 
+
 def test_overview_shows_canary_kpis_and_provider_states(env):
     set_ratio(engine(), 0.3, expected_version=None, actor="bob", reason="widen")
     at = open_app()
@@ -231,6 +240,7 @@ def test_overview_demo_traffic_fills_an_empty_log(env):
 
 # -- playground ---------------------------------------------------------------------------------------
 
+
 def _rows(where: str = "1=1") -> list:
     from sqlalchemy import text
 
@@ -238,7 +248,9 @@ def _rows(where: str = "1=1") -> list:
 
     resources.client().flush()
     with engine().connect() as conn:
-        return list(conn.execute(text(f"select provider, side, source, session_id, final from request_log where {where}")))
+        return list(
+            conn.execute(text(f"select provider, side, source, session_id, final from request_log where {where}"))
+        )
 
 
 def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
@@ -321,8 +333,11 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
     # way an unknown model reaches the router from the page.
     at.selectbox[0].set_value("gpt-4.1").run()
     real_get = app.catalog.get
-    monkeypatch.setattr(app.catalog, "get", lambda m: (_ for _ in ()).throw(app.catalog.UnknownModelError(m))
-                        if m == "gpt-4.1" else real_get(m))
+    monkeypatch.setattr(
+        app.catalog,
+        "get",
+        lambda m: (_ for _ in ()).throw(app.catalog.UnknownModelError(m)) if m == "gpt-4.1" else real_get(m),
+    )
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
     err = at.chat_message[1].error[0].value
@@ -330,6 +345,7 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 
 # -- canary -------------------------------------------------------------------------------------------
+
 
 def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     at = open_app("pages/canary.py")
@@ -356,11 +372,14 @@ def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     assert len(charts) == 2 and charts[0]["data"][0]["y"][-1] == 37.5
 
 
-@pytest.mark.parametrize("value, reason, message", [
-    (None, "why", "must be a number between 0 and 100"),
-    (150, "why", "must be a number between 0 and 100"),
-    (20, "", "reason is required"),
-])
+@pytest.mark.parametrize(
+    "value, reason, message",
+    [
+        (None, "why", "must be a number between 0 and 100"),
+        (150, "why", "must be a number between 0 and 100"),
+        (20, "", "reason is required"),
+    ],
+)
 def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
     at = open_app("pages/canary.py")
     before = get_state(engine())
@@ -426,18 +445,21 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     at = open_app("pages/canary.py")
     form = at.get("form")
     at.toggle[0].set_value(True)
-    threshold, window, minimum = [n for n in at.number_input if n.label in (
-        "Error-rate threshold (%)", "Window (minutes)", "Minimum attempts in window")]
+    threshold, window, minimum = [
+        n
+        for n in at.number_input
+        if n.label in ("Error-rate threshold (%)", "Window (minutes)", "Minimum attempts in window")
+    ]
     threshold.set_value(50)
     window.set_value(5)
     minimum.set_value(5)
-    [b for b in at.button if b.label == "Save guardrail"][0].click().run()
+    next(b for b in at.button if b.label == "Save guardrail").click().run()
     assert not at.exception and form is not None
     g = get_guardrail(engine())
     assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests) == (True, 0.5, 5, 5)
 
     at.number_input(key="err_holysheep").set_value(100)
-    [b for b in at.button if b.label == "Save faults"][0].click().run()
+    next(b for b in at.button if b.label == "Save faults").click().run()
     assert not at.exception
     assert get_faults(engine(), "holysheep").error_rate == 1.0
 
@@ -459,6 +481,6 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
 
     button(at, "Refresh").click().run()
     assert at.dataframe[0].value.iloc[0]["actor"] == "guardrail"
-    [b for b in at.button if b.label == "Clear"][0].click().run()
+    next(b for b in at.button if b.label == "Clear").click().run()
     assert get_faults(engine(), "holysheep") is None
     assert at.number_input(key="err_holysheep").value == 0.0

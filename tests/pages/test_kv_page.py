@@ -53,17 +53,20 @@ def test_link_sets_the_inputs():
     assert any("MLA latent" in t.value for t in at.text)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("kv_context_len", 0, "at least 1"),
-    ("kv_context_len", -10, "at least 1"),
-    ("kv_context_len", 200000, "at most 131,072 tokens"),
-    ("kv_batch", 0, "at least 1"),
-    ("kv_tp", 3, "must divide"),
-    ("kv_gpu_count", 3, "multiple of the tensor"),
-    ("kv_block_size", 0, "at least 1"),
-    ("kv_utilization", 1.5, "at most 1"),
-    ("kv_reserve_gib", -1.0, "negative"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("kv_context_len", 0, "at least 1"),
+        ("kv_context_len", -10, "at least 1"),
+        ("kv_context_len", 200000, "at most 131,072 tokens"),
+        ("kv_batch", 0, "at least 1"),
+        ("kv_tp", 3, "must divide"),
+        ("kv_gpu_count", 3, "multiple of the tensor"),
+        ("kv_block_size", 0, "at least 1"),
+        ("kv_utilization", 1.5, "at most 1"),
+        ("kv_reserve_gib", -1.0, "negative"),
+    ],
+)
 def test_bad_input_gets_a_message_not_a_traceback(field, value, message):
     at = run()
     at.number_input(key=field).set_value(value).run()
@@ -92,9 +95,17 @@ def test_malformed_custom_config():
 
 
 def test_valid_custom_config():
-    config = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "max_position_embeddings": 32768, "sliding_window": 4096,
-              "vocab_size": 32000, "intermediate_size": 14336}
+    config = {
+        "model_type": "mistral",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 32768,
+        "sliding_window": 4096,
+        "vocab_size": 32000,
+        "intermediate_size": 14336,
+    }
     at = run()
     at.selectbox(key="kv_model").set_value("custom").run()
     at.text_area(key="kv_config").input(json.dumps(config)).run()

@@ -23,16 +23,42 @@ def _records(now: float) -> list[AttemptRecord]:
     out = []
     # 30 requests in the last 10 minutes (alpha and beta), 12 more three hours ago (alpha only).
     for k in range(30):
-        out.append(AttemptRecord(
-            request_id=f"recent-{k}", attempt=1, ts=now - 600 + k * 20, provider=("alpha", "beta")[k % 2],
-            model="gpt-4.1", requested_model="auto", intent="general", side="primary", status="ok",
-            latency_ms=100.0 + k, ttft_ms=30.0, prompt_tokens=100, completion_tokens=20, cost_usd=0.01,
-            source="loadgen"))
+        out.append(
+            AttemptRecord(
+                request_id=f"recent-{k}",
+                attempt=1,
+                ts=now - 600 + k * 20,
+                provider=("alpha", "beta")[k % 2],
+                model="gpt-4.1",
+                requested_model="auto",
+                intent="general",
+                side="primary",
+                status="ok",
+                latency_ms=100.0 + k,
+                ttft_ms=30.0,
+                prompt_tokens=100,
+                completion_tokens=20,
+                cost_usd=0.01,
+                source="loadgen",
+            )
+        )
     for k in range(12):
-        out.append(AttemptRecord(
-            request_id=f"old-{k}", attempt=1, ts=now - 3 * 3600 + k * 30, provider="alpha", model="gpt-4.1",
-            requested_model="auto", intent="coding", side="primary", status="ok", latency_ms=300.0,
-            cost_usd=0.02, source="api"))
+        out.append(
+            AttemptRecord(
+                request_id=f"old-{k}",
+                attempt=1,
+                ts=now - 3 * 3600 + k * 30,
+                provider="alpha",
+                model="gpt-4.1",
+                requested_model="auto",
+                intent="coding",
+                side="primary",
+                status="ok",
+                latency_ms=300.0,
+                cost_usd=0.02,
+                source="api",
+            )
+        )
     return out
 
 

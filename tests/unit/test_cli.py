@@ -30,8 +30,9 @@ class Cli:
 
     def run(self, *args: str, timeout: float = 120, **env_over: str) -> subprocess.CompletedProcess:
         env = {**self.env, **env_over}
-        return subprocess.run([sys.executable, "-m", "app", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "app", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+        )
 
 
 def _base_env() -> dict[str, str]:
@@ -96,8 +97,19 @@ def test_chat_json_has_the_documented_fields(cli: Cli) -> None:
     proc = cli.run("chat", "write a python function that sorts a list", "--json", "--session", "s-42")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    for name in ("text", "provider", "model", "intent", "fallback_used", "attempts", "latency_ms", "ttft_ms",
-                 "usage", "cost_usd", "request_id"):
+    for name in (
+        "text",
+        "provider",
+        "model",
+        "intent",
+        "fallback_used",
+        "attempts",
+        "latency_ms",
+        "ttft_ms",
+        "usage",
+        "cost_usd",
+        "request_id",
+    ):
         assert name in d, name
     for name in ("prompt_tokens", "cached_tokens", "completion_tokens"):
         assert isinstance(d["usage"][name], int), name
@@ -234,7 +246,7 @@ def test_loadgen_is_reproducible_with_a_seed_and_tags_rows(tmp_path: Path, cli: 
     assert sum(a["by_intent"].values()) == a["ok"]
     assert a["by_intent"] == b["by_intent"]
 
-    for url, report in zip(urls, reports):
+    for url, report in zip(urls, reports, strict=False):
         rows = _request_rows(url)
         final = [r for r in rows if r["final"]]
         assert len(final) == report["sent"]
@@ -260,8 +272,14 @@ def _free_port() -> int:
 
 def test_simulate_serves_the_openai_api_over_http(cli: Cli) -> None:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app", "simulate", "--port", str(port)], cwd=REPO,
-                            env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "simulate", "--port", str(port)],
+        cwd=REPO,
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -275,8 +293,7 @@ def test_simulate_serves_the_openai_api_over_http(cli: Cli) -> None:
         with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sim", max_retries=0) as client:
             ids = {m.id for m in client.models.list()}
             assert ids and ids <= set(SUPPORTED)
-            reply = client.chat.completions.create(model=sorted(ids)[0],
-                                                   messages=[{"role": "user", "content": "ping"}])
+            reply = client.chat.completions.create(model=sorted(ids)[0], messages=[{"role": "user", "content": "ping"}])
             assert "simulated" in (reply.choices[0].message.content or "")
     finally:
         proc.terminate()

@@ -62,8 +62,9 @@ def test_parallel_requests_and_ratio_changes(client_factory, db_url):
     total = THREADS * PER_THREAD
     assert len(ids) == total and len(set(ids)) == total
     with engine.connect() as conn:
-        rows = conn.execute(select(func.count(), func.count(func.distinct(RequestLog.request_id)))
-                            .where(RequestLog.final.is_(True))).one()
+        rows = conn.execute(
+            select(func.count(), func.count(func.distinct(RequestLog.request_id))).where(RequestLog.final.is_(True))
+        ).one()
         assert tuple(rows) == (total, total)
         assert conn.execute(select(func.count()).select_from(RequestLog)).scalar_one() == total
         assert conn.execute(select(func.sum(RequestRollup.requests))).scalar_one() == total

@@ -68,7 +68,7 @@ def test_bad_values(tmp_path):
 
 def test_default_model_must_be_served(tmp_path):
     p = write(tmp_path, BASE.replace('default_model = "gpt-4.1"', 'default_model = "deepseek-chat-v3.2"'))
-    with pytest.raises(ConfigError, match="default_model 'deepseek-chat-v3.2' must be one of models"):
+    with pytest.raises(ConfigError, match=r"default_model 'deepseek-chat-v3\.2' must be one of models"):
         load_settings(p, env={})
 
 
@@ -93,8 +93,9 @@ def test_real_provider_key_read_when_used_only(tmp_path):
 
 
 def test_real_provider_needs_api_key_env(tmp_path):
-    text = BASE.replace('base_url = "sim://direct"\napi_key_env = "OPENAI_API_KEY"\n',
-                        'base_url = "https://api.openai.com/v1"\n')
+    text = BASE.replace(
+        'base_url = "sim://direct"\napi_key_env = "OPENAI_API_KEY"\n', 'base_url = "https://api.openai.com/v1"\n'
+    )
     with pytest.raises(ConfigError, match="api_key_env is required"):
         load_settings(write(tmp_path, text), env={})
 
@@ -103,6 +104,6 @@ def test_bad_intent_rules(tmp_path):
     p = write(tmp_path, BASE + '\n[intents]\ndefault_model = "nope"\n')
     with pytest.raises(ConfigError, match=r"intents\.default_model: unknown model 'nope'"):
         load_settings(p, env={})
-    p = write(tmp_path, BASE + '\n[intents]\nfoo = 1\n')
+    p = write(tmp_path, BASE + "\n[intents]\nfoo = 1\n")
     with pytest.raises(ConfigError, match=r"intents\.foo: unknown key; allowed: chars_per_token"):
         load_settings(p, env={})

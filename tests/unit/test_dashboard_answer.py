@@ -9,7 +9,6 @@ from app.config import ProviderNotConfigured
 from app.dashboard.answer import answer_meta, build_messages, explain_failure
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd
 from app.routing import AllRoutesFailed, AttemptInfo, StreamBrokenError
-
 from tests.configs import two_providers
 
 REAL_ONLY = two_providers(primary="real", fallback="real")
@@ -25,13 +24,14 @@ def test_meta_of_a_streamed_answer(client_factory, sqlite_url):
         assert f"{r.provider} / {r.model}" in meta.headline
         assert f"intent {r.intent}" in meta.headline and f"canary side {r.side}" in meta.headline
         assert "TTFT" in meta.timing and "total" in meta.timing
-        assert f"{r.usage.prompt_tokens} prompt / {r.usage.cached_tokens} cached / " \
-               f"{r.usage.completion_tokens} completion" in meta.tokens
+        assert (
+            f"{r.usage.prompt_tokens} prompt / {r.usage.cached_tokens} cached / "
+            f"{r.usage.completion_tokens} completion" in meta.tokens
+        )
         assert meta.attempts[0]["status"] == "ok" and meta.request_id == r.request_id
 
 
-def test_all_routes_failed_names_attempts_and_the_env_var(client_factory, sqlite_url, settings_factory,
-                                                          monkeypatch):
+def test_all_routes_failed_names_attempts_and_the_env_var(client_factory, sqlite_url, settings_factory, monkeypatch):
     monkeypatch.delenv("HOLYSHEEP_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     client = client_factory(sqlite_url, toml=REAL_ONLY, env={})
@@ -48,8 +48,11 @@ def test_other_failures_have_a_fix():
     assert "OPENAI_API_KEY" in explain_failure(ProviderNotConfigured("direct", "OPENAI_API_KEY")).fix
     assert "again" in explain_failure(StreamBrokenError("cut")).fix
     assert explain_failure(ValueError("temperature must be between 0 and 2")).lines == [
-        "temperature must be between 0 and 2"]
-    rl = AllRoutesFailed("r1", [AttemptInfo(1, "direct", "gpt-4.1", "error", 5.0, "rate_limited", 429, "rate_limited 429: slow down")])
+        "temperature must be between 0 and 2"
+    ]
+    rl = AllRoutesFailed(
+        "r1", [AttemptInfo(1, "direct", "gpt-4.1", "error", 5.0, "rate_limited", 429, "rate_limited 429: slow down")]
+    )
     assert "429" in explain_failure(rl).fix
     odd = explain_failure(RuntimeError("boom"))
     assert "Traceback" not in odd.title + " ".join(odd.lines)
@@ -58,7 +61,10 @@ def test_other_failures_have_a_fix():
 def test_build_messages_skips_empty_system_prompt():
     hist = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "meta": {}}]
     assert build_messages("  ", hist, "c") == [
-        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
     assert build_messages("be brief", [], "c")[0] == {"role": "system", "content": "be brief"}
 
 

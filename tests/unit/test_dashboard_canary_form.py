@@ -22,8 +22,9 @@ def eng(sqlite_url):
     dispose_all()
 
 
-@pytest.mark.parametrize("value, ratio", [(0, 0.0), (100, 1.0), (25, 0.25), (12.5, 0.125), ("30", 0.3),
-                                          (" 7.5 % ", 0.075), ("2,5", 0.025)])
+@pytest.mark.parametrize(
+    "value, ratio", [(0, 0.0), (100, 1.0), (25, 0.25), (12.5, 0.125), ("30", 0.3), (" 7.5 % ", 0.075), ("2,5", 0.025)]
+)
 def test_parse_percent_accepts_numbers_and_text(value, ratio):
     assert canary_form.parse_percent(value) == pytest.approx(ratio)
 
@@ -43,10 +44,17 @@ def test_apply_writes_and_audits(eng):
     assert audit_count(eng) == 1
 
 
-@pytest.mark.parametrize("percent, reason, needle", [
-    (150, "why", "between 0 and 100"), ("abc", "why", "number"), (None, "why", "number"),
-    (-1, "why", "between 0 and 100"), (20, "   ", "reason is required"), (20, "x" * 501, "too long"),
-])
+@pytest.mark.parametrize(
+    "percent, reason, needle",
+    [
+        (150, "why", "between 0 and 100"),
+        ("abc", "why", "number"),
+        (None, "why", "number"),
+        (-1, "why", "between 0 and 100"),
+        (20, "   ", "reason is required"),
+        (20, "x" * 501, "too long"),
+    ],
+)
 def test_bad_input_is_refused_and_nothing_is_written(eng, percent, reason, needle):
     before = get_state(eng)
     out = canary_form.apply_ratio(eng, percent, reason, expected_version=before.version, actor="alice")
@@ -70,7 +78,12 @@ def test_guardrail_save_and_refusal(eng):
     assert out.ok
     g = get_guardrail(eng)
     assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests, g.updated_by) == (
-        True, 0.3, 5, 10, "alice")
+        True,
+        0.3,
+        5,
+        10,
+        "alice",
+    )
     bad = canary_form.save_guardrail(eng, False, 0, 5, 10, actor="alice")
     assert not bad.ok and "above 0" in bad.message
     assert not canary_form.save_guardrail(eng, False, 30, 61, 10, actor="alice").ok

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from app.dashboard.providers import describe_faults, provider_statuses, status_rows
 from app.simulator.faults import FaultSettings
-
 from tests.configs import two_providers
 
 REAL = two_providers(primary="real")
@@ -24,7 +23,9 @@ def test_simulated_providers_need_no_key(settings_factory):
     s = settings_factory()
     statuses = provider_statuses(s, {}, env={})
     assert [(x.name, x.role, x.state, x.key) for x in statuses] == [
-        ("holysheep", "primary", "simulated", "simulated"), ("direct", "fallback", "simulated", "simulated")]
+        ("holysheep", "primary", "simulated", "simulated"),
+        ("direct", "fallback", "simulated", "simulated"),
+    ]
 
 
 def test_real_provider_key_missing_then_configured_never_shows_the_key(settings_factory):

@@ -91,8 +91,12 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
 
         def probe() -> None:
             with engine.connect() as conn:
-                results.append((conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
-                                conn.exec_driver_sql("PRAGMA busy_timeout").scalar()))
+                results.append(
+                    (
+                        conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
+                        conn.exec_driver_sql("PRAGMA busy_timeout").scalar(),
+                    )
+                )
 
         # Every pooled connection, including ones opened on other threads, gets the settings.
         probe()
@@ -117,8 +121,11 @@ def test_sqlite_transactions_are_atomic(sqlite_url: str) -> None:
         canary.ensure_setting(engine, 0.1)
         with pytest.raises(RuntimeError):
             with engine.begin() as conn:
-                conn.execute(CanaryAudit.__table__.insert().values(
-                    ts=1.0, old_ratio=0.1, new_ratio=0.2, version=2, actor="x", reason="y"))
+                conn.execute(
+                    CanaryAudit.__table__.insert().values(
+                        ts=1.0, old_ratio=0.1, new_ratio=0.2, version=2, actor="x", reason="y"
+                    )
+                )
                 raise RuntimeError("abort")
         assert canary.audit_count(engine) == 0
     finally:
@@ -244,8 +251,15 @@ def test_faults_round_trip(engine) -> None:
 
     assert get_faults(engine, "holysheep") is None
     assert all_faults(engine) == {}
-    f1 = FaultSettings(error_rate=0.25, rate_limit_rate=0.1, retry_after_s=2.5, timeout_rate=0.05,
-                       latency_multiplier=3.0, reject_cache_hints=True, stream_break_rate=0.2)
+    f1 = FaultSettings(
+        error_rate=0.25,
+        rate_limit_rate=0.1,
+        retry_after_s=2.5,
+        timeout_rate=0.05,
+        latency_multiplier=3.0,
+        reject_cache_hints=True,
+        stream_break_rate=0.2,
+    )
     set_faults(engine, "holysheep", f1, actor="alice")
     assert get_faults(engine, "holysheep") == f1
     assert get_faults(engine, "direct") is None
@@ -297,13 +311,24 @@ def test_concurrent_first_start_migrates_a_new_sqlite_file_once(tmp_path: Path) 
 
     repo = Path(__file__).resolve().parents[2]
     url = f"sqlite:///{tmp_path / 'race.db'}"
-    code = ("import sys; from db.engine import get_engine; from db.canary import ensure_setting, get_state; "
-            "e = get_engine(sys.argv[1]); ensure_setting(e, 0.1); print(get_state(e).version)")
+    code = (
+        "import sys; from db.engine import get_engine; from db.canary import ensure_setting, get_state; "
+        "e = get_engine(sys.argv[1]); ensure_setting(e, 0.1); print(get_state(e).version)"
+    )
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    procs = [subprocess.Popen([sys.executable, "-c", code, url], cwd=repo, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url],
+            cwd=repo,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=False):
         assert p.returncode == 0, err
         assert out.strip() == "1"
     engine = get_engine(url)

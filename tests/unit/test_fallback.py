@@ -19,10 +19,17 @@ from tests.configs import two_providers
 
 def completion(model: str = "gemini-2.5-flash", text: str = "primary answer", cached: int = 0) -> dict:
     return {
-        "id": "chatcmpl-test", "object": "chat.completion", "created": 1, "model": model,
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
-                  "prompt_tokens_details": {"cached_tokens": cached}},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "total_tokens": 15,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
     }
 
 
@@ -31,10 +38,8 @@ def sse(chunks: list[dict]) -> bytes:
 
 
 def chunk(content: str | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
-    choices = [] if usage else [{"index": 0, "delta": {"content": content} if content else {},
-                                 "finish_reason": finish}]
-    c = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gemini-2.5-flash",
-         "choices": choices}
+    choices = [] if usage else [{"index": 0, "delta": {"content": content} if content else {}, "finish_reason": finish}]
+    c = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gemini-2.5-flash", "choices": choices}
     if usage:
         c["usage"] = usage
     return c
@@ -65,8 +70,9 @@ def routed(client_factory, sqlite_url):
     sleeps: list[float] = []
 
     def make(script: Script, **kwargs):
-        client = client_factory(sqlite_url, transports={"holysheep": httpx2.MockTransport(script)},
-                                sleep=sleeps.append, **kwargs)
+        client = client_factory(
+            sqlite_url, transports={"holysheep": httpx2.MockTransport(script)}, sleep=sleeps.append, **kwargs
+        )
         set_ratio(client.engine, 1.0, expected_version=None, actor="test", reason="all to primary")
         client._ratio.invalidate()
         return client
@@ -120,8 +126,14 @@ def test_request_errors_do_not_fall_back(routed, code):
     assert "refused" in str(info.value)
 
 
-@pytest.mark.parametrize("exc", [httpx2.ReadTimeout("slow"), httpx2.ConnectError("refused"),
-                                 httpx2.RemoteProtocolError("connection reset by peer")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx2.ReadTimeout("slow"),
+        httpx2.ConnectError("refused"),
+        httpx2.RemoteProtocolError("connection reset by peer"),
+    ],
+)
 def test_transport_failures_retry_then_fall_back(routed, exc):
     def boom(request):
         raise type(exc)(str(exc), request=request)
@@ -192,8 +204,12 @@ def test_all_routes_failed_names_each_attempt(routed, sqlite_url):
 
 
 def test_retry_after_is_honoured_and_capped(routed):
-    script = Script(status(429, headers={"retry-after": "3"}), status(429, headers={"retry-after-ms": "1500"}),
-                    status(429, headers={"retry-after": "999"}), httpx2.Response(200, json=completion()))
+    script = Script(
+        status(429, headers={"retry-after": "3"}),
+        status(429, headers={"retry-after-ms": "1500"}),
+        status(429, headers={"retry-after": "999"}),
+        httpx2.Response(200, json=completion()),
+    )
     client = routed(script)
     client.chat(MSG)
     assert routed.sleeps[0] >= 3.0
@@ -219,8 +235,12 @@ def stream_response(chunks: list[dict]) -> httpx2.Response:
 
 
 def test_stream_happy_path_records_ttft_and_usage(routed):
-    usage = {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10,
-             "prompt_tokens_details": {"cached_tokens": 0}}
+    usage = {
+        "prompt_tokens": 8,
+        "completion_tokens": 2,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     script = Script(stream_response([chunk("Hel"), chunk("lo", finish="stop"), chunk(usage=usage)]))
     stream = routed(script).chat(MSG, stream=True)
     assert list(stream) == ["Hel", "lo"]
@@ -270,6 +290,7 @@ def test_stream_broken_after_first_token_is_an_error_not_truncation(routed):
     assert stream.result is None
     client.flush()
     from sqlalchemy import select
+
     from db.models import RequestLog
 
     with client.engine.connect() as conn:

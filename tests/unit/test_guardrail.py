@@ -15,10 +15,21 @@ NOW = 1_800_000_000.0
 
 
 def attempts(engine, provider: str, ok: int, failed: int, ts: float = NOW - 30) -> None:
-    rows = [AttemptRecord(request_id=f"{provider}-{i}-{ts}", attempt=1, ts=ts, provider=provider, model="gpt-4.1",
-                          requested_model="auto", intent="general", side="primary",
-                          status="ok" if i < ok else "error", latency_ms=50.0)
-            for i in range(ok + failed)]
+    rows = [
+        AttemptRecord(
+            request_id=f"{provider}-{i}-{ts}",
+            attempt=1,
+            ts=ts,
+            provider=provider,
+            model="gpt-4.1",
+            requested_model="auto",
+            intent="general",
+            side="primary",
+            status="ok" if i < ok else "error",
+            latency_ms=50.0,
+        )
+        for i in range(ok + failed)
+    ]
     insert_batch(engine, rows)
 
 
@@ -33,8 +44,8 @@ def setup(engine, settings_factory):
 
 def test_trips_above_threshold_and_is_audited(setup):
     engine, settings = setup
-    attempts(engine, settings.routing.primary, ok=6, failed=4)          # 40 % > 30 %
-    attempts(engine, settings.routing.fallback, ok=0, failed=50)        # other providers do not count
+    attempts(engine, settings.routing.primary, ok=6, failed=4)  # 40 % > 30 %
+    attempts(engine, settings.routing.fallback, ok=0, failed=50)  # other providers do not count
     rate = check_guardrail(engine, settings, now=NOW)
     assert rate == pytest.approx(0.4)
     state = get_state(engine)

@@ -16,11 +16,23 @@ def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-@pytest.mark.parametrize("text", [
-    "Write a python script", "Can you debug this?", "Explain the algorithm", "a math question",
-    "What does this function return?", "Review my code please", "Debugging a segfault",
-    "이 코드를 설명해 주세요", "함수가 무엇인가요", "알고리즘 문제", "수학 숙제", "계산해 줘",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Write a python script",
+        "Can you debug this?",
+        "Explain the algorithm",
+        "a math question",
+        "What does this function return?",
+        "Review my code please",
+        "Debugging a segfault",
+        "이 코드를 설명해 주세요",
+        "함수가 무엇인가요",
+        "알고리즘 문제",
+        "수학 숙제",
+        "계산해 줘",
+    ],
+)
 def test_coding_and_math_words_route_to_deepseek(text):
     d = classify(user(text), CFG)
     assert (d.intent, d.model) == ("coding", "deepseek-chat-v3.2")
@@ -33,8 +45,8 @@ def test_general_prompts_route_to_gemini(text):
 
 
 def test_long_context_threshold_is_8000_estimated_tokens():
-    at = "a" * (8000 * 4)          # exactly 8,000 tokens: not over the threshold
-    over = "a" * (8000 * 4 + 4)    # 8,001 tokens
+    at = "a" * (8000 * 4)  # exactly 8,000 tokens: not over the threshold
+    over = "a" * (8000 * 4 + 4)  # 8,001 tokens
     assert classify(user(at), CFG).intent == "general"
     d = classify(user(over), CFG)
     assert (d.intent, d.model) == ("long_context", "claude-sonnet-4-20250514")
@@ -51,7 +63,9 @@ def test_system_prompt_does_not_decide_intent():
 
 
 def test_rules_are_data_in_the_config(tmp_path):
-    toml = (open("gateway.toml").read() + """
+    toml = (
+        open("gateway.toml").read()
+        + """
 [intents]
 long_context_tokens = 100
 default_model = "gpt-4.1"
@@ -59,7 +73,8 @@ default_model = "gpt-4.1"
 intent = "translation"
 model = "gemini-2.5-flash"
 keywords = ["translate", "번역"]
-""")
+"""
+    )
     p = tmp_path / "g.toml"
     p.write_text(toml)
     cfg = load_settings(p, env={}).intents

@@ -12,17 +12,17 @@ BF16 = 2
 # Independent hand computations, from the published config values written out here:
 # layers x 2 (K, V) x kv_heads x head_dim x 2 bytes (bf16), per token.
 FULL_ATTENTION_BF16 = {
-    "llama-3.1-8b": 32 * 2 * 8 * 128 * BF16,            # 131,072
-    "llama-3.1-70b": 80 * 2 * 8 * 128 * BF16,           # 327,680
-    "llama-3.1-405b": 126 * 2 * 8 * 128 * BF16,         # 516,096
-    "llama-3.2-1b": 16 * 2 * 8 * 64 * BF16,             # head_dim 64 (explicit)
+    "llama-3.1-8b": 32 * 2 * 8 * 128 * BF16,  # 131,072
+    "llama-3.1-70b": 80 * 2 * 8 * 128 * BF16,  # 327,680
+    "llama-3.1-405b": 126 * 2 * 8 * 128 * BF16,  # 516,096
+    "llama-3.2-1b": 16 * 2 * 8 * 64 * BF16,  # head_dim 64 (explicit)
     "llama-3.2-3b": 28 * 2 * 8 * 128 * BF16,
     "mixtral-8x7b": 32 * 2 * 8 * 128 * BF16,
-    "qwen2.5-7b": 28 * 2 * 4 * (3584 // 28) * BF16,     # 4 KV heads; sliding_window unused
+    "qwen2.5-7b": 28 * 2 * 4 * (3584 // 28) * BF16,  # 4 KV heads; sliding_window unused
     "qwen2.5-72b": 80 * 2 * 8 * 128 * BF16,
     "qwen3-8b": 36 * 2 * 8 * 128 * BF16,
-    "qwen3-32b": 64 * 2 * 8 * 128 * BF16,               # head_dim 128, not 5120 / 64 = 80
-    "opt-13b": 40 * 2 * 40 * 128 * BF16,                # MHA, no num_key_value_heads
+    "qwen3-32b": 64 * 2 * 8 * 128 * BF16,  # head_dim 128, not 5120 / 64 = 80
+    "opt-13b": 40 * 2 * 40 * 128 * BF16,  # MHA, no num_key_value_heads
 }
 
 
@@ -30,23 +30,23 @@ def hand_bytes(model_id: str, L: int) -> int:
     """Whole-model bf16 bytes for one sequence of L tokens, by hand."""
     if model_id in FULL_ATTENTION_BF16:
         return FULL_ATTENTION_BF16[model_id] * L
-    if model_id == "mistral-7b-v0.1":   # all 32 layers slide over 4096
+    if model_id == "mistral-7b-v0.1":  # all 32 layers slide over 4096
         return 32 * 2 * 8 * 128 * BF16 * min(L, 4096)
-    if model_id == "phi-3-mini-4k":     # MHA 32 heads of 3072/32 = 96, window 2047
+    if model_id == "phi-3-mini-4k":  # MHA 32 heads of 3072/32 = 96, window 2047
         return 32 * 2 * 32 * 96 * BF16 * min(L, 2047)
-    if model_id == "gemma-2-9b":        # 21 local (4096) + 21 global, 8 KV heads of 256
+    if model_id == "gemma-2-9b":  # 21 local (4096) + 21 global, 8 KV heads of 256
         per_layer = 2 * 8 * 256 * BF16
         return 21 * per_layer * min(L, 4096) + 21 * per_layer * L
-    if model_id == "gemma-3-27b":       # 62 layers, every 6th global: 10 global + 52 local (1024)
+    if model_id == "gemma-3-27b":  # 62 layers, every 6th global: 10 global + 52 local (1024)
         per_layer = 2 * 16 * 128 * BF16
         return 52 * per_layer * min(L, 1024) + 10 * per_layer * L
     if model_id in ("gpt-oss-20b", "gpt-oss-120b"):  # alternating sliding 128 / full
         half = {"gpt-oss-20b": 12, "gpt-oss-120b": 18}[model_id]
         per_layer = 2 * 8 * 64 * BF16
         return half * per_layer * min(L, 128) + half * per_layer * L
-    if model_id == "deepseek-v3":       # MLA: 512 + 64 values per token per layer
+    if model_id == "deepseek-v3":  # MLA: 512 + 64 values per token per layer
         return 61 * (512 + 64) * BF16 * L
-    if model_id == "jamba-v0.1":        # attention at layers 4, 12, 20, 28; 28 Mamba layers
+    if model_id == "jamba-v0.1":  # attention at layers 4, 12, 20, 28; 28 Mamba layers
         attention = 4 * 2 * 8 * 128 * BF16 * L
         d_inner = 2 * 4096
         mamba = 28 * (d_inner * (4 - 1) + d_inner * 16) * BF16
@@ -69,9 +69,25 @@ def test_catalog_model_matches_hand_computation(model_id, L):
 
 def test_catalog_covers_the_required_models():
     names = {m.name for m in catalog.models().values()}
-    required = ["Llama 3.1 8B", "Llama 3.1 70B", "Llama 3.1 405B", "Llama 3.2 1B", "Llama 3.2 3B",
-                "Mistral 7B v0.1", "Mixtral 8x7B", "Qwen2.5 7B", "Qwen2.5 72B", "Qwen3 8B", "Qwen3 32B",
-                "Gemma 2 9B", "Gemma 3 27B", "gpt-oss 20b", "gpt-oss 120b", "DeepSeek-V3", "Phi-3-mini 4k"]
+    required = [
+        "Llama 3.1 8B",
+        "Llama 3.1 70B",
+        "Llama 3.1 405B",
+        "Llama 3.2 1B",
+        "Llama 3.2 3B",
+        "Mistral 7B v0.1",
+        "Mixtral 8x7B",
+        "Qwen2.5 7B",
+        "Qwen2.5 72B",
+        "Qwen3 8B",
+        "Qwen3 32B",
+        "Gemma 2 9B",
+        "Gemma 3 27B",
+        "gpt-oss 20b",
+        "gpt-oss 120b",
+        "DeepSeek-V3",
+        "Phi-3-mini 4k",
+    ]
     assert set(required) <= names
     assert len(catalog.models()) >= 17
     assert any(any(g.state for g in catalog.model_spec(k).groups) for k in catalog.models())
@@ -81,8 +97,17 @@ def test_catalog_covers_the_required_models():
 
 def test_gpu_presets():
     gpus = catalog.gpus()
-    for gid in ("a100-40gb", "a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb", "l40s-48gb", "l4-24gb",
-                "rtx-4090-24gb", "mi300x-192gb"):
+    for gid in (
+        "a100-40gb",
+        "a100-80gb",
+        "h100-80gb",
+        "h200-141gb",
+        "b200-180gb",
+        "l40s-48gb",
+        "l4-24gb",
+        "rtx-4090-24gb",
+        "mi300x-192gb",
+    ):
         assert gid in gpus
     assert gpus["h100-80gb"].memory_bytes == 80 * GIB
     assert all(str(g.source).startswith("https://") for g in gpus.values())
@@ -98,8 +123,15 @@ def test_parameter_estimate_close_to_published(model_id):
 
 # --- published figures ------------------------------------------------------------------------
 
-OPT_13B = {"model_type": "opt", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-           "ffn_dim": 20480, "max_position_embeddings": 2048, "vocab_size": 50272}
+OPT_13B = {
+    "model_type": "opt",
+    "hidden_size": 5120,
+    "num_hidden_layers": 40,
+    "num_attention_heads": 40,
+    "ffn_dim": 20480,
+    "max_position_embeddings": 2048,
+    "vocab_size": 50272,
+}
 
 
 def test_opt_13b_about_800_kb_per_token_fp16():
@@ -120,9 +152,20 @@ def test_naive_formula_is_8x_too_high_for_llama_70b():
     assert naive_bytes(spec, 1000) == 8 * kv_cache_bytes(spec, 1000)
 
 
-DEEPSEEK_V2 = {"model_type": "deepseek_v2", "hidden_size": 5120, "num_hidden_layers": 60, "num_attention_heads": 128,
-               "num_key_value_heads": 128, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
-               "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 163840, "vocab_size": 102400}
+DEEPSEEK_V2 = {
+    "model_type": "deepseek_v2",
+    "hidden_size": 5120,
+    "num_hidden_layers": 60,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "kv_lora_rank": 512,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "vocab_size": 102400,
+}
 
 
 def test_deepseek_v2_table_1_relation():

@@ -6,15 +6,31 @@ from fractions import Fraction
 import pytest
 
 from app.kvcache import (
-    ModelSpec, breakdown, catalog, check_tp, kv_cache_bytes, kv_heads_per_gpu, paged_allocation,
-    parse_utilization, plan, prefix_sharing, sequence_cost,
+    ModelSpec,
+    breakdown,
+    catalog,
+    check_tp,
+    kv_cache_bytes,
+    kv_heads_per_gpu,
+    paged_allocation,
+    parse_utilization,
+    plan,
+    prefix_sharing,
+    sequence_cost,
 )
 from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
 
 GIB = 1 << 30
-BASE = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "max_position_embeddings": 131072, "vocab_size": 128256,
-        "intermediate_size": 14336}
+BASE = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 131072,
+    "vocab_size": 128256,
+    "intermediate_size": 14336,
+}
 
 
 def cfg(**changes):
@@ -28,6 +44,7 @@ def cfg(**changes):
 
 
 # --- parsing ------------------------------------------------------------------------------------
+
 
 def test_missing_kv_heads_means_mha():
     spec = ModelSpec.from_hf_config(cfg(num_key_value_heads=...))
@@ -113,21 +130,47 @@ def test_jamba_hybrid():
 
 def test_layer_types_with_mamba_and_linear_attention():
     types = ["mamba", "full_attention", "linear_attention", "mamba"]
-    spec = ModelSpec.from_hf_config(cfg(num_hidden_layers=4, layer_types=types, mamba_expand=2, mamba_d_state=16,
-                                        mamba_d_conv=4, linear_num_key_heads=4, linear_num_value_heads=8,
-                                        linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4))
+    spec = ModelSpec.from_hf_config(
+        cfg(
+            num_hidden_layers=4,
+            layer_types=types,
+            mamba_expand=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            linear_num_key_heads=4,
+            linear_num_value_heads=8,
+            linear_key_head_dim=64,
+            linear_value_head_dim=64,
+            linear_conv_kernel_dim=4,
+        )
+    )
     assert [(g.kind, g.layer_indices) for g in spec.groups] == [
-        ("mamba", (0, 3)), ("full", (1,)), ("linear_attention", (2,))]
+        ("mamba", (0, 3)),
+        ("full", (1,)),
+        ("linear_attention", (2,)),
+    ]
     mamba = 2 * (8192 * 3 + 8192 * 16) * 2
     linear = ((2 * 4 * 64 + 8 * 64) * 3 + 8 * 64 * 64) * 2
     assert kv_cache_bytes(spec, 10) == mamba + linear + 2 * 8 * 128 * 2 * 10
 
 
-NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 4096, "num_hidden_layers": 8, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 8192,
-              "hybrid_override_pattern": "M-M*-M-E", "mamba_num_heads": 128, "mamba_head_dim": 64,
-              "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "vocab_size": 131072,
-              "intermediate_size": 21504}
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "hidden_size": 4096,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 8192,
+    "hybrid_override_pattern": "M-M*-M-E",
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "vocab_size": 131072,
+    "intermediate_size": 21504,
+}
 
 
 def test_hybrid_override_pattern_mamba2():
@@ -150,8 +193,10 @@ def test_mamba2_single_group_is_replicated_under_tp():
 
 # --- validation errors ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("field", ["num_hidden_layers", "hidden_size", "num_attention_heads",
-                                   "max_position_embeddings"])
+
+@pytest.mark.parametrize(
+    "field", ["num_hidden_layers", "hidden_size", "num_attention_heads", "max_position_embeddings"]
+)
 def test_missing_required_field_is_named(field):
     with pytest.raises(ValueError, match=field):
         ModelSpec.from_hf_config(cfg(**{field: ...}))
@@ -163,25 +208,28 @@ def test_invalid_layer_count(bad):
         ModelSpec.from_hf_config(cfg(num_hidden_layers=bad))
 
 
-@pytest.mark.parametrize("config, message", [
-    ("not a dict", "JSON object"),
-    ({"text_config": [1]}, "text_config"),
-    (cfg(num_key_value_heads=6), "multiple of num_key_value_heads"),
-    (cfg(num_key_value_heads=0), "num_key_value_heads"),
-    (cfg(hidden_size=4000, num_attention_heads=48, num_key_value_heads=8), "head_dim"),
-    (cfg(layer_types=["full_attention"] * 3), "layer_types"),
-    (cfg(num_hidden_layers=2, layer_types=["full_attention", "conv"]), r"layer_types\[1\]"),
-    (cfg(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]), "sliding_window"),
-    (cfg(num_hidden_layers=2, hybrid_override_pattern="M"), "hybrid_override_pattern"),
-    (cfg(num_hidden_layers=2, hybrid_override_pattern="MX"), "unknown characters"),
-    (cfg(attn_layer_period=8), "attn_layer_offset"),
-    (cfg(attn_layer_period=8, attn_layer_offset=4), "mamba_expand"),
-    (cfg(full_attention_interval=4), "linear_key_head_dim"),
-    (cfg(kv_lora_rank=512), "qk_rope_head_dim"),
-    (cfg(sliding_window=-5), "sliding_window"),
-    (cfg(num_hidden_layers=10**9), "at most 10,000"),
-    (dict(NEMOTRON_H, n_groups=...), "n_groups"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("not a dict", "JSON object"),
+        ({"text_config": [1]}, "text_config"),
+        (cfg(num_key_value_heads=6), "multiple of num_key_value_heads"),
+        (cfg(num_key_value_heads=0), "num_key_value_heads"),
+        (cfg(hidden_size=4000, num_attention_heads=48, num_key_value_heads=8), "head_dim"),
+        (cfg(layer_types=["full_attention"] * 3), "layer_types"),
+        (cfg(num_hidden_layers=2, layer_types=["full_attention", "conv"]), r"layer_types\[1\]"),
+        (cfg(num_hidden_layers=2, layer_types=["full_attention", "sliding_attention"]), "sliding_window"),
+        (cfg(num_hidden_layers=2, hybrid_override_pattern="M"), "hybrid_override_pattern"),
+        (cfg(num_hidden_layers=2, hybrid_override_pattern="MX"), "unknown characters"),
+        (cfg(attn_layer_period=8), "attn_layer_offset"),
+        (cfg(attn_layer_period=8, attn_layer_offset=4), "mamba_expand"),
+        (cfg(full_attention_interval=4), "linear_key_head_dim"),
+        (cfg(kv_lora_rank=512), "qk_rope_head_dim"),
+        (cfg(sliding_window=-5), "sliding_window"),
+        (cfg(num_hidden_layers=10**9), "at most 10,000"),
+        (dict(NEMOTRON_H, n_groups=...), "n_groups"),
+    ],
+)
 def test_invalid_configs(config, message):
     if isinstance(config, dict):
         config = {k: v for k, v in config.items() if v is not ...}
@@ -189,11 +237,18 @@ def test_invalid_configs(config, message):
         ModelSpec.from_hf_config(config)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"seq_len": -1}, "seq_len"), ({"seq_len": 1.5}, "seq_len"), ({"batch": -1}, "batch"),
-    ({"kv_dtype": "fp7"}, "unknown kv_dtype"), ({"tp": 0}, "tensor parallel"),
-    ({"tp": 3}, "divide"), ({"state_dtype": "fp8"}, "state_dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"seq_len": -1}, "seq_len"),
+        ({"seq_len": 1.5}, "seq_len"),
+        ({"batch": -1}, "batch"),
+        ({"kv_dtype": "fp7"}, "unknown kv_dtype"),
+        ({"tp": 0}, "tensor parallel"),
+        ({"tp": 3}, "divide"),
+        ({"state_dtype": "fp8"}, "state_dtype"),
+    ],
+)
 def test_kv_cache_bytes_argument_errors(kwargs, message):
     spec = catalog.model_spec("llama-3.1-8b")
     args = {"seq_len": 10, **kwargs}
@@ -203,10 +258,18 @@ def test_kv_cache_bytes_argument_errors(kwargs, message):
 
 # --- dtypes ---------------------------------------------------------------------------------------
 
+
 def test_kv_dtype_sizes():
     assert {n: d.vector_bytes(128) for n, d in KV_DTYPES.items()} == {
-        "fp32": 512, "fp16": 256, "bf16": 256, "fp8": 128, "fp8_e4m3": 128, "fp8_e5m2": 128,
-        "int8": 128 + 4, "int4": 64 + 4}
+        "fp32": 512,
+        "fp16": 256,
+        "bf16": 256,
+        "fp8": 128,
+        "fp8_e4m3": 128,
+        "fp8_e5m2": 128,
+        "int8": 128 + 4,
+        "int4": 64 + 4,
+    }
     assert kv_dtype("int4").vector_bytes(3) == 2 + 4  # odd counts round up per vector
 
 
@@ -225,6 +288,7 @@ def test_weight_dtypes():
 
 
 # --- tensor parallelism ---------------------------------------------------------------------------
+
 
 def test_tp_splits_kv_heads():
     spec = catalog.model_spec("llama-3.1-70b")
@@ -253,6 +317,7 @@ def test_check_tp_heads():
 
 
 # --- paging, prefix sharing -------------------------------------------------------------------------
+
 
 def test_paged_allocation_numbers():
     spec = catalog.model_spec("llama-3.1-8b")
@@ -310,11 +375,22 @@ def test_prefix_errors():
 
 # --- capacity ----------------------------------------------------------------------------------------
 
+
 def test_headline_question_llama_70b_fp8_on_2x_h100():
     """How many concurrent 32k-token chats fit on 2x H100 with Llama-3.1-70B, fp8 weights and KV?"""
     spec = catalog.model_spec("llama-3.1-70b")
-    p = plan(spec, catalog.gpu("h100-80gb"), gpu_count=2, tp=2, weight_dtype_name="fp8", kv_dtype="fp8",
-             context_len=32768, batch=1, utilization="0.9", reserve_bytes=2 * GIB)
+    p = plan(
+        spec,
+        catalog.gpu("h100-80gb"),
+        gpu_count=2,
+        tp=2,
+        weight_dtype_name="fp8",
+        kv_dtype="fp8",
+        context_len=32768,
+        batch=1,
+        utilization="0.9",
+        reserve_bytes=2 * GIB,
+    )
     usable = 80 * GIB * 9 // 10
     weights = 70_600_000_000 // 2
     budget = usable - weights - 2 * GIB
@@ -326,8 +402,16 @@ def test_headline_question_llama_70b_fp8_on_2x_h100():
 
 def test_max_context_is_the_largest_that_fits():
     spec = catalog.model_spec("llama-3.1-70b")
-    p = plan(spec, catalog.gpu("h100-80gb"), gpu_count=2, tp=2, weight_dtype_name="fp8", kv_dtype="fp8",
-             context_len=32768, batch=8)
+    p = plan(
+        spec,
+        catalog.gpu("h100-80gb"),
+        gpu_count=2,
+        tp=2,
+        weight_dtype_name="fp8",
+        kv_dtype="fp8",
+        context_len=32768,
+        batch=8,
+    )
     cost = sequence_cost(spec, "fp8", tp=2)
     assert 8 * cost.bytes(p.max_context_at_batch, 16) <= p.kv_budget < 8 * cost.bytes(p.max_context_at_batch + 1, 16)
 
@@ -344,10 +428,16 @@ def test_replicas_share_the_batch():
     assert p.max_concurrency == 4 * (p.kv_budget // p.sequence_bytes)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"gpu_count": 3, "tp": 2}, "multiple"), ({"utilization": "1.5"}, r"\(0, 1\]"),
-    ({"utilization": "abc"}, "number"), ({"reserve_bytes": -1}, "reserve"), ({"tp": 3}, "divide"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"gpu_count": 3, "tp": 2}, "multiple"),
+        ({"utilization": "1.5"}, r"\(0, 1\]"),
+        ({"utilization": "abc"}, "number"),
+        ({"reserve_bytes": -1}, "reserve"),
+        ({"tp": 3}, "divide"),
+    ],
+)
 def test_plan_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         plan(catalog.model_spec("llama-3.1-8b"), catalog.gpu("h100-80gb"), context_len=10, **kwargs)

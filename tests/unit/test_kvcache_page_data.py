@@ -8,9 +8,19 @@ import pytest
 
 from app.kvcache import page_data as kv
 
-LLAMA_70B = json.dumps({"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80,
-                        "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 131072,
-                        "vocab_size": 128256, "intermediate_size": 28672, "tie_word_embeddings": False})
+LLAMA_70B = json.dumps(
+    {
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "vocab_size": 128256,
+        "intermediate_size": 28672,
+        "tie_word_embeddings": False,
+    }
+)
 
 
 def valid(**changes):
@@ -64,46 +74,52 @@ def test_custom_config_matches_catalog():
     assert "estimated" in data.model_rows[4]["value"]
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("context_len", 0, "at least 1"),
-    ("context_len", -5, "at least 1"),
-    ("context_len", "1.5", "whole number"),
-    ("context_len", 1.5, "whole number"),
-    ("context_len", "abc", "whole number"),
-    ("context_len", 131073, "at most 131,072 tokens"),
-    ("batch", 0, "at least 1"),
-    ("batch", 10**7, "at most"),
-    ("prefix_len", -1, "at least 0"),
-    ("prefix_len", 40000, "cannot be longer"),
-    ("gpu_count", 0, "at least 1"),
-    ("gpu_count", 3, "multiple of the tensor"),
-    ("tp", 0, "at least 1"),
-    ("tp", 3, "must divide"),
-    ("block_size", 0, "at least 1"),
-    ("utilization", 0, "above 0"),
-    ("utilization", 1.2, "at most 1"),
-    ("utilization", "x", "number"),
-    ("reserve_gib", -1, "negative"),
-    ("reserve_gib", "lots", "number"),
-    ("kv_dtype", "fp7", "choose one of"),
-    ("weight_dtype", "fp4", "choose one of"),
-    ("state_dtype", "int8", "choose one of"),
-    ("gpu", "tpu", "choose one of"),
-    ("model", "gpt-9", "Unknown model"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("context_len", 0, "at least 1"),
+        ("context_len", -5, "at least 1"),
+        ("context_len", "1.5", "whole number"),
+        ("context_len", 1.5, "whole number"),
+        ("context_len", "abc", "whole number"),
+        ("context_len", 131073, "at most 131,072 tokens"),
+        ("batch", 0, "at least 1"),
+        ("batch", 10**7, "at most"),
+        ("prefix_len", -1, "at least 0"),
+        ("prefix_len", 40000, "cannot be longer"),
+        ("gpu_count", 0, "at least 1"),
+        ("gpu_count", 3, "multiple of the tensor"),
+        ("tp", 0, "at least 1"),
+        ("tp", 3, "must divide"),
+        ("block_size", 0, "at least 1"),
+        ("utilization", 0, "above 0"),
+        ("utilization", 1.2, "at most 1"),
+        ("utilization", "x", "number"),
+        ("reserve_gib", -1, "negative"),
+        ("reserve_gib", "lots", "number"),
+        ("kv_dtype", "fp7", "choose one of"),
+        ("weight_dtype", "fp4", "choose one of"),
+        ("state_dtype", "int8", "choose one of"),
+        ("gpu", "tpu", "choose one of"),
+        ("model", "gpt-9", "Unknown model"),
+    ],
+)
 def test_each_field_error(field, value, message):
     inputs, errors = kv.validate_inputs({**kv.DEFAULTS, field: value})
     assert inputs is None
     assert message in errors[field], errors
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "paste or upload"),
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
-    ('{"hidden_size": 4096}', "num_hidden_layers"),
-    ("x" * (kv.MAX_CONFIG_CHARS + 1), "larger than 1 MB"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "paste or upload"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"hidden_size": 4096}', "num_hidden_layers"),
+        ("x" * (kv.MAX_CONFIG_CHARS + 1), "larger than 1 MB"),
+    ],
+)
 def test_config_errors(text, message):
     inputs, errors = kv.validate_inputs({**kv.DEFAULTS, "model": kv.CUSTOM}, text)
     assert inputs is None and message in errors["config"]
@@ -118,8 +134,7 @@ def test_query_param_round_trip():
 
 
 def test_query_params_bad_values_fall_back_with_messages():
-    parsed, errors = kv.from_query_params({"context_len": "lots", "model": "gpt-9", "utilization": "x",
-                                           "batch": "0"})
+    parsed, errors = kv.from_query_params({"context_len": "lots", "model": "gpt-9", "utilization": "x", "batch": "0"})
     assert parsed["context_len"] == kv.DEFAULTS["context_len"] and "context_len" in errors
     assert parsed["model"] == kv.DEFAULTS["model"] and "model" in errors
     assert "utilization" in errors

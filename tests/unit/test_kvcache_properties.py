@@ -26,8 +26,13 @@ def test_linear_in_batch(model_id, dtype, n, batch):
 
 
 @settings(max_examples=200, deadline=None)
-@given(MODELS, DTYPES, st.integers(min_value=1, max_value=2048), st.sampled_from([1, 8, 16, 32, 128]),
-       st.integers(min_value=1, max_value=8))
+@given(
+    MODELS,
+    DTYPES,
+    st.integers(min_value=1, max_value=2048),
+    st.sampled_from([1, 8, 16, 32, 128]),
+    st.integers(min_value=1, max_value=8),
+)
 def test_paged_at_least_exact_and_less_than_one_block_more(model_id, dtype, n, block, batch):
     spec = catalog.model_spec(model_id)
     p = paged_allocation(spec, n, batch, dtype, block_size=block)
@@ -40,8 +45,13 @@ def test_paged_at_least_exact_and_less_than_one_block_more(model_id, dtype, n, b
 
 
 @settings(max_examples=200, deadline=None)
-@given(MODELS, st.integers(min_value=1, max_value=16), st.integers(min_value=0, max_value=4000),
-       st.integers(min_value=0, max_value=4000), st.sampled_from([None, 16]))
+@given(
+    MODELS,
+    st.integers(min_value=1, max_value=16),
+    st.integers(min_value=0, max_value=4000),
+    st.integers(min_value=0, max_value=4000),
+    st.sampled_from([None, 16]),
+)
 def test_prefix_sharing_saves_memory_never_costs_it(model_id, n, prefix, suffix, block):
     spec = catalog.model_spec(model_id)
     r = prefix_sharing(spec, n, prefix, prefix + suffix, block_size=block)

@@ -18,9 +18,23 @@ T0 = 1_700_006_400 + 12 * 3600
 
 
 def rec(ts, provider="alpha", model="m1", **kw) -> AttemptRecord:
-    base = dict(request_id=f"r{ts}-{provider}", attempt=1, ts=ts, provider=provider, model=model,
-                requested_model="auto", intent="general", side="primary", status="ok", latency_ms=120.0,
-                ttft_ms=40.0, prompt_tokens=100, cached_tokens=25, completion_tokens=50, cost_usd=0.01)
+    base = dict(
+        request_id=f"r{ts}-{provider}",
+        attempt=1,
+        ts=ts,
+        provider=provider,
+        model=model,
+        requested_model="auto",
+        intent="general",
+        side="primary",
+        status="ok",
+        latency_ms=120.0,
+        ttft_ms=40.0,
+        prompt_tokens=100,
+        cached_tokens=25,
+        completion_tokens=50,
+        cost_usd=0.01,
+    )
     base.update(kw)
     return AttemptRecord(**base)
 
@@ -35,8 +49,10 @@ def sqlite_engine(sqlite_url):
 
 @pytest.fixture
 def series(sqlite_engine):
-    insert_batch(sqlite_engine, [rec(T0 + k * 7, provider=("alpha", "beta")[k % 2], model=("m1", "m2", "m3")[k % 3])
-                                 for k in range(60)])
+    insert_batch(
+        sqlite_engine,
+        [rec(T0 + k * 7, provider=("alpha", "beta")[k % 2], model=("m1", "m2", "m3")[k % 3]) for k in range(60)],
+    )
     return m.window_series(sqlite_engine, since=T0 - 600, until=T0 + 420)
 
 
@@ -46,8 +62,16 @@ def _spec(fig: go.Figure) -> dict:
 
 def test_figures_have_titles_units_and_traces(series):
     figs = charts.monitor_figures(series)
-    assert list(figs) == ["latency", "ttft", "request_rate", "error_rate", "cost_by_provider", "cost_by_model",
-                          "cached_ratio", "tokens_per_s"]
+    assert list(figs) == [
+        "latency",
+        "ttft",
+        "request_rate",
+        "error_rate",
+        "cost_by_provider",
+        "cost_by_model",
+        "cached_ratio",
+        "tokens_per_s",
+    ]
     for fig in figs.values():
         spec = _spec(fig)
         assert spec["layout"]["title"]["text"]
@@ -61,8 +85,14 @@ def test_figures_have_titles_units_and_traces(series):
     assert "(ms)" in _spec(figs["latency"])["layout"]["yaxis"]["title"]["text"]
     assert "first token" in _spec(figs["ttft"])["layout"]["title"]["text"]
     model_cost = _spec(figs["cost_by_model"])
-    assert [t["name"] for t in model_cost["data"]] == ["m1", "m1 cumulative", "m2", "m2 cumulative",
-                                                      "m3", "m3 cumulative"]
+    assert [t["name"] for t in model_cost["data"]] == [
+        "m1",
+        "m1 cumulative",
+        "m2",
+        "m2 cumulative",
+        "m3",
+        "m3 cumulative",
+    ]
     assert model_cost["layout"]["barmode"] == "stack" and model_cost["layout"]["yaxis2"]["overlaying"] == "y"
     assert {t["name"] for t in _spec(figs["error_rate"])["data"]} >= {"alpha", "beta", "fallback rate (all)"}
 
@@ -120,8 +150,14 @@ def test_monitor_view_bundles_everything(sqlite_engine):
 def test_windows_and_state():
     assert list(WINDOWS) == ["15m", "1h", "6h", "24h", "7d"]
     assert window_seconds("7d") == 7 * 86400
-    s = MonitorState.from_session({MonitorState.key("window"): "24h", MonitorState.key("providers"): ["a"],
-                                   MonitorState.key("interval_s"): 7, MonitorState.key("paused"): True})
+    s = MonitorState.from_session(
+        {
+            MonitorState.key("window"): "24h",
+            MonitorState.key("providers"): ["a"],
+            MonitorState.key("interval_s"): 7,
+            MonitorState.key("paused"): True,
+        }
+    )
     assert s.window == "24h" and s.filters.providers == ("a",) and s.interval_s == 5 and s.run_every is None
     assert MonitorState.from_session({}).run_every == 5
     with pytest.raises(KeyError):

@@ -15,21 +15,56 @@ from app.telemetry.records import AttemptRecord
 from db import monitor as m
 from db.requests import insert_batch
 
-DAY0 = 1_700_006_400                       # a UTC midnight
-T0 = DAY0 + 12 * 3600                      # noon UTC: every step boundary
+DAY0 = 1_700_006_400  # a UTC midnight
+T0 = DAY0 + 12 * 3600  # noon UTC: every step boundary
 _ids = itertools.count()
 
 
-def rec(ts: float, *, provider="alpha", model="m1", intent="general", source="api", side="primary",
-        ok=True, latency=100.0, ttft=None, final=True, fallback=False, prompt=0, cached=0, completion=0,
-        cost=0.0, attempt=1, rid=None, error_class=None, prompt_text=None) -> AttemptRecord:
+def rec(
+    ts: float,
+    *,
+    provider="alpha",
+    model="m1",
+    intent="general",
+    source="api",
+    side="primary",
+    ok=True,
+    latency=100.0,
+    ttft=None,
+    final=True,
+    fallback=False,
+    prompt=0,
+    cached=0,
+    completion=0,
+    cost=0.0,
+    attempt=1,
+    rid=None,
+    error_class=None,
+    prompt_text=None,
+) -> AttemptRecord:
     return AttemptRecord(
-        request_id=rid or f"r{next(_ids)}", attempt=attempt, ts=ts, provider=provider, model=model,
-        requested_model="auto", intent=intent, side=side, status="ok" if ok else "error",
-        latency_ms=latency, http_status=200 if ok else 503,
-        error_class=None if ok else (error_class or "server_error"), ttft_ms=ttft,
-        prompt_tokens=prompt, cached_tokens=cached, completion_tokens=completion, cost_usd=cost,
-        fallback=fallback, final=final, source=source, prompt_text=prompt_text)
+        request_id=rid or f"r{next(_ids)}",
+        attempt=attempt,
+        ts=ts,
+        provider=provider,
+        model=model,
+        requested_model="auto",
+        intent=intent,
+        side=side,
+        status="ok" if ok else "error",
+        latency_ms=latency,
+        http_status=200 if ok else 503,
+        error_class=None if ok else (error_class or "server_error"),
+        ttft_ms=ttft,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+        cost_usd=cost,
+        fallback=fallback,
+        final=final,
+        source=source,
+        prompt_text=prompt_text,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +76,7 @@ def _fresh_cache():
 
 # -- step and axis -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("window_s", [900, 3600, 6 * 3600, 86400, 7 * 86400, 30 * 86400])
 @pytest.mark.parametrize("offset", [0.0, 17.5, 299.9, 3599.0])
 def test_any_window_has_bounded_whole_minute_buckets(window_s, offset):
@@ -50,7 +86,7 @@ def test_any_window_has_bounded_whole_minute_buckets(window_s, offset):
     assert step % 60 == 0
     assert len(starts) <= m.MAX_POINTS
     assert starts[0] <= until - window_s < starts[0] + step and starts[-1] <= until < starts[-1] + step
-    assert all(b - a == step for a, b in zip(starts, starts[1:]))
+    assert all(b - a == step for a, b in itertools.pairwise(starts))
     assert all(s == step for s in secs[:-1]) and 1.0 <= secs[-1] <= step
 
 
@@ -59,6 +95,7 @@ def test_steps_per_window():
 
 
 # -- window_series ---------------------------------------------------------------------------------
+
 
 def _scenario(engine):
     """Minute 0: alpha serves 3 requests (one streamed), one more fails on alpha and is served by beta
@@ -69,10 +106,30 @@ def _scenario(engine):
         rec(b0 + 2, prompt=100, cached=0, completion=20, cost=0.02, latency=200, ttft=50),
         rec(b0 + 3, prompt=200, cached=100, completion=30, cost=0.03, latency=300),
         rec(b0 + 4, rid="fb", ok=False, final=False, latency=40),
-        rec(b0 + 5, rid="fb", attempt=2, provider="beta", fallback=True, prompt=100, completion=10,
-            cost=0.005, latency=150),
-        rec(b2 + 10, provider="beta", model="m2", source="loadgen", side="fallback", prompt=400, cached=400,
-            completion=60, cost=0.1, latency=500, intent="coding"),
+        rec(
+            b0 + 5,
+            rid="fb",
+            attempt=2,
+            provider="beta",
+            fallback=True,
+            prompt=100,
+            completion=10,
+            cost=0.005,
+            latency=150,
+        ),
+        rec(
+            b2 + 10,
+            provider="beta",
+            model="m2",
+            source="loadgen",
+            side="fallback",
+            prompt=400,
+            cached=400,
+            completion=60,
+            cost=0.1,
+            latency=500,
+            intent="coding",
+        ),
     ]
     insert_batch(engine, records)
     return records
@@ -80,7 +137,7 @@ def _scenario(engine):
 
 def test_window_series_counts_rates_and_costs(engine):
     _scenario(engine)
-    until = T0 + 3 * 60 + 30                 # half-way through minute 3
+    until = T0 + 3 * 60 + 30  # half-way through minute 3
     s = m.window_series(engine, since=until - 900, until=until)
     assert s.step_s == 60
     i0, i2 = s.buckets.index(T0), s.buckets.index(T0 + 120)
@@ -94,7 +151,7 @@ def test_window_series_counts_rates_and_costs(engine):
     assert s.requests[i0] == 4 and s.request_rate[i0] == pytest.approx(4 / 60)
     assert s.fallback_rate[i0] == pytest.approx(0.25) and s.request_error_rate[i0] == 0.0
     assert s.error_rate[i0] == pytest.approx(1 / 5)
-    assert s.fallback_rate[i0 + 1] is None                    # idle bucket: no ratio, zero counts
+    assert s.fallback_rate[i0 + 1] is None  # idle bucket: no ratio, zero counts
     assert s.requests[i0 + 1] == 0 and s.cost_per_min[i0 + 1] == 0.0
     assert a.cost_usd[i0] == pytest.approx(0.06) and a.cost_per_min[i0] == pytest.approx(0.06)
     assert a.cum_cost_usd[-1] == pytest.approx(0.06) and b.cum_cost_usd[-1] == pytest.approx(0.105)
@@ -121,7 +178,9 @@ def test_percentiles_within_histogram_resolution(engine):
     rng = random.Random(3)
     lat = [rng.uniform(80, 2000) for _ in range(2000)]
     ttft = [rng.uniform(20, 400) for _ in range(2000)]
-    insert_batch(engine, [rec(T0 + 5 + i * 0.01, latency=v, ttft=t) for i, (v, t) in enumerate(zip(lat, ttft))])
+    insert_batch(
+        engine, [rec(T0 + 5 + i * 0.01, latency=v, ttft=t) for i, (v, t) in enumerate(zip(lat, ttft, strict=False))]
+    )
     s = m.window_series(engine, since=T0, until=T0 + 60)
     a = s.providers["alpha"]
     i = s.buckets.index(T0)
@@ -170,9 +229,9 @@ def test_settled_buckets_are_cached_and_the_tail_is_live(engine):
     until = T0 + 30
     first = m.window_series(engine, since=until - 6 * 3600, until=until)
     assert first.totals.requests == 1
-    insert_batch(engine, [rec(T0 + 5), rec(old + 2)])   # one live, one late write to a settled bucket
+    insert_batch(engine, [rec(T0 + 5), rec(old + 2)])  # one live, one late write to a settled bucket
     second = m.window_series(engine, since=until - 6 * 3600, until=until)
-    assert second.totals.requests == 2                   # the settled bucket came from the cache
+    assert second.totals.requests == 2  # the settled bucket came from the cache
     assert m.window_series(engine, since=until - 6 * 3600, until=until, use_cache=False).totals.requests == 3
     m.clear_cache()
     assert m.window_series(engine, since=until - 6 * 3600, until=until).totals.requests == 3
@@ -186,17 +245,21 @@ def test_empty_window(engine):
 
 # -- overview, health, split -----------------------------------------------------------------------
 
+
 def test_overview_stats(engine):
     now = T0 + 600
-    insert_batch(engine, [
-        rec(DAY0 - 30, cost=5.0),                                  # yesterday: not in today's cost
-        rec(T0 - 3600, cost=1.0),                                  # today, outside the window
-        rec(now - 120, cost=0.5, latency=100, prompt=10, completion=5),
-        rec(now - 100, cost=0.25, latency=100, prompt=10, completion=5, ttft=30),
-        rec(now - 90, rid="x", ok=False, final=False, latency=1000),
-        rec(now - 80, rid="x", attempt=2, provider="beta", fallback=True, cost=0.25, latency=100),
-        rec(now - 60, ok=False, latency=100),                      # a failed request
-    ])
+    insert_batch(
+        engine,
+        [
+            rec(DAY0 - 30, cost=5.0),  # yesterday: not in today's cost
+            rec(T0 - 3600, cost=1.0),  # today, outside the window
+            rec(now - 120, cost=0.5, latency=100, prompt=10, completion=5),
+            rec(now - 100, cost=0.25, latency=100, prompt=10, completion=5, ttft=30),
+            rec(now - 90, rid="x", ok=False, final=False, latency=1000),
+            rec(now - 80, rid="x", attempt=2, provider="beta", fallback=True, cost=0.25, latency=100),
+            rec(now - 60, ok=False, latency=100),  # a failed request
+        ],
+    )
     o = m.overview_stats(engine, now=now, window_s=900)
     assert (o.requests, o.attempts, o.errors, o.fallbacks) == (4, 5, 1, 1)
     assert o.error_rate == pytest.approx(0.25) and o.fallback_rate == pytest.approx(0.25)
@@ -210,14 +273,17 @@ def test_overview_stats(engine):
 
 def test_provider_health(engine):
     now = T0 + 600
-    insert_batch(engine, [
-        rec(now - 200, ok=False, error_class="rate_limited"),
-        rec(now - 100, ok=False, error_class="timeout"),
-        rec(now - 50),
-        rec(now - 40),
-        rec(now - 3000, provider="beta", ok=False),                # outside the window
-        rec(now - 30, provider="beta"),
-    ])
+    insert_batch(
+        engine,
+        [
+            rec(now - 200, ok=False, error_class="rate_limited"),
+            rec(now - 100, ok=False, error_class="timeout"),
+            rec(now - 50),
+            rec(now - 40),
+            rec(now - 3000, provider="beta", ok=False),  # outside the window
+            rec(now - 30, provider="beta"),
+        ],
+    )
     h = m.provider_health(engine, providers=["alpha", "beta", "idle"], now=now, window_s=300)
     assert set(h) == {"alpha", "beta", "idle"}
     a = h["alpha"]
@@ -233,8 +299,10 @@ def test_observed_split(engine):
     now = T0 + 5 * 60 + 20
     recs = [rec(T0 + 60 * k + j, side="primary") for k in range(5) for j in range(k)]
     recs += [rec(T0 + 60 * k + 30, side="fallback", provider="beta") for k in range(5)]
-    recs += [rec(T0 + 10, side="primary", ok=False, final=False, rid="z"),
-             rec(T0 + 11, side="primary", provider="beta", attempt=2, fallback=True, rid="z")]
+    recs += [
+        rec(T0 + 10, side="primary", ok=False, final=False, rid="z"),
+        rec(T0 + 11, side="primary", provider="beta", attempt=2, fallback=True, rid="z"),
+    ]
     insert_batch(engine, recs)
     pts = m.observed_split(engine, now=now, minutes=6)
     assert [p.ts for p in pts] == [T0 + 60 * k for k in range(6)]
@@ -247,9 +315,11 @@ def test_observed_split(engine):
 
 # -- raw rows ----------------------------------------------------------------------------------------
 
+
 def test_recent_requests_order_limit_filters(engine):
-    insert_batch(engine, [rec(T0 + k, provider=("alpha", "beta")[k % 2], prompt_text="secret prompt")
-                          for k in range(30)])
+    insert_batch(
+        engine, [rec(T0 + k, provider=("alpha", "beta")[k % 2], prompt_text="secret prompt") for k in range(30)]
+    )
     rows = m.recent_requests(engine, limit=10)
     assert len(rows) == 10 and [r["ts"] for r in rows] == [T0 + k for k in range(29, 19, -1)]
     assert list(rows[0]) == list(m.RECENT_COLUMNS) and "prompt_text" not in rows[0]
@@ -261,11 +331,11 @@ def test_recent_requests_order_limit_filters(engine):
 
 
 def test_requests_csv_round_trip(engine):
-    insert_batch(engine, [rec(T0 + 1, ok=False, error_class="bad, \"quoted\"", cost=0.125), rec(T0 + 2)])
+    insert_batch(engine, [rec(T0 + 1, ok=False, error_class='bad, "quoted"', cost=0.125), rec(T0 + 2)])
     rows = m.recent_requests(engine)
     parsed = list(csv.DictReader(io.StringIO(m.requests_csv(rows))))
     assert len(parsed) == 2 and list(parsed[0]) == list(rows[0])
-    assert parsed[1]["error_class"] == "bad, \"quoted\"" and float(parsed[1]["cost_usd"]) == 0.125
+    assert parsed[1]["error_class"] == 'bad, "quoted"' and float(parsed[1]["cost_usd"]) == 0.125
     assert parsed[0]["ttft_ms"] == "" and parsed[0]["request_id"] == rows[0]["request_id"]
     assert next(csv.reader(io.StringIO(m.requests_csv([])))) == list(m.RECENT_COLUMNS)
 
@@ -276,6 +346,9 @@ def test_has_requests_and_filter_options(engine):
     _scenario(engine)
     assert m.has_requests(engine)
     assert m.filter_options(engine, since=T0 - 60) == {
-        "providers": ["alpha", "beta"], "models": ["m1", "m2"], "intents": ["coding", "general"],
-        "sources": ["api", "loadgen"]}
+        "providers": ["alpha", "beta"],
+        "models": ["m1", "m2"],
+        "intents": ["coding", "general"],
+        "sources": ["api", "loadgen"],
+    }
     assert m.filter_options(engine, since=T0 + 120)["sources"] == ["loadgen"]

@@ -77,8 +77,7 @@ def test_unreachable_gateway_is_a_connection_error_then_fallback(client_factory,
     with socket.socket() as s:  # a port with nothing listening
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = client_factory(sqlite_url, toml=config(f"http://127.0.0.1:{port}"),
-                            env={"LOOPBACK_GATEWAY_KEY": KEY})
+    client = client_factory(sqlite_url, toml=config(f"http://127.0.0.1:{port}"), env={"LOOPBACK_GATEWAY_KEY": KEY})
     set_ratio(client.engine, 1.0, expected_version=None, actor="t", reason="all to the gateway")
     client.refresh()
     r = client.chat([{"role": "user", "content": "hello"}])

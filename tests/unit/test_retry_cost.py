@@ -62,12 +62,15 @@ def test_router_passes_the_grown_timeout_to_the_sdk(client_factory, sqlite_url):
     assert seen and all(t >= 60 for t in seen)
 
 
-@pytest.mark.parametrize("model,inp,cached_in,out", [
-    ("deepseek-chat-v3.2", "0.28", "0.028", "0.42"),
-    ("gemini-2.5-flash", "0.30", "0.03", "2.50"),
-    ("claude-sonnet-4-20250514", "3.00", "0.30", "15.00"),
-    ("gpt-4.1", "2.00", "0.50", "8.00"),
-])
+@pytest.mark.parametrize(
+    "model,inp,cached_in,out",
+    [
+        ("deepseek-chat-v3.2", "0.28", "0.028", "0.42"),
+        ("gemini-2.5-flash", "0.30", "0.03", "2.50"),
+        ("claude-sonnet-4-20250514", "3.00", "0.30", "15.00"),
+        ("gpt-4.1", "2.00", "0.50", "8.00"),
+    ],
+)
 def test_cost_formula_and_default_prices(model, inp, cached_in, out):
     info = catalog.get(model)
     assert (info.input, info.cached_input, info.output) == (Decimal(inp), Decimal(cached_in), Decimal(out))

@@ -70,27 +70,63 @@ class Upstream:
         if FAIL_MARKER in prompt:
             return httpx2.Response(500, json={"error": {"message": "upstream exploded", "type": "server_error"}})
         model = body["model"]
-        usage = {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14,
-                 "prompt_tokens_details": {"cached_tokens": 0}}
+        usage = {
+            "prompt_tokens": 11,
+            "completion_tokens": 3,
+            "total_tokens": 14,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
         if body.get("stream"):
-            def chunk(delta: dict, finish: str | None) -> str:
-                return "data: " + json.dumps({
-                    "id": "chatcmpl-gw", "object": "chat.completion.chunk", "created": 1, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + "\n\n"
 
-            events = [chunk({"role": "assistant", "content": "hello "}, None), chunk({"content": "from gw"}, None),
-                      chunk({}, "stop")]
-            events.append("data: " + json.dumps({"id": "chatcmpl-gw", "object": "chat.completion.chunk",
-                                                 "created": 1, "model": model, "choices": [],
-                                                 "usage": usage}) + "\n\n")
+            def chunk(delta: dict, finish: str | None) -> str:
+                return (
+                    "data: "
+                    + json.dumps(
+                        {
+                            "id": "chatcmpl-gw",
+                            "object": "chat.completion.chunk",
+                            "created": 1,
+                            "model": model,
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                        }
+                    )
+                    + "\n\n"
+                )
+
+            events = [
+                chunk({"role": "assistant", "content": "hello "}, None),
+                chunk({"content": "from gw"}, None),
+                chunk({}, "stop"),
+            ]
+            events.append(
+                "data: "
+                + json.dumps(
+                    {
+                        "id": "chatcmpl-gw",
+                        "object": "chat.completion.chunk",
+                        "created": 1,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                )
+                + "\n\n"
+            )
             events.append("data: [DONE]\n\n")
-            return httpx2.Response(200, headers={"content-type": "text/event-stream"},
-                                   content="".join(events).encode())
-        return httpx2.Response(200, json={
-            "id": "chatcmpl-gw", "object": "chat.completion", "created": 1, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello from gw"},
-                         "finish_reason": "stop"}],
-            "usage": usage})
+            return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content="".join(events).encode())
+        return httpx2.Response(
+            200,
+            json={
+                "id": "chatcmpl-gw",
+                "object": "chat.completion",
+                "created": 1,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "hello from gw"}, "finish_reason": "stop"}
+                ],
+                "usage": usage,
+            },
+        )
 
 
 def _db_text(url: str) -> bytes:
@@ -114,11 +150,11 @@ def _db_text(url: str) -> bytes:
             tables = inspect(engine).get_table_names()
             assert "request_log" in tables
             for table in tables:
-                cols = [c["name"] for c in inspect(engine).get_columns(table)
-                        if c["type"].python_type is str]
+                cols = [c["name"] for c in inspect(engine).get_columns(table) if c["type"].python_type is str]
                 for col in cols:
-                    chunks.extend(str(v) for v in conn.execute(text(f'SELECT "{col}" FROM "{table}"')).scalars()
-                                  if v is not None)
+                    chunks.extend(
+                        str(v) for v in conn.execute(text(f'SELECT "{col}" FROM "{table}"')).scalars() if v is not None
+                    )
                 # And the whole row as text, whatever the column types.
                 chunks.extend(conn.execute(text(f'SELECT CAST(t AS text) FROM "{table}" t')).scalars())
         return "\n".join(chunks).encode()
@@ -148,9 +184,10 @@ def _send_traffic(client: RoutingClient) -> list[str]:
 
 
 def _rows(url: str) -> list[dict]:
+    from sqlalchemy import select
+
     from db.engine import get_engine
     from db.models import RequestLog
-    from sqlalchemy import select
 
     with get_engine(url).connect() as conn:
         return [dict(r) for r in conn.execute(select(RequestLog)).mappings().all()]
@@ -158,8 +195,9 @@ def _rows(url: str) -> list[dict]:
 
 def test_api_key_never_reaches_the_database(db_url: str, client_factory) -> None:
     up = Upstream()
-    client = client_factory(db_url, toml(), transports={"gw": httpx2.MockTransport(up.handler)},
-                            env={"TEST_GW_KEY": SECRET})
+    client = client_factory(
+        db_url, toml(), transports={"gw": httpx2.MockTransport(up.handler)}, env={"TEST_GW_KEY": SECRET}
+    )
     _send_traffic(client)
     client.close()
     assert up.requests and all(up.auth_ok), "the key was not sent in the Authorization header"
@@ -183,8 +221,12 @@ def test_api_key_never_reaches_the_database(db_url: str, client_factory) -> None
 
 def test_prompts_are_stored_only_when_opted_in_and_still_no_key(db_url: str, client_factory) -> None:
     up = Upstream()
-    client = client_factory(db_url, toml(store_prompts=True), transports={"gw": httpx2.MockTransport(up.handler)},
-                            env={"TEST_GW_KEY": SECRET})
+    client = client_factory(
+        db_url,
+        toml(store_prompts=True),
+        transports={"gw": httpx2.MockTransport(up.handler)},
+        env={"TEST_GW_KEY": SECRET},
+    )
     _send_traffic(client)
     client.close()
     rows = _rows(db_url)
@@ -199,8 +241,9 @@ def test_prompts_are_stored_only_when_opted_in_and_still_no_key(db_url: str, cli
 def test_missing_key_is_a_clear_error_with_no_fallback(sqlite_url: str, client_factory) -> None:
     up = Upstream()
     # Construction succeeds without the key: it is only needed when the provider is used.
-    client = client_factory(sqlite_url, toml(fallback_enabled=False),
-                            transports={"gw": httpx2.MockTransport(up.handler)}, env={})
+    client = client_factory(
+        sqlite_url, toml(fallback_enabled=False), transports={"gw": httpx2.MockTransport(up.handler)}, env={}
+    )
     with pytest.raises(AllRoutesFailed) as info:
         client.chat([{"role": "user", "content": "hi"}])
     assert "not configured: set TEST_GW_KEY" in str(info.value)
@@ -215,8 +258,9 @@ def test_missing_key_is_a_clear_error_with_no_fallback(sqlite_url: str, client_f
 
 def test_missing_key_falls_back_and_says_why(sqlite_url: str, client_factory) -> None:
     up = Upstream()
-    client = client_factory(sqlite_url, toml(), transports={"gw": httpx2.MockTransport(up.handler)},
-                            env={"UNRELATED": "x"})
+    client = client_factory(
+        sqlite_url, toml(), transports={"gw": httpx2.MockTransport(up.handler)}, env={"UNRELATED": "x"}
+    )
     r = client.chat([{"role": "user", "content": "hi"}])
     assert r.provider == "direct" and r.fallback_used
     assert r.attempt_log[0].provider == "gw"
@@ -226,9 +270,12 @@ def test_missing_key_falls_back_and_says_why(sqlite_url: str, client_factory) ->
 
 def test_wrong_key_is_refused_by_upstream_and_not_stored(sqlite_url: str, client_factory) -> None:
     up = Upstream()
-    client = client_factory(sqlite_url, toml(fallback_enabled=False),
-                            transports={"gw": httpx2.MockTransport(up.handler)},
-                            env={"TEST_GW_KEY": "sk-live-WRONG-999"})
+    client = client_factory(
+        sqlite_url,
+        toml(fallback_enabled=False),
+        transports={"gw": httpx2.MockTransport(up.handler)},
+        env={"TEST_GW_KEY": "sk-live-WRONG-999"},
+    )
     with pytest.raises(AllRoutesFailed) as info:
         client.chat([{"role": "user", "content": "hi"}])
     assert info.value.attempts[0].error_class == "auth"
@@ -240,8 +287,7 @@ def test_wrong_key_is_refused_by_upstream_and_not_stored(sqlite_url: str, client
 
 
 def test_key_state_reports_presence_never_the_key(settings_factory) -> None:
-    from app.config import key_state, resolve_api_key
-    from app.config import ProviderNotConfigured
+    from app.config import ProviderNotConfigured, key_state, resolve_api_key
 
     s = settings_factory(toml())
     gw = s.providers["gw"]

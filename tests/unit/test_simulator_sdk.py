@@ -348,6 +348,7 @@ def test_latency_scale_zero_never_sleeps() -> None:
 
 def test_many_threads_share_one_provider() -> None:
     sim = provider(FaultSettings(error_rate=0.5), seed=5)
+
     def outcome(i: int) -> str:
         try:
             with sdk(sim) as client:

@@ -45,8 +45,8 @@ def test_prefix_cache_counts_leading_known_blocks_only() -> None:
     first = [f"t{i}" for i in range(10)]  # 2 full blocks + 2 loose tokens
     assert cache.lookup_and_insert(first) == 0
     assert len(cache) == 2
-    assert cache.lookup_and_insert(first + ["x", "y", "z"]) == 8  # third block is new
-    assert cache.lookup_and_insert(first + ["x", "y", "z"]) == 12
+    assert cache.lookup_and_insert([*first, "x", "y", "z"]) == 8  # third block is new
+    assert cache.lookup_and_insert([*first, "x", "y", "z"]) == 12
     # Same second block after a different first block: the chain hash makes it a miss.
     assert cache.lookup_and_insert(["other", "t1", "t2", "t3", *first[4:8]]) == 0
 

@@ -31,9 +31,18 @@ WAIT_S = 30.0  # generous bound on waiting for a background thread; never a timi
 
 
 def rec(i: int = 0, **kw) -> AttemptRecord:
-    base = dict(request_id=f"r{i:06d}", attempt=1, ts=1_700_000_000.0 + i, provider="holysheep",
-                model="gemini-2.5-flash", requested_model="auto", intent="general", side="primary",
-                status="ok", latency_ms=12.5)
+    base = dict(
+        request_id=f"r{i:06d}",
+        attempt=1,
+        ts=1_700_000_000.0 + i,
+        provider="holysheep",
+        model="gemini-2.5-flash",
+        requested_model="auto",
+        intent="general",
+        side="primary",
+        status="ok",
+        latency_ms=12.5,
+    )
     base.update(kw)
     return AttemptRecord(**base)
 
@@ -127,8 +136,7 @@ def test_full_queue_applies_backpressure_instead_of_dropping() -> None:
 
 def test_failing_write_batch_is_retried_without_loss_or_duplicates() -> None:
     sink = Sink(fail_times=2)
-    w = TelemetryWriter(sink, queue_size=100, batch_size=50, flush_interval_s=0.01,
-                        retry_delays_s=(0.001, 0.002))
+    w = TelemetryWriter(sink, queue_size=100, batch_size=50, flush_interval_s=0.01, retry_delays_s=(0.001, 0.002))
     try:
         for i in range(30):
             w.submit(rec(i))
@@ -153,14 +161,18 @@ def test_failure_inside_the_insert_transaction_rolls_back_and_retry_does_not_dup
     failures = {"left": 2}
 
     @event.listens_for(engine, "before_cursor_execute")
-    def _boom(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+    def _boom(conn, cursor, statement, parameters, context, executemany):
         if statement.lstrip().upper().startswith("INSERT INTO REQUEST_ROLLUP") and failures["left"] > 0:
             failures["left"] -= 1
             raise ConnectionError("connection lost during rollup upsert")
 
     try:
-        w = TelemetryWriter(lambda b: insert_batch(engine, b), batch_size=100, flush_interval_s=0.01,
-                            retry_delays_s=(0.001, 0.002, 0.004))
+        w = TelemetryWriter(
+            lambda b: insert_batch(engine, b),
+            batch_size=100,
+            flush_interval_s=0.01,
+            retry_delays_s=(0.001, 0.002, 0.004),
+        )
         records = [rec(i, ts=1_700_000_000.0) for i in range(40)]
         w.submit_many(records)
         w.flush()
@@ -195,15 +207,17 @@ def test_close_flushes_everything_queued_and_refuses_later_records() -> None:
 
 def _run_script(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_interpreter_exit_flushes_a_writer_that_was_never_closed(sqlite_url: str) -> None:
     from db.engine import dispose_all, get_engine
     from db.requests import count_rows
 
-    proc = _run_script("""
+    proc = _run_script(
+        """
         import os
         from app.telemetry.records import AttemptRecord
         from app.telemetry.writer import TelemetryWriter
@@ -218,7 +232,9 @@ def test_interpreter_exit_flushes_a_writer_that_was_never_closed(sqlite_url: str
                                    status="ok", latency_ms=5.0))
         print("submitted", w.written)
         # no close(): interpreter exit must flush
-    """, {"DATABASE_URL": sqlite_url})
+    """,
+        {"DATABASE_URL": sqlite_url},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "submitted" in proc.stdout
     engine = get_engine(sqlite_url)
@@ -233,24 +249,30 @@ def test_interpreter_exit_flushes_a_routing_client_that_was_never_closed(sqlite_
     from db.models import RequestLog
 
     cfg = tmp_path / "gateway.toml"
-    cfg.write_text((REPO / "gateway.toml").read_text()
-                   + "\n[simulator]\nlatency_scale = 0\n\n[telemetry]\nflush_interval_s = 30.0\n")
-    proc = _run_script("""
+    cfg.write_text(
+        (REPO / "gateway.toml").read_text()
+        + "\n[simulator]\nlatency_scale = 0\n\n[telemetry]\nflush_interval_s = 30.0\n"
+    )
+    proc = _run_script(
+        """
         from app.routing import RoutingClient
         client = RoutingClient.from_config(sleep=lambda s: None)
         ids = [client.chat([{"role": "user", "content": f"hello number {i}"}], session_id=f"s{i}").request_id
                for i in range(25)]
         print("\\n".join(ids))
         # no client.close(): interpreter exit must flush
-    """, {"DATABASE_URL": sqlite_url, "GATEWAY_CONFIG": str(cfg)})
+    """,
+        {"DATABASE_URL": sqlite_url, "GATEWAY_CONFIG": str(cfg)},
+    )
     assert proc.returncode == 0, proc.stderr
     printed = set(proc.stdout.split())
     assert len(printed) == 25
     engine = get_engine(sqlite_url)
     try:
         with engine.connect() as conn:
-            final_ids = set(conn.execute(select(RequestLog.request_id).where(RequestLog.final.is_(True)))
-                            .scalars().all())
+            final_ids = set(
+                conn.execute(select(RequestLog.request_id).where(RequestLog.final.is_(True))).scalars().all()
+            )
     finally:
         dispose_all()
     assert final_ids == printed
@@ -266,18 +288,30 @@ def _random_records(seed: int, n: int) -> list[AttemptRecord]:
     for i in range(n):
         status = "ok" if rng.random() < 0.75 else "error"
         ttft = rng.choice([None, rng.uniform(0.1, 3000.0)])
-        out.append(rec(
-            i, request_id=uuid.uuid4().hex, attempt=rng.randint(1, 3), ts=t0 + rng.uniform(0, 240),
-            provider=rng.choice(["holysheep", "direct"]),
-            model=rng.choice(["gpt-4.1", "gemini-2.5-flash", "deepseek-chat-v3.2"]),
-            intent=rng.choice(["coding", "general", "long_context"]),
-            source=rng.choice(["api", "loadgen"]), side=rng.choice(["primary", "fallback"]),
-            status=status, latency_ms=rng.choice([0.0, rng.uniform(0.0, 2.0), rng.lognormvariate(5, 1.5)]),
-            ttft_ms=ttft, http_status=200 if status == "ok" else rng.choice([429, 500, 503]),
-            error_class=None if status == "ok" else "server_error",
-            prompt_tokens=rng.randint(0, 5000), cached_tokens=rng.randint(0, 1000),
-            completion_tokens=rng.randint(0, 800), cost_usd=round(rng.uniform(0, 0.05), 7),
-            fallback=rng.random() < 0.3, final=rng.random() < 0.6))
+        out.append(
+            rec(
+                i,
+                request_id=uuid.uuid4().hex,
+                attempt=rng.randint(1, 3),
+                ts=t0 + rng.uniform(0, 240),
+                provider=rng.choice(["holysheep", "direct"]),
+                model=rng.choice(["gpt-4.1", "gemini-2.5-flash", "deepseek-chat-v3.2"]),
+                intent=rng.choice(["coding", "general", "long_context"]),
+                source=rng.choice(["api", "loadgen"]),
+                side=rng.choice(["primary", "fallback"]),
+                status=status,
+                latency_ms=rng.choice([0.0, rng.uniform(0.0, 2.0), rng.lognormvariate(5, 1.5)]),
+                ttft_ms=ttft,
+                http_status=200 if status == "ok" else rng.choice([429, 500, 503]),
+                error_class=None if status == "ok" else "server_error",
+                prompt_tokens=rng.randint(0, 5000),
+                cached_tokens=rng.randint(0, 1000),
+                completion_tokens=rng.randint(0, 800),
+                cost_usd=round(rng.uniform(0, 0.05), 7),
+                fallback=rng.random() < 0.3,
+                final=rng.random() < 0.6,
+            )
+        )
     return out
 
 
@@ -293,15 +327,16 @@ def test_rollups_equal_aggregates_over_raw_request_log_rows(engine) -> None:
 
     with engine.connect() as conn:
         raw = conn.execute(select(RequestLog)).mappings().all()
-        rollups = {tuple(r[k] for k in ROLLUP_KEY): dict(r)
-                   for r in conn.execute(select(RequestRollup)).mappings().all()}
+        rollups = {
+            tuple(r[k] for k in ROLLUP_KEY): dict(r) for r in conn.execute(select(RequestRollup)).mappings().all()
+        }
     assert len(raw) == len(records)
 
     expected: dict[tuple, Counter] = defaultdict(Counter)
     costs: dict[tuple, float] = defaultdict(float)
     lat_sums: dict[tuple, float] = defaultdict(float)
     for r in raw:
-        key = (int(math.floor(r["ts"] / 60.0)) * 60, r["provider"], r["model"], r["intent"], r["source"], r["side"])
+        key = (math.floor(r["ts"] / 60.0) * 60, r["provider"], r["model"], r["intent"], r["source"], r["side"])
         e = expected[key]
         failed = r["status"] != "ok"
         e["attempts"] += 1
@@ -322,8 +357,17 @@ def test_rollups_equal_aggregates_over_raw_request_log_rows(engine) -> None:
     assert len(expected) > 20  # the data really spreads over minutes, providers, models, ...
     for key, e in expected.items():
         got = rollups[key]
-        for col in ("attempts", "errors", "requests", "request_errors", "fallbacks", "prompt_tokens",
-                    "cached_tokens", "completion_tokens", "ttft_count"):
+        for col in (
+            "attempts",
+            "errors",
+            "requests",
+            "request_errors",
+            "fallbacks",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "ttft_count",
+        ):
             assert got[col] == e[col], (key, col)
         assert got["cost_usd"] == pytest.approx(costs[key], rel=1e-9, abs=1e-12), key
         assert got["latency_sum_ms"] == pytest.approx(lat_sums[key], rel=1e-9, abs=1e-9), key
@@ -365,8 +409,10 @@ def _exact_percentile(values: list[float], q: float) -> float:
 
 
 @settings(max_examples=300, deadline=None)
-@given(values=st.lists(st.floats(min_value=0.0, max_value=100_000.0, allow_nan=False), min_size=1, max_size=300),
-       q=st.floats(min_value=0.0, max_value=1.0))
+@given(
+    values=st.lists(st.floats(min_value=0.0, max_value=100_000.0, allow_nan=False), min_size=1, max_size=300),
+    q=st.floats(min_value=0.0, max_value=1.0),
+)
 def test_histogram_percentile_is_within_bucket_resolution_of_exact(values: list[float], q: float) -> None:
     counts = [0] * N_BUCKETS
     for v in values:
@@ -454,10 +500,21 @@ def test_prune_deletes_old_raw_rows_and_minute_rollups_only(engine):
 
     now = 1_800_000_000.0
     old, recent = now - 40 * 86400, now - 3600
-    recs = [AttemptRecord(request_id=f"p{i}", attempt=1, ts=ts, provider="p", model="gpt-4.1",
-                          requested_model="auto", intent="general", side="primary", status="ok",
-                          latency_ms=10.0)
-            for i, ts in enumerate([old, old + 1, recent])]
+    recs = [
+        AttemptRecord(
+            request_id=f"p{i}",
+            attempt=1,
+            ts=ts,
+            provider="p",
+            model="gpt-4.1",
+            requested_model="auto",
+            intent="general",
+            side="primary",
+            status="ok",
+            latency_ms=10.0,
+        )
+        for i, ts in enumerate([old, old + 1, recent])
+    ]
     insert_batch(engine, recs)
 
     def count(model) -> int:

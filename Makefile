@@ -1,21 +1,35 @@
 # Two entry points: `make run` (dashboard on the embedded default) and `make test` (the whole suite).
-# Both build a local virtual environment in .venv from the pinned requirements.
+# Both build a local virtual environment in .venv from the hashed locks (requirements*.txt), which
+# `make lock` regenerates from the direct dependencies declared in pyproject.toml.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test unit e2e bench clean
+.PHONY: run test lint unit e2e bench lock clean
 
 $(VENV)/.runtime: requirements.txt
+	@echo "installing the runtime dependencies into $(VENV) (first run: about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --progress-bar on --require-hashes -r requirements.txt
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime
-	$(PY) -m pip install --quiet -r requirements-dev.txt
+	@echo "installing the test tools into $(VENV)"
+	$(PY) -m pip install --quiet --require-hashes -r requirements-dev.txt
 	touch $@
+
+# Formatting, lint and types; .ci/run runs this before the tests.
+lint: $(VENV)/.dev
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# Regenerates the hashed locks from pyproject.toml (needs `uv`: pip install uv).
+lock:
+	uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -o requirements.txt -q --custom-compile-command "make lock"
+	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements-dev.txt -q --custom-compile-command "make lock"
 
 run: $(VENV)/.runtime
 	$(PY) -m ui.serve

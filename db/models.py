@@ -197,3 +197,26 @@ class SimFault(Base):
     stream_break_rate: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class DashboardUser(Base):
+    """A local dashboard account (when no identity provider is configured): Argon2 hash only."""
+
+    __tablename__ = "dashboard_user"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(128))
+
+
+class SigninThrottle(Base):
+    """Failed sign-ins per account name, for the growing delay between tries."""
+
+    __tablename__ = "signin_throttle"
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    last_failure: Mapped[float] = mapped_column(Float)
+    blocked_until: Mapped[float] = mapped_column(Float)

@@ -47,9 +47,10 @@ def main(argv: list[str]) -> int:
     for r in rows:
         budget = "" if r.get("budget") is None else f"{r['budget']:g}"
         met = "" if r.get("budget") is None else ("yes" if r["ok"] else "MISSED")
+        value = "n/a" if r["value"] is None else f"{r['value']:g}"
         print(
-            f"{r['suite']:<8} {r['name']:<{width}} {r['value']:>12g} {r['unit']:<6} {budget:>8}  {met:<6} "
-            f"{r.get('n', ''):>6}  {r.get('spread', '')}"
+            f"{r['suite']:<8} {r['name']:<{width}} {value:>12} {r['unit']:<6} {budget:>8}  {met:<6} "
+            f"{r.get('n', ''):>6}  {r.get('spread', '') or r.get('note', '')}"
         )
     print("\nwhat was measured:")
     for r in rows:

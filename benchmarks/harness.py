@@ -73,44 +73,65 @@ class Comparison:
         return self.ours.q(0.99) - self.peer.q(0.99)
 
 
+Block = Callable[[int], list[float]]
+
+
+def per_call(fn: Callable[[], object]) -> Block:
+    """A block runner timing ``n`` calls of ``fn`` in this process (ms per call)."""
+    clock = time.perf_counter
+
+    def block(n: int) -> list[float]:
+        times = []
+        for _ in range(n):
+            t0 = clock()
+            fn()
+            times.append((clock() - t0) * 1000.0)
+        return times
+
+    return block
+
+
 def interleaved(
-    ours: Callable[[], object],
-    peer: Callable[[], object],
+    ours: Callable[[], object] | Block,
+    peer: Callable[[], object] | Block,
     *,
     rounds: int,
     per_round: int,
     warmup: int,
     ours_settle: Callable[[], object] | None = None,
+    blocks: bool = False,
 ) -> Comparison:
     """Run ``rounds`` rounds of ``per_round`` timed calls of each side, alternating which side goes
-    first; ``warmup`` untimed calls of each before.
+    first; ``warmup`` untimed calls of each before. With ``blocks=True`` each side is a block
+    runner (``n -> per-call ms``), for a peer that times its calls in another process.
 
     ``ours_settle`` runs after each block of ours (e.g. drain a background writer), so work ours
     leaves behind does not land in the peer's block; its time is kept apart, per call, in
     ``ours_settle_per_call`` so it can be reported rather than silently dropped."""
-    for _ in range(warmup):
-        ours()
-        peer()
+    run_ours: Block = ours if blocks else per_call(ours)  # type: ignore[assignment,arg-type]
+    run_peer: Block = peer if blocks else per_call(peer)  # type: ignore[assignment,arg-type]
+    run_ours(warmup)
+    run_peer(warmup)
     if ours_settle:
         ours_settle()
     a, b, deltas, settle = Dist(), Dist(), [], []
     clock = time.perf_counter
     gc.collect()
     for r in range(rounds):
-        order = ((ours, a), (peer, b)) if r % 2 == 0 else ((peer, b), (ours, a))
-        round_times: dict[int, list[float]] = {id(a): [], id(b): []}
-        for fn, dist in order:
-            times = round_times[id(dist)]
-            for _ in range(per_round):
-                t0 = clock()
-                fn()
-                times.append((clock() - t0) * 1000.0)
-            dist.samples.extend(times)
-            if dist is a and ours_settle:
+        first_ours = r % 2 == 0
+        got: dict[str, list[float]] = {}
+        for side in ("ours", "peer") if first_ours else ("peer", "ours"):
+            if side == "peer":
+                got[side] = run_peer(per_round)
+                continue
+            got[side] = run_ours(per_round)
+            if ours_settle:
                 t0 = clock()
                 ours_settle()
                 settle.append((clock() - t0) * 1000.0 / per_round)
-        deltas.append(statistics.median(round_times[id(a)]) - statistics.median(round_times[id(b)]))
+        a.samples.extend(got["ours"])
+        b.samples.extend(got["peer"])
+        deltas.append(statistics.median(got["ours"]) - statistics.median(got["peer"]))
     return Comparison(a, b, deltas, rounds, per_round, settle)
 
 

@@ -36,7 +36,7 @@ import openai
 from app.config import Settings, load_settings
 from app.routing import RoutingClient
 from app.simulator import SimulatedProvider, make_transport
-from benchmarks.harness import Comparison, dist_rows, interleaved, row, say
+from benchmarks.harness import Comparison, dist_rows, interleaved, per_call, row, say
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = int(os.environ.get("BENCH_ROUTER_ROUNDS", "30"))
@@ -203,6 +203,8 @@ def _loopback(tmp: Path) -> list[dict]:
         router = build_router(settings, env=KEYS)
         try:
             cmp, what = _compare(router, bare, "loopback HTTP")
+            rows = _rows("loopback HTTP", cmp, what, ADDED_P50_BUDGET_MS)
+            rows += _litellm(router, url)
         finally:
             router.close()
             for c in bare.values():
@@ -214,7 +216,49 @@ def _loopback(tmp: Path) -> list[dict]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    return _rows("loopback HTTP", cmp, what, ADDED_P50_BUDGET_MS)
+    return rows
+
+
+def _litellm(router: RoutingClient, url: str) -> list[dict]:
+    """Ours vs ``litellm.Router`` (in its own venv and process) on the same loopback upstream.
+
+    Optional (BENCH_LITELLM=0 skips it): when LiteLLM cannot be installed, say so and report ours."""
+    label = "loopback HTTP vs LiteLLM"
+    if os.environ.get("BENCH_LITELLM", "1") == "0":
+        say(f"  {label}: skipped (BENCH_LITELLM=0)")
+        return []
+    from benchmarks.litellm_peer import VERSION, LiteLLMPeer, ensure_venv
+
+    say(f"  {label}: preparing litellm[proxy]=={VERSION} in benchmarks/_work/litellm-venv (first run installs it)")
+    reason = ensure_venv()
+    if reason:
+        say(f"  {label}: LiteLLM peer NOT measured: {reason}")
+        return [{**row(f"{label}: LiteLLM peer not measured", 0.0, "n/a"), "value": None, "note": reason}]
+    first = router.chat(MESSAGES, model="auto", session_id=SESSION)
+    peer = LiteLLMPeer(f"{url}/{first.provider}/v1", first.model, MESSAGES)
+    try:
+        cmp = interleaved(
+            per_call(lambda: router.chat(MESSAGES, model="auto", session_id=SESSION)),
+            peer.block,
+            rounds=ROUNDS,
+            per_round=PER_ROUND,
+            warmup=WARMUP,
+            ours_settle=router.flush,
+            blocks=True,
+        )
+    finally:
+        peer.close()
+    what = (
+        f"{label}: router.chat(model='auto') vs litellm {VERSION} Router.completion(model={first.model!r}, "
+        "num_retries=0) in its own process, timed there; same upstream, interleaved blocks"
+    )
+    say("  " + what)
+    return [
+        *dist_rows(f"{label}: litellm.Router.completion", cmp.peer, measured=what),
+        row(f"{label}: router.chat p50 in this comparison", cmp.ours.p50, "ms", n=cmp.ours.n),
+        row(f"{label}: router - LiteLLM per call at p50", cmp.added_p50, "ms", n=cmp.ours.n),
+        row(f"{label}: router - LiteLLM per call at p99", cmp.added_p99, "ms", n=cmp.ours.n),
+    ]
 
 
 def run() -> list[dict]:

@@ -62,7 +62,8 @@ class Comparison:
     round_deltas_p50: list[float]  # per round: median(ours) - median(peer), ms
     rounds: int
     per_round: int
-    ours_settle_per_call: list[float]  # per round: untimed-in-samples settle time of ours / per_round, ms
+    ours_settle_wall: list[float]  # per ours block: wall ms of the settle step (outside the samples)
+    ours_settle_cpu_per_call: list[float]  # per ours block: process CPU ms of the settle step / per_round
 
     @property
     def added_p50(self) -> float:
@@ -106,15 +107,16 @@ def interleaved(
     runner (``n -> per-call ms``), for a peer that times its calls in another process.
 
     ``ours_settle`` runs after each block of ours (e.g. drain a background writer), so work ours
-    leaves behind does not land in the peer's block; its time is kept apart, per call, in
-    ``ours_settle_per_call`` so it can be reported rather than silently dropped."""
+    leaves behind does not land in the peer's block. Its wall time and its process CPU time per
+    call (the CPU of the background threads doing ours' leftover work) are kept apart so they can be
+    reported rather than silently dropped."""
     run_ours: Block = ours if blocks else per_call(ours)  # type: ignore[assignment,arg-type]
     run_peer: Block = peer if blocks else per_call(peer)  # type: ignore[assignment,arg-type]
     run_ours(warmup)
     run_peer(warmup)
     if ours_settle:
         ours_settle()
-    a, b, deltas, settle = Dist(), Dist(), [], []
+    a, b, deltas, wall, cpu = Dist(), Dist(), [], [], []
     clock = time.perf_counter
     gc.collect()
     for r in range(rounds):
@@ -126,13 +128,14 @@ def interleaved(
                 continue
             got[side] = run_ours(per_round)
             if ours_settle:
-                t0 = clock()
+                t0, c0 = clock(), time.process_time()
                 ours_settle()
-                settle.append((clock() - t0) * 1000.0 / per_round)
+                wall.append((clock() - t0) * 1000.0)
+                cpu.append((time.process_time() - c0) * 1000.0 / per_round)
         a.samples.extend(got["ours"])
         b.samples.extend(got["peer"])
         deltas.append(statistics.median(got["ours"]) - statistics.median(got["peer"]))
-    return Comparison(a, b, deltas, rounds, per_round, settle)
+    return Comparison(a, b, deltas, rounds, per_round, wall, cpu)
 
 
 def timed(fn: Callable[[], object], runs: int, warmup: int = 1) -> Dist:

@@ -100,17 +100,19 @@ def _rows(label: str, cmp: Comparison, what: str, budget: float | None) -> list[
         row(f"{label}: added per call at p99 (router - bare)", cmp.added_p99, "ms", n=cmp.ours.n),
         row(f"{label}: router/bare p50 ratio", cmp.ours.p50 / cmp.peer.p50, "x", n=cmp.ours.n),
     ]
-    if cmp.ours_settle_per_call:
-        drain = [ms * cmp.per_round for ms in cmp.ours_settle_per_call]
+    if cmp.ours_settle_wall:
         out.append(
             row(
-                f"{label}: telemetry drain after a block of router calls (wall)",
-                statistics.median(drain),
+                f"{label}: telemetry left to write after a block, CPU per call",
+                statistics.median(cmp.ours_settle_cpu_per_call),
                 "ms",
-                n=len(drain),
+                n=len(cmp.ours_settle_wall),
+                spread=f"drain wall time per block: median {statistics.median(cmp.ours_settle_wall):.1f} ms "
+                "(mostly the writer's flush_interval_s batching wait)",
                 measured=(
-                    "router.flush() after each block, outside the per-call samples; mostly the writer's "
-                    "batching wait (flush_interval_s), not CPU"
+                    "router.flush() after each block of router calls, outside the per-call samples: the "
+                    "process CPU it took (the writer thread inserting the block's records) per call; "
+                    "off the request path, so not in 'added per call', but it competes for the cores"
                 ),
             )
         )

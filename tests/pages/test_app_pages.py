@@ -438,9 +438,16 @@ def test_canary_quick_actions_need_confirmation(env):
     assert [e.new_ratio for e in audit_log(engine())] == [0.0, 1.0]
 
 
+def _client_without_background_guardrail():
+    """A routing client on the page's database and config, without the client-side guardrail check."""
+    from app.config import load_settings
+    from app.routing import RoutingClient
+
+    return RoutingClient(load_settings(), engine=engine(), guardrail=False)
+
+
 def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     from app.guardrail import check_guardrail
-    from ui import resources
 
     at = open_app("pages/canary.py")
     form = at.get("form")
@@ -464,18 +471,20 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     assert get_faults(engine(), "holysheep").error_rate == 1.0
 
     set_ratio(engine(), 1.0, expected_version=None, actor="alice", reason="all in")
-    client = resources.client()
-    client.refresh()  # this process just wrote the ratio and faults: do not wait for the 0.5 s refresh
-    first = client.chat([{"role": "user", "content": "hi"}], session_id="s0")
-    assert first.side == "primary" and first.fallback_used  # the primary fails, the fallback answers
-    for i in range(1, 6):
-        r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
-        # Either the primary failed and the fallback answered, or the client's own guardrail check
-        # (after its telemetry writes) has already rolled the canary back and the request went
-        # straight to the fallback side.
-        assert r.provider == "direct" and (r.fallback_used or r.side == "fallback")
-    client.flush()
-    check_guardrail(engine(), client.settings)  # the client checks too after its writes, at most every 2 s
+    # The traffic comes from a client whose own background guardrail check is off, so the one check
+    # below decides the rollback: every request meets the failing primary first, deterministically.
+    client = _client_without_background_guardrail()
+    try:
+        for i in range(6):
+            r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
+            assert (r.side, r.fallback_used, r.provider) == ("primary", True, "direct")
+            assert r.attempt_log[0].provider == "holysheep" and r.attempt_log[0].error_class == "server_error"
+        client.flush()
+        assert get_state(engine()).ratio == 1.0  # nothing has rolled back yet
+        tripped = check_guardrail(engine(), client.settings)
+    finally:
+        client.close()
+    assert tripped == 1.0  # every primary attempt in the window failed
     state = get_state(engine())
     assert (state.ratio, state.updated_by) == (0.0, "guardrail")
 

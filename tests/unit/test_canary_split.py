@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +18,7 @@ from sqlalchemy import event
 from app.routing.canary import Refreshing, assign_side, session_point
 from db.canary import set_ratio
 
+REPO = Path(__file__).resolve().parents[2]
 SESSIONS = [f"session-{i}" for i in range(10_000)]
 
 
@@ -86,14 +92,30 @@ def test_observed_split_through_router_matches_ratio(client_factory, sqlite_url)
     assert abs(sides.count("primary") / 1000 - 0.3) <= 0.05
 
 
-def test_change_from_another_process_reaches_router_within_a_second(client_factory, sqlite_url):
+def test_change_from_another_process_reaches_router_within_a_second(client_factory, sqlite_url, tmp_path):
+    """A real second process (the operator's ``python -m app canary set``) writes the ratio; this
+    process's router must route by it within a second of that process exiting, with no restart."""
     a = client_factory(sqlite_url)
-    b = client_factory(sqlite_url)
     msg = [{"role": "user", "content": "hi"}]
-    a.chat(msg)  # load the ratio once
-    set_ratio(b.engine, 1.0, expected_version=None, actor="other", reason="promote")
-    time.sleep(a.settings.routing.ratio_refresh_s + 0.05)
-    assert a.current_ratio() == 1.0
+    a.chat(msg)  # load (and cache) the initial ratio
+    assert a.current_ratio() == pytest.approx(0.1)
+    config = tmp_path / "cli.toml"
+    config.write_text((REPO / "gateway.toml").read_text())
+    env = {**os.environ, "DATABASE_URL": sqlite_url, "GATEWAY_CONFIG": str(config), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "app", "canary", "set", "1.0", "--reason", "promote", "--actor", "other"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    # Wait on the condition, bounded by the contract ("within a second"), polling every 10 ms.
+    deadline = time.monotonic() + 1.0
+    while a.current_ratio() != 1.0:
+        assert time.monotonic() < deadline, f"ratio still {a.current_ratio()} a second after the change"
+        threading.Event().wait(0.01)
     assert all(a.chat(msg, session_id=f"x{i}").side == "primary" for i in range(20))
 
 

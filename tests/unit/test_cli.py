@@ -186,20 +186,20 @@ def test_canary_set_bad_ratio_fails_with_one_line_and_writes_nothing(cli: Cli, b
     assert json.loads(cli.run("canary", "show", "--json").stdout) == before_show
 
 
-def test_canary_set_overlong_actor_is_one_line_or_stored(tmp_path: Path, cli: Cli, db_url: str) -> None:
-    """On PostgreSQL a 200-character actor overflows VARCHAR(128); the CLI must still answer with one
-    line (or store it), not a multi-line SQLAlchemy DataError."""
+def test_canary_set_overlong_actor_is_one_clear_line(tmp_path: Path, cli: Cli, db_url: str) -> None:
+    """The actor columns are VARCHAR(128): a 200-character actor is refused with one line naming the
+    limit (on PostgreSQL too, where the database would otherwise raise a multi-line DataError), and
+    nothing is written."""
     actor = "a" * 200
     assert cli.run("canary", "show", DATABASE_URL=db_url).returncode == 0
     before = _audit_count(db_url)
+    before_show = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)
     proc = cli.run("canary", "set", "0.3", "--reason", "long name", "--actor", actor, DATABASE_URL=db_url)
-    if proc.returncode == 0:
-        state = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)
-        assert state["updated_by"] == actor
-    else:
-        _one_error_line(proc)
-        assert "DataError" not in proc.stderr
-        assert _audit_count(db_url) == before
+    line = _one_error_line(proc)
+    assert "actor is too long (200 characters, at most 128)" in line
+    assert "DataError" not in proc.stderr
+    assert _audit_count(db_url) == before
+    assert json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout) == before_show
 
 
 # -- configuration errors --------------------------------------------------------------------------

@@ -287,21 +287,22 @@ def test_create_db_engine_without_migration_makes_no_tables(tmp_path: Path) -> N
         engine.dispose()
 
 
-def test_overlong_actor_is_refused_or_stored_never_a_database_error(engine) -> None:
-    """canary_setting.updated_by / canary_audit.actor are VARCHAR(128) but validation allows 500
-    characters: PostgreSQL then fails with a raw DataError instead of a ValueError for the operator."""
+def test_overlong_actor_is_refused_before_the_database(engine) -> None:
+    """canary_setting.updated_by / canary_audit.actor are VARCHAR(128): a longer actor is refused with
+    a ValueError for the operator (not a raw DataError from PostgreSQL) and nothing is written; an
+    actor of exactly 128 characters is stored intact."""
     canary.ensure_setting(engine, 0.1)
     before = canary.get_state(engine)
-    actor = "a" * 200
-    try:
-        state = canary.set_ratio(engine, 0.3, expected_version=None, actor=actor, reason="long name")
-    except ValueError:
-        assert canary.audit_count(engine) == 0
-        assert canary.get_state(engine) == before
-    else:
-        assert state.updated_by == actor
-        assert canary.get_state(engine).updated_by == actor
-        assert canary.audit_log(engine)[0].actor == actor
+    with pytest.raises(ValueError, match=r"actor is too long \(129 characters, at most 128\)"):
+        canary.set_ratio(engine, 0.3, expected_version=None, actor="a" * 129, reason="long name")
+    assert canary.audit_count(engine) == 0
+    assert canary.get_state(engine) == before
+
+    widest = "b" * 128
+    state = canary.set_ratio(engine, 0.3, expected_version=None, actor=widest, reason="long name")
+    assert state.updated_by == widest
+    assert canary.get_state(engine).updated_by == widest
+    assert [e.actor for e in canary.audit_log(engine)] == [widest]
 
 
 def test_concurrent_first_start_migrates_a_new_sqlite_file_once(tmp_path: Path) -> None:

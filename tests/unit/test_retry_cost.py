@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from decimal import Decimal
 
+import httpx2
 import pytest
 
 from app import catalog
@@ -63,20 +64,23 @@ def test_router_passes_the_grown_timeout_to_the_sdk(client_factory, sqlite_url):
 
 
 @pytest.mark.parametrize(
-    "model,inp,cached_in,out",
+    "model,inp,cached_in,out,dollars",
     [
-        ("deepseek-chat-v3.2", "0.28", "0.028", "0.42"),
-        ("gemini-2.5-flash", "0.30", "0.03", "2.50"),
-        ("claude-sonnet-4-20250514", "3.00", "0.30", "15.00"),
-        ("gpt-4.1", "2.00", "0.50", "8.00"),
+        # 12,345 prompt tokens of which 2,345 cached, 678 completion tokens; worked by hand:
+        # 10,000 x 0.28 + 2,345 x 0.028 + 678 x 0.42 = 3,150.42 -> per million = 0.00315042
+        ("deepseek-chat-v3.2", "0.28", "0.028", "0.42", 0.00315042),
+        # 10,000 x 0.30 + 2,345 x 0.03 + 678 x 2.50 = 4,765.35
+        ("gemini-2.5-flash", "0.30", "0.03", "2.50", 0.00476535),
+        # 10,000 x 3.00 + 2,345 x 0.30 + 678 x 15.00 = 40,873.5
+        ("claude-sonnet-4-20250514", "3.00", "0.30", "15.00", 0.0408735),
+        # 10,000 x 2.00 + 2,345 x 0.50 + 678 x 8.00 = 26,596.5
+        ("gpt-4.1", "2.00", "0.50", "8.00", 0.0265965),
     ],
 )
-def test_cost_formula_and_default_prices(model, inp, cached_in, out):
+def test_cost_formula_and_default_prices(model, inp, cached_in, out, dollars):
     info = catalog.get(model)
     assert (info.input, info.cached_input, info.output) == (Decimal(inp), Decimal(cached_in), Decimal(out))
-    prompt, cached, completion = 12_345, 2_345, 678
-    expected = ((prompt - cached) * Decimal(inp) + cached * Decimal(cached_in) + completion * Decimal(out)) / 10**6
-    assert catalog.cost_usd(model, prompt, cached, completion) == pytest.approx(float(expected), abs=1e-12)
+    assert catalog.cost_usd(model, 12_345, 2_345, 678) == dollars
 
 
 def test_cost_of_one_million_output_tokens_is_the_output_price():
@@ -84,9 +88,36 @@ def test_cost_of_one_million_output_tokens_is_the_output_price():
     assert catalog.cost_usd("deepseek-chat-v3.2", 1_000_000, 1_000_000, 0) == pytest.approx(0.028)
 
 
-def test_router_cost_matches_usage(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+def _usage_reply(request: httpx2.Request) -> httpx2.Response:
+    """An upstream that reports 10,000 prompt tokens (2,000 of them cached) and 500 completion tokens."""
+    return httpx2.Response(
+        200,
+        json={
+            "id": "chatcmpl-cost",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4.1",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {
+                "prompt_tokens": 10_000,
+                "completion_tokens": 500,
+                "total_tokens": 10_500,
+                "prompt_tokens_details": {"cached_tokens": 2_000},
+            },
+        },
+    )
+
+
+def test_router_cost_is_the_usage_priced_in_dollars(client_factory, sqlite_url):
+    from sqlalchemy import select
+
+    from db.models import RequestLog
+
+    client = client_factory(sqlite_url, transports={"direct": httpx2.MockTransport(_usage_reply)})
     r = client.chat([{"role": "user", "content": "hello"}], model="gpt-4.1", route="fallback")
-    u = r.usage
-    assert r.cost_usd == catalog.cost_usd("gpt-4.1", u.prompt_tokens, u.cached_tokens, u.completion_tokens)
-    assert r.cost_usd > 0
+    assert (r.usage.prompt_tokens, r.usage.cached_tokens, r.usage.completion_tokens) == (10_000, 2_000, 500)
+    # gpt-4.1: 8,000 uncached x $2.00 + 2,000 cached x $0.50 + 500 out x $8.00 = $21,000 per million = $0.021
+    assert r.cost_usd == 0.021
+    client.flush()
+    with client.engine.connect() as conn:
+        assert conn.execute(select(RequestLog.cost_usd)).scalars().all() == [pytest.approx(0.021, abs=1e-12)]

@@ -173,12 +173,8 @@ def _start_simulator() -> tuple[subprocess.Popen, str]:
 
 
 def serve(port: int) -> None:
-    """Serve both configured providers instantly (latency_scale 0) until terminated.
-
-    TCP_NODELAY on the server's sockets: ``http.server`` writes the headers and the body in two
-    sends, and with Nagle's algorithm on, the body waits for the client's delayed ACK (about 40 ms
-    on Linux), which would bury a sub-millisecond difference under a 40 ms stall on both sides.
-    """
+    """Serve both configured providers instantly (latency_scale 0) until terminated (the
+    simulator's HTTP server sets TCP_NODELAY, so no 40 ms Nagle stall hides the difference)."""
     from app.simulator import make_server
 
     settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite://"})
@@ -186,7 +182,6 @@ def serve(port: int) -> None:
         name: SimulatedProvider(name, p.models, latency_scale=0.0, seed=1) for name, p in settings.providers.items()
     }
     server = make_server(providers, "127.0.0.1", port)
-    server.RequestHandlerClass.disable_nagle_algorithm = True  # type: ignore[attr-defined]
     server.serve_forever()
 
 

@@ -77,6 +77,9 @@ class SimulatorHTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams
     server_version = "llm-gateway-simulator"
+    # Headers and body go out in separate writes; without TCP_NODELAY, Nagle + delayed ACK stall
+    # every keep-alive request on loopback by about 40 ms.
+    disable_nagle_algorithm = True
     server: SimulatorHTTPServer
 
     def do_GET(self) -> None:

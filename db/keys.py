@@ -21,6 +21,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -182,7 +183,7 @@ def _validate_created_by(created_by: object) -> str:
 # ---------------------------------------------------------------------------------------- operations
 
 
-def _record(row) -> KeyRecord:  # type: ignore[no-untyped-def]
+def _record(row: Any) -> KeyRecord:
     return KeyRecord(
         id=row.id,
         name=row.name,

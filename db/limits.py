@@ -23,15 +23,23 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, and_, select, update
+from sqlalchemy import Connection, Engine, Table, and_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
 from db.keys import MICRO, KeyRecord
 from db.models import GatewayKeyReservation, GatewayKeySpend, GatewayKeyWindow
+
+T = TypeVar("T")
+
+_W = cast(Table, GatewayKeyWindow.__table__)
+_S = cast(Table, GatewayKeySpend.__table__)
+_R = cast(Table, GatewayKeyReservation.__table__)
 
 WINDOW_S = 60
 RATE_LIMITED = "rate_limit_exceeded"
@@ -100,11 +108,11 @@ def usd_to_micro(usd: float) -> int:
     return math.ceil(usd * MICRO)  # round up: a budget is a ceiling, never undercount spend
 
 
-def _upsert(conn: Connection):  # type: ignore[no-untyped-def]
+def _upsert(conn: Connection) -> Any:
     return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
-def _with_sqlite_retry(engine: Engine, fn):  # type: ignore[no-untyped-def]
+def _with_sqlite_retry(engine: Engine, fn: Callable[[Connection], T]) -> T:
     for attempt in range(_SQLITE_RETRIES):
         try:
             with engine.begin() as conn:
@@ -138,7 +146,7 @@ def admit(
     pstart = period_start(key.period, ts) if key.budget_micro_usd is not None and key.period else None
 
     def run(conn: Connection) -> Decision:
-        w = GatewayKeyWindow.__table__
+        w = _W
         ins = _upsert(conn)(w).values(key_id=key.id, window_start=win, requests=1, tokens=est_tokens)
         conds = []
         if key.rpm is not None:
@@ -162,7 +170,7 @@ def admit(
             raise _Refused(Decision(False, code, msg, retry_after_s=retry_after, window_start=win))
         if pstart is not None:
             assert key.budget_micro_usd is not None
-            s = GatewayKeySpend.__table__
+            s = _S
             if est_micro > key.budget_micro_usd:
                 raise _Refused(_budget_refusal(key, win))
             sins = _upsert(conn)(s).values(
@@ -178,7 +186,7 @@ def admit(
                 raise _Refused(_budget_refusal(key, win))
         rid = uuid.uuid4().hex
         conn.execute(
-            GatewayKeyReservation.__table__.insert().values(
+            _R.insert().values(
                 id=rid,
                 key_id=key.id,
                 window_start=win,
@@ -215,7 +223,7 @@ def settle(engine: Engine, reservation_id: str, *, tokens: int, cost_usd: float,
     actual_micro = usd_to_micro(cost_usd)
 
     def run(conn: Connection) -> bool:
-        r = GatewayKeyReservation.__table__
+        r = _R
         row = conn.execute(
             update(r)
             .where(r.c.id == reservation_id, r.c.settled_at.is_(None))
@@ -224,14 +232,14 @@ def settle(engine: Engine, reservation_id: str, *, tokens: int, cost_usd: float,
         ).first()
         if row is None:
             return False
-        w = GatewayKeyWindow.__table__
+        w = _W
         conn.execute(
             update(w)
             .where(w.c.key_id == row.key_id, w.c.window_start == row.window_start)
             .values(tokens=w.c.tokens + (tokens - row.est_tokens))
         )
         if row.period_start is not None:
-            s = GatewayKeySpend.__table__
+            s = _S
             conn.execute(
                 update(s)
                 .where(s.c.key_id == row.key_id, s.c.period_start == row.period_start)
@@ -249,7 +257,7 @@ def settle_stale(engine: Engine, *, older_than_s: float, now: float | None = Non
     """Settle reservations left open longer than ``older_than_s`` (a process died mid-request) at
     their estimate, so a crash never frees budget it may have spent. Returns how many."""
     ts = time.time() if now is None else now
-    r = GatewayKeyReservation.__table__
+    r = _R
     with engine.connect() as conn:
         stale = conn.execute(
             select(r.c.id, r.c.est_tokens, r.c.est_micro_usd).where(
@@ -261,7 +269,7 @@ def settle_stale(engine: Engine, *, older_than_s: float, now: float | None = Non
 
 def prune(engine: Engine, *, before: float) -> int:
     """Delete rate-limit windows and settled reservations older than ``before``; returns rows deleted."""
-    w, r = GatewayKeyWindow.__table__, GatewayKeyReservation.__table__
+    w, r = _W, _R
     with engine.begin() as conn:
         n = conn.execute(w.delete().where(w.c.window_start < window_start(before))).rowcount
         n += conn.execute(r.delete().where(r.c.settled_at.is_not(None), r.c.settled_at < before)).rowcount
@@ -274,7 +282,7 @@ def spend(engine: Engine, key: KeyRecord, *, now: float | None = None) -> SpendS
         return None
     ts = time.time() if now is None else now
     pstart = period_start(key.period, ts)
-    s = GatewayKeySpend.__table__
+    s = _S
     with engine.connect() as conn:
         row = conn.execute(
             select(s.c.spent_micro_usd, s.c.reserved_micro_usd).where(s.c.key_id == key.id, s.c.period_start == pstart)
@@ -286,7 +294,7 @@ def spend(engine: Engine, key: KeyRecord, *, now: float | None = None) -> SpendS
 def window_usage(engine: Engine, key: KeyRecord, *, now: float | None = None) -> tuple[int, int]:
     """(requests, tokens) counted for ``key`` in the window containing ``now``."""
     ts = time.time() if now is None else now
-    w = GatewayKeyWindow.__table__
+    w = _W
     with engine.connect() as conn:
         row = conn.execute(
             select(w.c.requests, w.c.tokens).where(w.c.key_id == key.id, w.c.window_start == window_start(ts))

@@ -221,7 +221,7 @@ class GatewayApp:
 
     def _models_body(self, key: Any) -> dict:
         names = ["auto", *self.models]
-        if key is not None and getattr(key, "models", ()):
+        if key is not None and tuple(getattr(key, "models", ())):
             names = ["auto", *[m for m in self.models if key.allows_model(m)]]
         data = [{"id": m, "object": "model", "created": self.created, "owned_by": "gateway"} for m in names]
         return {"object": "list", "data": data}

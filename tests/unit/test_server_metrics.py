@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.server.metrics import DURATION_BUCKETS, METRIC_NAMES, GatewayMetrics
-from app.telemetry.records import AttemptRecord
 
 
 def samples(m: GatewayMetrics) -> dict[tuple[str, frozenset], float]:
@@ -138,35 +139,41 @@ def test_unknown_providers_models_become_other_and_no_ids_leak():
     assert "session-" not in m.exposition().decode()
 
 
+def attempt_record(**fields) -> SimpleNamespace:
+    """An attempt record as the router produces it (observe_record reads it by field name, so it does
+    not depend on where the AttemptRecord class lives)."""
+    base = {
+        "http_status": None,
+        "error_class": None,
+        "ttft_ms": None,
+        "prompt_tokens": 0,
+        "cached_tokens": 0,
+        "completion_tokens": 0,
+        "cost_usd": 0.0,
+        "fallback": False,
+        "final": True,
+        "session_id": None,
+    }
+    return SimpleNamespace(**{**base, **fields})
+
+
 def test_observe_record_counts_attempts_and_final_request():
     m = make()
-    failed = AttemptRecord(
-        "r1",
-        1,
-        0.0,
-        "holysheep",
-        "gpt-4.1",
-        "auto",
-        "chat",
-        "primary",
-        "error",
-        200.0,
+    failed = attempt_record(
+        provider="holysheep",
+        model="gpt-4.1",
+        status="error",
+        latency_ms=200.0,
         http_status=503,
         error_class="APIStatusError",
         final=False,
         session_id="secret-session",
     )
-    served = AttemptRecord(
-        "r1",
-        2,
-        0.2,
-        "direct",
-        "gpt-4.1",
-        "auto",
-        "chat",
-        "primary",
-        "ok",
-        450.0,
+    served = attempt_record(
+        provider="direct",
+        model="gpt-4.1",
+        status="ok",
+        latency_ms=450.0,
         ttft_ms=120.0,
         prompt_tokens=30,
         cached_tokens=10,

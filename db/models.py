@@ -220,3 +220,64 @@ class SigninThrottle(Base):
     failures: Mapped[int] = mapped_column(Integer)
     last_failure: Mapped[float] = mapped_column(Float)
     blocked_until: Mapped[float] = mapped_column(Float)
+
+
+class GatewayKey(Base):
+    """A key for the gateway server's clients. Only a hash of the key is stored (see db/keys.py).
+
+    Money is kept in integer micro-USD so budgets and the spend ledger add up exactly.
+    """
+
+    __tablename__ = "gateway_key"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # hex SHA-256 of the key
+    key_prefix: Mapped[str] = mapped_column(String(16))  # first characters, for display only
+    models: Mapped[str] = mapped_column(Text, default="")  # comma-separated; empty = every model
+    rpm: Mapped[int | None] = mapped_column(Integer)
+    tpm: Mapped[int | None] = mapped_column(BigInteger)
+    budget_micro_usd: Mapped[int | None] = mapped_column(BigInteger)
+    budget_period: Mapped[str | None] = mapped_column(String(8))  # day | month
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(128))
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class GatewayKeyWindow(Base):
+    """Requests and tokens of one key in one fixed one-minute window (rate limits)."""
+
+    __tablename__ = "gateway_key_window"
+
+    key_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch s, whole minute
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class GatewayKeySpend(Base):
+    """Spend ledger of one key in one budget period: settled spend plus outstanding reservations."""
+
+    __tablename__ = "gateway_key_spend"
+
+    key_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    period_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch s, UTC day/month start
+    spent_micro_usd: Mapped[int] = mapped_column(BigInteger, default=0)
+    reserved_micro_usd: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class GatewayKeyReservation(Base):
+    """One admitted request's estimate, settled exactly once with its real tokens and cost."""
+
+    __tablename__ = "gateway_key_reservation"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # uuid4 hex
+    key_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    window_start: Mapped[int] = mapped_column(BigInteger)
+    period_start: Mapped[int | None] = mapped_column(BigInteger)  # None when the key has no budget
+    est_tokens: Mapped[int] = mapped_column(BigInteger)
+    est_micro_usd: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    settled_at: Mapped[float | None] = mapped_column(Float)
+    actual_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    actual_micro_usd: Mapped[int | None] = mapped_column(BigInteger)

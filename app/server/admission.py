@@ -1,0 +1,75 @@
+"""Per-request key admission for the async server: rate limits and budgets from ``db.limits``, run
+off the event loop, refusals turned into OpenAI 429 errors and counted in the metrics.
+
+The driver calls :meth:`Admission.admit` before routing a request and :meth:`Admission.settle` when
+it ends (served, failed or cancelled) with the real tokens and cost. Settling is shielded from
+cancellation, so a client that disconnects mid-stream still has its spend recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import anyio
+import anyio.to_thread
+from sqlalchemy import Engine
+
+from app.server import wire
+from app.server.metrics import GatewayMetrics
+from db import limits
+from db.keys import KeyRecord
+
+CHARS_PER_TOKEN = 4  # a cheap upper-ish estimate for admission; settle() corrects it to real counts
+
+
+def estimate_prompt_tokens(messages: list[dict]) -> int:
+    """Rough prompt size from the text in ``messages`` (only used before the real usage is known)."""
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        elif isinstance(content, list):
+            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+    return math.ceil(chars / CHARS_PER_TOKEN) + 4 * len(messages)
+
+
+class Admission:
+    def __init__(
+        self, engine: Engine, metrics: GatewayMetrics | None = None, *, clock: Callable[[], float] = time.time
+    ):
+        self.engine = engine
+        self.metrics = metrics
+        self.clock = clock
+
+    async def admit(self, key: KeyRecord, *, est_tokens: int = 0, est_cost_usd: float = 0.0) -> str:
+        """The reservation id, or a :class:`wire.WireError` (429) when a limit or the budget refuses."""
+        now = self.clock()
+        decision = await anyio.to_thread.run_sync(
+            lambda: limits.admit(self.engine, key, est_tokens=est_tokens, est_cost_usd=est_cost_usd, now=now)
+        )
+        if decision.allowed:
+            assert decision.reservation_id is not None
+            return decision.reservation_id
+        if self.metrics is not None and decision.code:
+            self.metrics.observe_key_denial(decision.code)
+        if decision.code == limits.BUDGET_EXCEEDED:
+            raise wire.budget_exceeded(decision.message + ". Fix: raise it with a new key or wait for the next period.")
+        raise wire.rate_limited(
+            decision.message + ".", decision.retry_after_s or 1, tokens=decision.code == limits.TOKENS_LIMITED
+        )
+
+    async def settle(self, key: KeyRecord, reservation_id: str, *, tokens: int, cost_usd: float) -> bool:
+        """Record the request's real tokens and cost (exactly once; survives cancellation)."""
+        now = self.clock()
+        with anyio.CancelScope(shield=True):
+            settled = await anyio.to_thread.run_sync(
+                lambda: limits.settle(self.engine, reservation_id, tokens=tokens, cost_usd=cost_usd, now=now)
+            )
+            if settled and self.metrics is not None and key.budget_micro_usd is not None:
+                state = await anyio.to_thread.run_sync(lambda: limits.spend(self.engine, key, now=now))
+                if state is not None:
+                    self.metrics.set_key_budget_used(key.name, state.period, state.used_ratio)
+        return bool(settled)

@@ -1,0 +1,437 @@
+"""The OpenAI wire format as the gateway server speaks it: request validation, response bodies, SSE
+chunks and error objects. Pure functions of their inputs (no I/O), so the async server and tests
+share them and the openai SDK's own models can check what they produce.
+
+Streams follow OpenAI's framing: a first chunk carrying the assistant role, content chunks, a chunk
+with the ``finish_reason``, then, with ``stream_options.include_usage``, one chunk with empty
+``choices`` and the ``usage`` (every earlier chunk carries ``"usage": null``), then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_MODEL_LEN = 256
+MAX_MESSAGES = 10_000
+MAX_OUTPUT_TOKENS = 1_000_000
+MAX_STOP = 4
+MAX_USER_LEN = 256
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+SSE_DONE = b"data: [DONE]\n\n"
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+JSON_CONTENT_TYPE = "application/json"
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+# status -> (type, default code). Where OpenAI's own API answers with a known type and code, the
+# same ones (401 invalid_api_key, 404 model_not_found, 429 rate_limit_exceeded); the SDK picks its
+# exception class from the status alone.
+ERROR_TYPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "model_not_allowed"),
+    404: ("invalid_request_error", "not_found"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("requests", "rate_limit_exceeded"),
+    500: ("server_error", None),
+    502: ("upstream_error", "bad_gateway"),
+    503: ("service_unavailable", "no_healthy_upstream"),
+    504: ("timeout", "upstream_timeout"),
+}
+
+
+class WireError(Exception):
+    """An error the server answers with as an OpenAI error object; ``headers`` go on the response."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,  # the wire field's name
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        default_type, default_code = ERROR_TYPES.get(status, ("server_error", None))
+        self.status = status
+        self.message = message
+        self.type = type or default_type
+        self.param = param
+        self.code = code if code is not None else default_code
+        self.headers = dict(headers or {})
+        super().__init__(message)
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def to_json(self) -> bytes:
+        return _dumps(self.body())
+
+    def to_sse(self) -> bytes:
+        """The error as an SSE event, for failures after a stream has started (the SDK raises it)."""
+        return b"data: " + self.to_json() + b"\n\n"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> WireError:
+    return WireError(400, message, param=param, code=code)
+
+
+def unauthorized(message: str = "") -> WireError:
+    return WireError(
+        401,
+        message
+        or "Missing or invalid gateway key. Fix: send the header 'Authorization: Bearer gw-...' "
+        "with a key from `python -m app keys create`.",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
+def model_not_allowed(model: str) -> WireError:
+    return WireError(403, f"This gateway key may not use the model '{model}'.", param="model")
+
+
+def model_not_found(model: str) -> WireError:
+    return WireError(
+        404,
+        f"The model '{model}' is not served by this gateway. Fix: see GET /v1/models, or use 'auto'.",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def route_not_found(method: str, path: str) -> WireError:
+    return WireError(404, f"Unknown request URL: {method} {path}.", code="unknown_url")
+
+
+def method_not_allowed(method: str, path: str) -> WireError:
+    # 405 is not in the SDK's status table, but some clients probe; answer in the same shape.
+    return WireError(405, f"Method {method} is not allowed for {path}.", type="invalid_request_error")
+
+
+def body_too_large(limit: int) -> WireError:
+    return WireError(413, f"Request body is larger than this gateway's limit of {limit:,} bytes.")
+
+
+def rate_limited(message: str, retry_after_s: int, *, tokens: bool = False) -> WireError:
+    return WireError(
+        429,
+        message,
+        type="tokens" if tokens else "requests",
+        code="tokens_limit_exceeded" if tokens else "rate_limit_exceeded",
+        headers={"Retry-After": str(max(1, int(retry_after_s)))},
+    )
+
+
+def budget_exceeded(message: str) -> WireError:
+    # OpenAI's quota error type, which clients treat as not worth retrying, with our own code.
+    return WireError(429, message, type="insufficient_quota", code="budget_exceeded")
+
+
+def upstream_failed(message: str = "All upstream providers failed for this request.") -> WireError:
+    return WireError(502, message)
+
+
+def unavailable(message: str = "No provider is available right now (circuit breakers open).") -> WireError:
+    return WireError(503, message, headers={"Retry-After": "1"})
+
+
+def upstream_timeout(message: str = "The upstream provider did not answer in time.") -> WireError:
+    return WireError(504, message)
+
+
+# ------------------------------------------------------------------------------------------ bodies
+
+
+def new_completion_id() -> str:
+    return "chatcmpl-" + secrets.token_hex(12)
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+    }
+
+
+def completion_body(
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    content: str,
+    finish_reason: str = "stop",
+    usage: dict | None = None,
+) -> dict:
+    """A non-streamed ``chat.completion`` body."""
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage,
+        "system_fingerprint": None,
+    }
+
+
+def completion_json(**kwargs: Any) -> bytes:
+    return _dumps(completion_body(**kwargs))
+
+
+class ChunkStream:
+    """Encodes one streamed response as SSE ``chat.completion.chunk`` events.
+
+    Call :meth:`role` once, :meth:`content` per piece, :meth:`finish`, then :meth:`usage` (an empty
+    string unless the client asked for it) and :meth:`done`.
+    """
+
+    def __init__(self, *, completion_id: str, created: int, model: str, include_usage: bool):
+        self.completion_id = completion_id
+        self.created = created
+        self.model = model
+        self.include_usage = include_usage
+        # Every chunk shares this head; building it once keeps a 200-chunk stream cheap.
+        head = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+        self._head = _dumps(head)[:-1] + b","
+        self._tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+
+    def _chunk(self, delta: dict, finish_reason: str | None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return b"data: " + self._head + b'"system_fingerprint":null,"choices":[' + _dumps(choice) + b"]" + self._tail
+
+    def role(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""}, None)
+
+    def content(self, text: str) -> bytes:
+        return self._chunk({"content": text}, None)
+
+    def finish(self, finish_reason: str = "stop") -> bytes:
+        return self._chunk({}, finish_reason)
+
+    def usage(self, usage: dict) -> bytes:
+        if not self.include_usage:
+            return b""
+        return b"data: " + self._head + b'"system_fingerprint":null,"choices":[],"usage":' + _dumps(usage) + b"}\n\n"
+
+    @staticmethod
+    def done() -> bytes:
+        return SSE_DONE
+
+
+def sse_events(
+    pieces: Iterable[str],
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    include_usage: bool,
+    usage: dict | None = None,
+    finish_reason: str = "stop",
+) -> Iterator[bytes]:
+    """A whole stream from text pieces (usage known up front; the server uses :class:`ChunkStream`)."""
+    enc = ChunkStream(completion_id=completion_id, created=created, model=model, include_usage=include_usage)
+    yield enc.role()
+    for piece in pieces:
+        yield enc.content(piece)
+    yield enc.finish(finish_reason)
+    if usage is not None and include_usage:
+        yield enc.usage(usage)
+    yield enc.done()
+
+
+# ------------------------------------------------------------------------------------------ requests
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A validated ``POST /v1/chat/completions`` body. ``body`` is the whole parsed object, for
+    forwarding the parameters the gateway does not interpret."""
+
+    model: str
+    messages: list[dict]
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    user: str | None = None
+    body: dict = field(default_factory=dict, repr=False)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_body(raw: bytes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict:
+    """The request body as a JSON object, or a :class:`WireError` (413 too large, 400 otherwise)."""
+    if len(raw) > max_body_bytes:
+        raise body_too_large(max_body_bytes)
+    if not raw.strip():
+        raise bad_request("The request body is empty. Fix: send a JSON object.")
+    try:
+        text = raw.decode("utf-8")  # strictly: json.loads would guess UTF-16/32 from the bytes
+    except UnicodeDecodeError:
+        raise bad_request("The request body is not UTF-8 text.") from None
+    try:
+        parsed = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise bad_request("The JSON body is nested too deeply.") from None
+    except ValueError as exc:
+        raise bad_request(f"We could not parse the JSON body of your request: {exc}.") from None
+    if not isinstance(parsed, dict):
+        raise bad_request(f"The request body must be a JSON object, got {type(parsed).__name__}.")
+    return parsed
+
+
+def _number(body: dict, name: str, lo: float, hi: float) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not lo <= v <= hi:
+        raise bad_request(f"'{name}' must be a number between {lo:g} and {hi:g}, got {v!r}.", param=name)
+    return float(v)
+
+
+def _integer(body: dict, name: str, lo: int, hi: int) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        shown = v if not isinstance(v, int) or abs(v) < 10**30 else "a huge number"
+        raise bad_request(f"'{name}' must be a whole number between {lo:,} and {hi:,}, got {shown!r}.", param=name)
+    return v
+
+
+def _validate_message(i: int, m: object) -> dict:
+    where = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise bad_request(f"'{where}' must be an object with 'role' and 'content'.", param=where)
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad_request(
+            f"'{where}.role' must be one of {', '.join(sorted(ROLES))}, got {role!r}.", param=f"{where}.role"
+        )
+    content = m.get("content")
+    if content is None:
+        if role not in ("assistant", "function"):
+            raise bad_request(f"'{where}.content' is required for role '{role}'.", param=f"{where}.content")
+    elif isinstance(content, list):
+        for j, part in enumerate(content):
+            p = f"{where}.content[{j}]"
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise bad_request(f"'{p}' must be an object with a 'type'.", param=p)
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                raise bad_request(f"'{p}.text' must be a string.", param=f"{p}.text")
+    elif not isinstance(content, str):
+        raise bad_request(f"'{where}.content' must be a string or a list of content parts.", param=f"{where}.content")
+    name = m.get("name")
+    if name is not None and not isinstance(name, str):
+        raise bad_request(f"'{where}.name' must be a string.", param=f"{where}.name")
+    return m
+
+
+def validate_chat_request(body: dict) -> ChatRequest:
+    """Check a parsed body against the parts of the chat completions API the gateway interprets."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("'model' is required and must be a non-empty string (or 'auto').", param="model")
+    if len(model) > MAX_MODEL_LEN:
+        raise bad_request(f"'model' is longer than {MAX_MODEL_LEN} characters.", param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' is required and must be a non-empty array.", param="messages")
+    if len(messages) > MAX_MESSAGES:
+        raise bad_request(f"'messages' has more than {MAX_MESSAGES:,} entries.", param="messages")
+    msgs = [_validate_message(i, m) for i, m in enumerate(messages)]
+
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be true or false.", param="stream")
+    include_usage = False
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not stream:
+            raise bad_request(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.", param="stream_options"
+            )
+        if not isinstance(opts, dict):
+            raise bad_request("'stream_options' must be an object.", param="stream_options")
+        iu = opts.get("include_usage", False)
+        if not isinstance(iu, bool):
+            raise bad_request(
+                "'stream_options.include_usage' must be true or false.", param="stream_options.include_usage"
+            )
+        include_usage = iu
+
+    max_tokens = _integer(body, "max_tokens", 1, MAX_OUTPUT_TOKENS)
+    max_completion = _integer(body, "max_completion_tokens", 1, MAX_OUTPUT_TOKENS)
+    if max_tokens is not None and max_completion is not None:
+        raise bad_request("Send either 'max_tokens' or 'max_completion_tokens', not both.", param="max_tokens")
+    n = _integer(body, "n", 1, 128)
+    if n is not None and n != 1:
+        raise bad_request("This gateway returns one choice per request; 'n' must be 1.", param="n")
+    temperature = _number(body, "temperature", 0.0, 2.0)
+    top_p = _number(body, "top_p", 0.0, 1.0)
+    _number(body, "presence_penalty", -2.0, 2.0)
+    _number(body, "frequency_penalty", -2.0, 2.0)
+    seed = _integer(body, "seed", -(2**63), 2**63 - 1)
+
+    stop = body.get("stop")
+    stops: list[str] | None = None
+    if isinstance(stop, str):
+        stops = [stop]
+    elif isinstance(stop, list):
+        if len(stop) > MAX_STOP or not all(isinstance(s, str) for s in stop):
+            raise bad_request(f"'stop' must be a string or up to {MAX_STOP} strings.", param="stop")
+        stops = list(stop)
+    elif stop is not None:
+        raise bad_request(f"'stop' must be a string or up to {MAX_STOP} strings.", param="stop")
+
+    user = body.get("user")
+    if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_LEN):
+        raise bad_request(f"'user' must be a string of at most {MAX_USER_LEN} characters.", param="user")
+
+    return ChatRequest(
+        model=model,
+        messages=msgs,
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=max_tokens if max_tokens is not None else max_completion,
+        temperature=temperature,
+        top_p=top_p,
+        stop=stops,
+        seed=seed,
+        user=user,
+        body=body,
+    )
+
+
+def parse_chat_request(raw: bytes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ChatRequest:
+    """Bytes of a ``POST /v1/chat/completions`` body -> :class:`ChatRequest`, or a :class:`WireError`."""
+    return validate_chat_request(parse_json_body(raw, max_body_bytes=max_body_bytes))

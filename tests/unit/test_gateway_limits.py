@@ -1,0 +1,225 @@
+"""Per-key rate limits and budgets (db/limits.py) on SQLite and PostgreSQL, including real contention:
+threads in one process and two separate OS processes racing for one key's last slots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from db.keys import create_key
+from db.limits import (
+    BUDGET_EXCEEDED,
+    RATE_LIMITED,
+    TOKENS_LIMITED,
+    admit,
+    period_start,
+    prune,
+    settle,
+    settle_stale,
+    spend,
+    window_start,
+    window_usage,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1_790_000_040.0  # a whole minute (epoch seconds divisible by 60)
+assert T0 % 60 == 0
+
+
+def test_window_and_period_starts():
+    assert window_start(T0 + 59.9) == T0 and window_start(T0 + 60) == T0 + 60
+    assert period_start("day", T0) == int(T0 // 86400) * 86400
+    ts = datetime(2026, 3, 17, 13, 5, tzinfo=UTC).timestamp()
+    assert period_start("month", ts) == datetime(2026, 3, 1, tzinfo=UTC).timestamp()
+    with pytest.raises(ValueError):
+        period_start("week", ts)
+
+
+def test_rpm_fixed_window_with_retry_after(engine):
+    key, _ = create_key(engine, "k", rpm=3)
+    got = [admit(engine, key, now=T0 + 10) for _ in range(4)]
+    assert [d.allowed for d in got] == [True, True, True, False]
+    assert [d.requests_in_window for d in got[:3]] == [1, 2, 3]
+    refused = got[3]
+    assert refused.code == RATE_LIMITED and refused.retry_after_s == 50 and refused.reservation_id is None
+    assert "3 requests per minute" in refused.message
+    assert admit(engine, key, now=T0 + 59.5).retry_after_s == 1  # never 0: the client must wait
+    assert admit(engine, key, now=T0 + 60).allowed  # the next window starts afresh
+    assert window_usage(engine, key, now=T0) == (3, 0)
+
+
+def test_key_without_limits_is_always_admitted(engine):
+    key, _ = create_key(engine, "free")
+    assert all(admit(engine, key, est_tokens=10**6, now=T0).allowed for _ in range(5))
+    assert window_usage(engine, key, now=T0) == (5, 5 * 10**6)
+
+
+def test_tpm_counts_estimates_then_real_tokens(engine):
+    key, _ = create_key(engine, "t", tpm=100)
+    d1 = admit(engine, key, est_tokens=80, now=T0)
+    assert d1.allowed
+    d2 = admit(engine, key, est_tokens=80, now=T0 + 1)  # 80 < 100: admitted, may overshoot
+    assert d2.allowed
+    d3 = admit(engine, key, est_tokens=1, now=T0 + 2)
+    assert not d3.allowed and d3.code == TOKENS_LIMITED and d3.retry_after_s == 58
+    # The real counts were smaller: settling frees the window.
+    assert settle(engine, d1.reservation_id, tokens=10, cost_usd=0, now=T0 + 3)
+    assert settle(engine, d2.reservation_id, tokens=10, cost_usd=0, now=T0 + 3)
+    assert window_usage(engine, key, now=T0) == (2, 20)
+    assert admit(engine, key, est_tokens=1, now=T0 + 4).allowed
+
+
+def test_budget_reserve_settle_exactly_once(engine):
+    key, _ = create_key(engine, "b", budget_usd=1.0, period="day")
+    d1 = admit(engine, key, est_cost_usd=0.6, now=T0)
+    assert d1.allowed
+    s = spend(engine, key, now=T0)
+    assert (s.spent_micro_usd, s.reserved_micro_usd, s.budget_micro_usd) == (0, 600_000, 1_000_000)
+    # 0.6 reserved + 0.6 more would exceed 1.0: refused, and the refusal used no rate slot.
+    d2 = admit(engine, key, est_cost_usd=0.6, now=T0)
+    assert not d2.allowed and d2.code == BUDGET_EXCEEDED and d2.retry_after_s is None
+    assert "daily budget of 1 USD" in d2.message
+    assert window_usage(engine, key, now=T0) == (1, 0)
+    # Settle the real cost; a second settle of the same reservation changes nothing.
+    assert settle(engine, d1.reservation_id, tokens=5, cost_usd=0.25, now=T0 + 1) is True
+    assert settle(engine, d1.reservation_id, tokens=5, cost_usd=0.25, now=T0 + 2) is False
+    assert settle(engine, "no-such-id", tokens=0, cost_usd=0, now=T0) is False
+    s = spend(engine, key, now=T0)
+    assert (s.spent_micro_usd, s.reserved_micro_usd) == (250_000, 0)
+    assert s.spent_usd == 0.25 and s.used_ratio == 0.25
+    assert admit(engine, key, est_cost_usd=0.6, now=T0 + 5).allowed
+
+
+def test_budget_used_up_exactly_refuses_even_zero_estimates(engine):
+    key, _ = create_key(engine, "z", budget_usd=0.5, period="month")
+    d = admit(engine, key, est_cost_usd=0.1, now=T0)
+    settle(engine, d.reservation_id, tokens=0, cost_usd=0.5, now=T0)
+    refused = admit(engine, key, est_cost_usd=0.0, now=T0 + 1)
+    assert not refused.allowed and refused.code == BUDGET_EXCEEDED and "monthly" in refused.message
+    # An estimate larger than the whole budget is refused outright.
+    key2, _ = create_key(engine, "z2", budget_usd=0.5, period="day")
+    assert admit(engine, key2, est_cost_usd=0.51, now=T0).code == BUDGET_EXCEEDED
+
+
+def test_budget_resets_with_the_period(engine):
+    key, _ = create_key(engine, "d", budget_usd=0.1, period="day")
+    d = admit(engine, key, est_cost_usd=0.1, now=T0)
+    settle(engine, d.reservation_id, tokens=0, cost_usd=0.1, now=T0)
+    assert admit(engine, key, now=T0 + 1).code == BUDGET_EXCEEDED
+    next_day = period_start("day", T0) + 86400
+    assert admit(engine, key, now=next_day).allowed
+
+
+def test_settle_stale_charges_the_estimate_and_prune_cleans_up(engine):
+    key, _ = create_key(engine, "s", budget_usd=1.0, period="day", tpm=1000)
+    admit(engine, key, est_tokens=50, est_cost_usd=0.2, now=T0)
+    fresh = admit(engine, key, est_tokens=50, est_cost_usd=0.2, now=T0 + 50)
+    assert settle_stale(engine, older_than_s=30, now=T0 + 55) == 1
+    s = spend(engine, key, now=T0)
+    assert (s.spent_micro_usd, s.reserved_micro_usd) == (200_000, 200_000)
+    assert settle(engine, fresh.reservation_id, tokens=50, cost_usd=0.2, now=T0 + 56)
+    assert prune(engine, before=T0 + 120) == 3  # one window row, two settled reservations
+    assert window_usage(engine, key, now=T0) == (0, 0)
+
+
+def test_negative_or_non_finite_costs_refused(engine):
+    key, _ = create_key(engine, "n", budget_usd=1.0, period="day")
+    with pytest.raises(ValueError):
+        admit(engine, key, est_cost_usd=float("nan"), now=T0)
+    d = admit(engine, key, est_cost_usd=0.1, now=T0)
+    with pytest.raises(ValueError):
+        settle(engine, d.reservation_id, tokens=0, cost_usd=-1.0, now=T0)
+    with pytest.raises(ValueError):
+        settle(engine, d.reservation_id, tokens=-1, cost_usd=0.0, now=T0)
+
+
+# ------------------------------------------------------------------------------------ contention
+
+RPM = 50
+
+
+def test_threads_race_for_one_key_exactly_rpm_admitted(db_url):
+    from db.engine import dispose_all, get_engine
+
+    engine = get_engine(db_url)
+    try:
+        key, _ = create_key(engine, "hot", rpm=RPM, budget_usd=100, period="day")
+        barrier = threading.Barrier(8)
+
+        def worker(_i: int) -> list[bool]:
+            barrier.wait(timeout=30)
+            return [admit(engine, key, est_cost_usd=0.01, now=T0 + 1).allowed for _ in range(12)]
+
+        with ThreadPoolExecutor(8) as pool:
+            results = [ok for batch in pool.map(worker, range(8)) for ok in batch]
+        assert len(results) == 96 and sum(results) == RPM
+        assert window_usage(engine, key, now=T0)[0] == RPM
+        s = spend(engine, key, now=T0)
+        assert s.reserved_micro_usd == RPM * 10_000  # exactly the admitted requests' reservations
+    finally:
+        dispose_all()
+
+
+_WORKER = r"""
+import json, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from db.engine import get_engine
+from db.keys import get_key
+from db.limits import admit
+url, name, now, n_threads, per_thread, go_file = sys.argv[1:7]
+engine = get_engine(url)
+key = get_key(engine, name)
+print("ready", flush=True)
+sys.stdin.readline()  # both processes start together
+def work(_):
+    return [admit(engine, key, est_cost_usd=0.01, now=float(now)).allowed for _ in range(int(per_thread))]
+with ThreadPoolExecutor(int(n_threads)) as pool:
+    allowed = sum(sum(b) for b in pool.map(work, range(int(n_threads))))
+print(json.dumps({"allowed": allowed}), flush=True)
+"""
+
+
+def test_two_processes_race_for_one_key_exactly_rpm_admitted(db_url):
+    from db.engine import dispose_all, get_engine
+
+    engine = get_engine(db_url)  # migrate once here, so the workers only race for the key
+    key, _ = create_key(engine, "shared", rpm=RPM, budget_usd=100, period="day")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, db_url, "shared", str(T0 + 7), "3", "15", ""],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(REPO),
+        )
+        for _ in range(2)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (_out, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err
+        per_process = [json.loads(out.strip().splitlines()[-1])["allowed"] for out, _ in outs]
+        assert sum(per_process) == RPM  # 90 attempts across two processes, exactly 50 admitted
+        assert window_usage(engine, key, now=T0)[0] == RPM
+        assert spend(engine, key, now=T0).reserved_micro_usd == RPM * 10_000
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        dispose_all()

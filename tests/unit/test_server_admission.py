@@ -1,0 +1,83 @@
+"""Key admission for the async server (app/server/admission.py): limits and budgets as OpenAI 429s,
+settlement that survives cancellation, metrics of refusals and budget use."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.server import wire
+from app.server.admission import Admission, estimate_prompt_tokens
+from app.server.metrics import GatewayMetrics
+from db.keys import create_key
+from db.limits import spend, window_usage
+
+T0 = 1_790_000_040.0
+
+
+def metric(m: GatewayMetrics, name: str, **labels) -> float:
+    for fam in text_string_to_metric_families(m.exposition().decode()):
+        for s in fam.samples:
+            if s.name == name and s.labels == labels:
+                return s.value
+    return 0.0
+
+
+def test_rate_limit_refusal_is_429_with_retry_after(engine):
+    key, _ = create_key(engine, "r", rpm=1)
+    m = GatewayMetrics()
+    adm = Admission(engine, m, clock=lambda: T0 + 15)
+
+    async def go():
+        assert await adm.admit(key)
+        with pytest.raises(wire.WireError) as info:
+            await adm.admit(key)
+        return info.value
+
+    err = anyio.run(go)
+    assert (err.status, err.code, err.headers["Retry-After"]) == (429, "rate_limit_exceeded", "45")
+    assert metric(m, "gateway_key_denials_total", reason="rate_limit_exceeded") == 1
+
+
+def test_budget_refusal_and_settlement_update_the_gauge(engine):
+    key, _ = create_key(engine, "b", budget_usd=1.0, period="day", tpm=10_000)
+    m = GatewayMetrics()
+    adm = Admission(engine, m, clock=lambda: T0)
+
+    async def go():
+        rid = await adm.admit(key, est_tokens=100, est_cost_usd=0.9)
+        with pytest.raises(wire.WireError) as info:
+            await adm.admit(key, est_cost_usd=0.2)
+        assert info.value.code == "budget_exceeded" and "Retry-After" not in info.value.headers
+        assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is True
+        assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is False
+
+    anyio.run(go)
+    assert spend(engine, key, now=T0).spent_micro_usd == 750_000
+    assert window_usage(engine, key, now=T0) == (1, 40)
+    assert metric(m, "gateway_key_budget_used_ratio", key_name="b", period="day") == 0.75
+    assert metric(m, "gateway_key_denials_total", reason="budget_exceeded") == 1
+
+
+def test_settle_survives_cancellation_of_the_request(engine):
+    key, _ = create_key(engine, "c", budget_usd=1.0, period="day")
+    adm = Admission(engine, clock=lambda: T0)
+
+    async def go():
+        rid = await adm.admit(key, est_cost_usd=0.1)
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # the client went away; the settle in the cleanup must still happen
+            try:
+                await anyio.sleep_forever()
+            finally:
+                await adm.settle(key, rid, tokens=0, cost_usd=0.05)
+
+    anyio.run(go)
+    s = spend(engine, key, now=T0)
+    assert (s.spent_micro_usd, s.reserved_micro_usd) == (50_000, 0)
+
+
+def test_estimate_prompt_tokens():
+    msgs = [{"role": "user", "content": "x" * 40}, {"role": "user", "content": [{"type": "text", "text": "y" * 8}]}]
+    assert estimate_prompt_tokens(msgs) == 10 + 2 + 8

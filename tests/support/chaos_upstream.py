@@ -523,7 +523,9 @@ class ChaosUpstream:
         if self._server is not None:
             raise RuntimeError("ChaosUpstream already started")
         self._server = _Server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="chaos-upstream", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="chaos-upstream", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -63,7 +63,8 @@ def make_router(
 ) -> RoutingClient:
     """The one place a router is built: primary ``chaos`` = the chaos upstream (all traffic, ratio 1),
     fallback ``direct`` = the instant simulator, no backoff waits. ``sections`` adds lines to a TOML
-    table (``{"retry": "max_attempts = 1"}``); ``kwargs`` go to the constructor (``sleep``, ...)."""
+    table (``{"retry": "max_attempts = 1"}``; for ``simulator`` they replace ``latency_scale = 0``);
+    ``kwargs`` go to the constructor (``sleep``, ...)."""
     extra = dict(sections or {})
     url = base_url if base_url is not None else upstream.base_url("chaos")
     toml = f"""
@@ -86,11 +87,9 @@ base_url = "sim://direct"
 models = ["gpt-4.1", "gemini-2.5-flash"]
 default_model = "gpt-4.1"
 [simulator]
-latency_scale = 0
 seed = 1
-{extra.pop("simulator", "")}
+{extra.pop("simulator", "latency_scale = 0")}
 [telemetry]
-flush_interval_s = 0.05
 {extra.pop("telemetry", "")}
 """
     assert not extra, f"unknown sections {sorted(extra)}"

@@ -139,6 +139,14 @@ def test_clean_scrubs_before_bounding_so_no_half_key_survives():
     assert clean("bad \udcff \x00", 20) == f"bad {REPLACEMENT} "
 
 
+@given(any_text, any_text, st.integers(min_value=1, max_value=200))
+def test_clean_never_leaks_a_configured_secret_and_is_storable(before, after, limit):
+    secret = "cfg-secret-\u00e9-42"
+    out = clean(before + secret + after, limit, [secret])
+    assert secret not in out and len(out) <= limit
+    out.encode("utf-8")
+
+
 @pytest.mark.parametrize("cell", ['=HYPERLINK("http://evil","x")', "+1", "-2+3", "@SUM(A1)", "\tx", "\rx"])
 def test_formula_cells_get_a_leading_apostrophe(cell):
     assert csv_safe(cell) == "'" + cell

@@ -124,7 +124,7 @@ def router(tmp_path, up, monkeypatch):
         client.close()
 
 
-def flushed(client: RoutingClient, within_s: float = 5.0) -> bool:
+def flushed(client: RoutingClient, within_s: float = 3.0) -> bool:
     """Whether the log drained within a bound (a stuck writer must fail the test, not hang it)."""
     t = threading.Thread(target=client.flush, daemon=True)
     t.start()

@@ -368,20 +368,29 @@ def stream_null_choices(text: str = "half an answer") -> Fault:
 # -- faults: slow and big ----------------------------------------------------------------------------
 def trickle(interval_s: float = 0.05, *, text: str = "slow but steady") -> Fault:
     """A valid completion sent one byte every ``interval_s`` (headers at once): no single read ever
-    waits longer than ``interval_s``, so only an overall deadline bounds the request. Stops early
-    (connection closed) when the server stops."""
+    waits longer than ``interval_s``, so only an overall deadline bounds the request. A streaming
+    request gets its SSE events the same way, one byte per chunk. Stops early (connection closed)
+    when the server stops."""
 
     def serve(h: _Handler, req: RecordedRequest) -> None:
-        data = json.dumps(completion_body(req.model, text)).encode()
-        h.send_response(200)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(data)))
-        h.end_headers()
+        if req.wants_stream:
+            data = b"".join(_stream_events(req.model, text, 5))
+            h.start_chunked(200, "text/event-stream")
+            send = h.write_chunk
+        else:
+            data = json.dumps(completion_body(req.model, text)).encode()
+            h.send_response(200)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(data)))
+            h.end_headers()
+            send = h.wfile.write
         for i in range(len(data)):
             if i and h.server.stopping.wait(interval_s):
                 h.abort(reset=False)
                 return
-            h.wfile.write(data[i : i + 1])
+            send(data[i : i + 1])
+        if req.wants_stream:
+            h.end_chunked()
 
     return Fault("trickle", serve)
 

@@ -291,31 +291,40 @@ def test_stream_chunk_with_null_choices(up, sdk):
 
 # -- slow and big ------------------------------------------------------------------------------------
 def test_trickle_never_trips_a_per_read_timeout(up, http):
-    interval = 0.01
+    interval, read_timeout, wanted = 0.005, 0.25, 120
     up.script(trickle(interval))
-    sizes = []
+    received = 0
     started = time.monotonic()
-    with http.stream("POST", "/chat/completions", json=BODY, timeout=httpx2.Timeout(0.3)) as r:
+    with http.stream("POST", "/chat/completions", json=BODY, timeout=httpx2.Timeout(read_timeout)) as r:
+        length = int(r.headers["content-length"])
         for piece in r.iter_raw():
-            sizes.append(len(piece))
-            if len(sizes) == 20:
+            received += len(piece)
+            if received >= wanted:
                 break
     waited = time.monotonic() - started
-    # One byte per read, each well inside the read timeout; the whole exchange already took longer
-    # than that timeout (a lower bound the server guarantees), so only an overall deadline can stop it.
-    assert sizes == [1] * 20 and waited >= 19 * interval
-    assert r.headers["content-length"] and int(r.headers["content-length"]) > 20
+    # The server sends byte i only after i pauses of `interval`, so `waited` has a guaranteed lower
+    # bound well above the read timeout, and yet no read ever timed out: only an overall deadline
+    # can bound this exchange.
+    assert length > wanted and received >= wanted
+    assert waited >= (wanted - 1) * interval > 2 * read_timeout
 
 
 def test_trickle_completes_through_the_sdk_despite_a_short_timeout(up, sdk):
-    interval = 0.002
+    interval, read_timeout = 0.0015, 0.25
     up.script(trickle(interval, text="x"))
     started = time.monotonic()
-    resp = sdk.chat.completions.create(model="gpt-4.1", messages=MESSAGES, timeout=0.1)
+    raw = sdk.chat.completions.with_raw_response.create(model="gpt-4.1", messages=MESSAGES, timeout=read_timeout)
     waited = time.monotonic() - started
-    body_len = len(json.dumps(resp.model_dump(exclude_unset=True)))
-    assert resp.choices[0].message.content == "x"
-    assert waited >= 0.1 and body_len > 100  # longer than its "timeout", and answered
+    length = int(raw.headers["content-length"])
+    assert raw.parse().choices[0].message.content == "x"
+    assert waited >= (length - 1) * interval > read_timeout  # answered, long after its "timeout"
+
+
+def test_trickle_streams_sse_one_byte_per_chunk(up, sdk):
+    up.script(trickle(0.0005, text="slow stream"))
+    chunks = list(sdk.chat.completions.create(model="gpt-4.1", messages=MESSAGES, stream=True, timeout=0.25))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "slow stream"
+    assert chunks[-1].usage is not None and up.requests[0].fault == "trickle"
 
 
 def test_trickle_is_released_by_stop():

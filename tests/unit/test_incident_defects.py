@@ -289,6 +289,26 @@ def test_6_attempt_timeout_is_a_deadline_over_the_whole_answer(router, up):
     assert ended and outcome[0].provider == "direct" and outcome[0].attempt_log[0].error_class == "timeout"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 7 #6: a trickling stream is never cut (no first-token or idle deadline)")
+def test_6_a_trickling_stream_is_bounded_too(router, up):
+    up.set_default(trickle(0.02), provider="chaos")  # first content after ~150 bytes, ~3 s
+    client = router(sections={"providers.chaos": "timeout_s = 0.2", "retry": "max_attempts = 1"})
+    outcome: list[tuple[str, object]] = []
+
+    def run() -> None:
+        stream = client.chat(HI, stream=True)
+        outcome.append(("".join(stream), stream.result))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(2.0)  # bound on the wait, as above
+    ended = not t.is_alive()
+    up.stop()
+    t.join()
+    text, result = outcome[0]
+    assert ended and text and result.provider == "direct" and result.fallback_used
+
+
 # -- 7. a 3xx disables fallback ----------------------------------------------------------------------
 @pytest.mark.xfail(strict=True, reason="issue 7 #7: a 307 from the primary is a bad_request that stops routing")
 def test_7_redirect_is_not_followed_and_fails_over(router, up):

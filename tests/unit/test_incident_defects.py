@@ -450,3 +450,12 @@ def test_12_cli_refuses_numbers_that_cannot_work(tmp_path, args, field):
     )
     assert proc.returncode != 0
     assert field in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 7 #12: an in-memory SQLite URL is accepted; the writer never finds its tables"
+)
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"], ids=["sqlite-empty", "sqlite-memory"])
+def test_12_in_memory_database_urls_are_refused(router, url):
+    with pytest.raises(ConfigError, match="DATABASE_URL"):
+        router(url)

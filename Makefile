@@ -18,7 +18,7 @@ $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime
 	touch $@
 
 run: $(VENV)/.runtime
-	$(PY) -m ui.serve
+	$(PY) -m app dashboard
 
 test: $(VENV)/.dev
 	bash scripts/test.sh

@@ -11,10 +11,7 @@ from app.dashboard.fmt import ago, pct, ratio_pct, when
 from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
-from ui.chrome import page_setup
 from ui.state import CanaryPageState
-
-page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 PCT_KEY, SLIDER_KEY, REASON_KEY = "canary_pct", "canary_pct_slider", "canary_reason"
 

@@ -6,9 +6,7 @@ import streamlit as st
 from app.monitor import REFRESH_INTERVALS_S, WINDOWS, MonitorState, monitor_view, window_label
 from db.monitor import clear_cache
 from ui import resources
-from ui.chrome import page_setup
 
-page_setup()
 K = MonitorState.key
 engine = resources.engine()
 

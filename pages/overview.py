@@ -9,9 +9,6 @@ from app.dashboard import demo_traffic
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, when
 from app.dashboard.providers import provider_statuses, status_rows
 from ui import resources
-from ui.chrome import page_setup
-
-page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 st.title("Overview")
 now = time.time()

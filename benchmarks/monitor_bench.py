@@ -169,9 +169,10 @@ def run() -> list[dict]:
     settled-bucket cache: every bucket read from the rollups); live refreshes, which re-read only
     the unsettled tail of the window, are reported too.
     """
+    from app.monitor import clear_cache, window_series
     from app.monitor.view import monitor_view
     from db.engine import get_engine
-    from db.monitor import clear_cache, filter_options, window_series
+    from db.monitor import filter_options
 
     meta = generate()
     engine = get_engine(_url())

@@ -3,8 +3,7 @@ filtered by provider, model, intent and source, with the newest requests and a C
 
 import streamlit as st
 
-from app.monitor import REFRESH_INTERVALS_S, WINDOWS, MonitorState, monitor_view, window_label
-from db.monitor import clear_cache
+from app.monitor import REFRESH_INTERVALS_S, WINDOWS, MonitorState, clear_cache, monitor_view, window_label
 from ui import resources
 
 K = MonitorState.key

@@ -92,7 +92,7 @@ def current_canary():
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _overview(key: tuple[str, str], window_s: int):
-    from db.monitor import overview_stats
+    from app.monitor.stats import overview_stats
 
     return overview_stats(engine(), now=time.time(), window_s=window_s)
 
@@ -103,7 +103,7 @@ def overview(window_s: int = 900):
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _health(key: tuple[str, str], providers: tuple[str, ...], window_s: int):
-    from db.monitor import provider_health
+    from app.monitor.stats import provider_health
 
     return provider_health(engine(), providers=list(providers), now=time.time(), window_s=window_s)
 
@@ -125,7 +125,7 @@ def has_requests() -> bool:
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _split(key: tuple[str, str], minutes: int):
-    from db.monitor import observed_split
+    from app.monitor.stats import observed_split
 
     return observed_split(engine(), now=time.time(), minutes=minutes)
 

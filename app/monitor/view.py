@@ -15,15 +15,10 @@ from typing import Any
 import plotly.graph_objects as go
 from sqlalchemy import Engine
 
-from app.monitor.charts import monitor_figures
-from db.monitor import (
-    MonitorFilters,
-    WindowSeries,
-    filter_options,
-    recent_requests,
-    requests_csv,
-    window_series,
-)
+from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.export import recent_requests, requests_csv
+from app.monitor.series import WindowSeries, window_series
+from db.monitor import MonitorFilters, filter_options
 
 # Allowed windows, in the order the page offers them: key -> (seconds, label).
 WINDOWS: dict[str, tuple[int, str]] = {
@@ -203,8 +198,6 @@ class MonitorState:
 def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.Figure]:
     """The Overview page's two glanceable charts for the last hour: requests per second and
     latency percentiles per provider (the Monitor page has the rest)."""
-    from app.monitor.charts import percentile_figure, request_rate_figure
-
     now = time.time() if now is None else now
     series = window_series(engine, since=now - window_seconds("1h"), until=now)
     return {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.dashboard.fmt import utc_time
 from app.monitor.stats import SplitPoint
 from db.canary import AuditEntry, CanaryState
 
@@ -25,7 +26,7 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """Newest first: time, old, new, actor, reason (percent columns as numbers)."""
     return pd.DataFrame(
         {
-            "time (UTC)": [_dt(e.ts).strftime("%Y-%m-%d %H:%M:%S") for e in entries],
+            "time (UTC)": [utc_time(e.ts) for e in entries],
             "old %": [round(e.old_ratio * 100, 4) for e in entries],
             "new %": [round(e.new_ratio * 100, 4) for e in entries],
             "actor": [e.actor for e in entries],

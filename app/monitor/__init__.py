@@ -38,6 +38,7 @@ from app.monitor.view import (
     filter_choices,
     monitor_view,
     overview_figures,
+    refresh_intervals,
     window_label,
     window_seconds,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "overview_stats",
     "provider_health",
     "recent_requests",
+    "refresh_intervals",
     "requests_csv",
     "time_utc",
     "window_label",

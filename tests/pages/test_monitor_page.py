@@ -129,3 +129,15 @@ def test_pause_and_refresh(app):
     at.button(key="monitor_refresh").click().run()
     assert not at.exception
     assert _metric(at, "Requests") == "30"
+
+
+def test_auto_refresh_defaults_to_the_configured_interval(app, tmp_path, monkeypatch):
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text((REPO / "gateway.toml").read_text() + "\n[dashboard]\nrefresh_s = 7\n")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+    st.cache_resource.clear()
+    at = app.run()
+    assert not at.exception
+    interval = at.selectbox(key="monitor_interval_s")
+    assert interval.value == 7 and "7 seconds" in interval.options
+    assert any("refreshing every 7 s" in c.value for c in at.caption)

@@ -170,6 +170,14 @@ def test_windows_and_state():
         MonitorState.key("nope")
 
 
+def test_configured_refresh_interval_is_the_default_and_offered():
+    assert m.refresh_intervals(7) == (2, 5, 7, 10, 30) and m.refresh_intervals(5.0) == (2, 5, 10, 30)
+    assert MonitorState.from_session({}, 7).run_every == 7
+    chosen = {MonitorState.key("interval_s"): 30}
+    assert MonitorState.from_session(chosen, 7).interval_s == 30  # the operator's pick wins
+    assert MonitorState.from_session({MonitorState.key("interval_s"): 4}, 7).interval_s == 7  # not offered
+
+
 def test_ttft_chart_explains_when_nothing_was_streamed(sqlite_engine):
     insert_batch(sqlite_engine, [rec(T0 + k, ttft_ms=None) for k in range(5)])
     series = m.window_series(sqlite_engine, since=T0 - 600, until=T0 + 60)

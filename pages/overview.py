@@ -66,7 +66,7 @@ elif not resources.has_requests():
     client = resources.client()
     if demo_traffic.simulated_only(client):
         st.info(
-            f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
+            f"The request log is empty. Generate about {demo_traffic.DEMO_REQUESTS} "
             "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
         )
         if st.button("Generate demo traffic", type="primary"):

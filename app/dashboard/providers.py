@@ -131,7 +131,7 @@ def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
             "key": s.key,
             "state": s.state,
             "attempts (5 min)": s.attempts,
-            "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
+            "error rate": pct(s.error_rate),
             "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
         }
         for s in statuses

@@ -32,7 +32,7 @@ lock:
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements-dev.txt -q --custom-compile-command "make lock"
 
 run: $(VENV)/.runtime
-	$(PY) -m ui.serve
+	$(PY) -m app dashboard
 
 test: $(VENV)/.dev
 	bash scripts/test.sh

@@ -172,6 +172,26 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def dashboard_argv(streamlit_args: list[str]) -> list[str]:
+    """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the entry
+    script (``dashboard/entry.py``, resolved from this package so any working directory finds it).
+    Streamlit reads ``.streamlit/config.toml`` from the working directory: run it from the
+    repository root to get its local-only defaults."""
+    from pathlib import Path
+
+    entry = Path(__file__).resolve().parent.parent / "dashboard" / "entry.py"
+    return [sys.executable, "-m", "streamlit", "run", str(entry), *streamlit_args]
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import os
+
+    argv = dashboard_argv(args.streamlit_args)
+    sys.stdout.flush()
+    os.execv(argv[0], argv)  # the server becomes this process: same pid, signals reach it directly
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m app", description="LLM gateway operator tools")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -214,6 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--port", type=int, default=8001)
     sim.add_argument("--host", default="127.0.0.1")
     sim.set_defaults(func=cmd_simulate)
+
+    # Every argument after "dashboard" goes to `streamlit run` as is ("+" prefix: none is ours).
+    dash = sub.add_parser(
+        "dashboard",
+        help="start the dashboard (streamlit run; Streamlit options pass through)",
+        prefix_chars="+",
+        add_help=False,
+    )
+    dash.add_argument("streamlit_args", nargs=argparse.REMAINDER, help="e.g. --server.port 8600")
+    dash.set_defaults(func=cmd_dashboard)
     return parser
 
 

@@ -191,9 +191,10 @@ def run() -> list[dict]:
     read from the rollups) and to live refreshes (which re-read only the unsettled tail). Each
     figure is the median of ``RUNS`` runs (5 for the cold one), with min-max.
     """
+    from app.monitor import clear_cache, window_series
     from app.monitor.view import monitor_view
     from db.engine import get_engine
-    from db.monitor import clear_cache, filter_options, window_series
+    from db.monitor import filter_options
 
     meta = generate()
     engine = get_engine(_url())

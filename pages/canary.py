@@ -7,14 +7,11 @@ import streamlit as st
 
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
-from app.dashboard.fmt import ago, pct, ratio_pct, when
+from app.dashboard.fmt import ago, ratio_pct, when
 from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
-from ui.chrome import page_setup
 from ui.state import CanaryPageState
-
-page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 PCT_KEY, SLIDER_KEY, REASON_KEY = "canary_pct", "canary_pct_slider", "canary_reason"
 
@@ -26,7 +23,7 @@ if state.seen_version is None or PCT_KEY not in st.session_state:
     # Opening the page (its widgets were not on screen in the previous run) is what "loaded" means
     # for the optimistic lock: Apply is refused if the ratio moves on after this point.
     state.seen_version = current.version
-    st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = round(current.ratio * 100, 1)
+    st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = canary_form.input_percent(current.ratio)
 
 
 def after_write(outcome: canary_form.Outcome) -> None:
@@ -34,7 +31,7 @@ def after_write(outcome: canary_form.Outcome) -> None:
     state.flash = ("success" if outcome.ok else "error", outcome.message)
     if outcome.state is not None:
         state.seen_version = outcome.state.version
-        st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = round(outcome.state.ratio * 100, 1)
+        st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = canary_form.input_percent(outcome.state.ratio)
     if outcome.ok:
         st.session_state[REASON_KEY] = ""
     resources.refresh()
@@ -163,9 +160,7 @@ g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 st.caption(
     f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
-    f"over the window exceeds the threshold. Now: "
-    + (f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts")
-    + f" in the last {g.window_minutes} min. "
+    f"over the window exceeds the threshold. Now: {canary_form.guardrail_status(reading, g.window_minutes)}. "
     f"Last changed by {g.updated_by} ({when(g.updated_at)})."
 )
 with st.form("guardrail"):
@@ -175,7 +170,7 @@ with st.form("guardrail"):
         "Error-rate threshold (%)",
         min_value=1.0,
         max_value=100.0,
-        value=round(g.error_rate_threshold * 100, 1),
+        value=canary_form.input_percent(g.error_rate_threshold),
         step=5.0,
     )
     window = gc2.number_input("Window (minutes)", min_value=1, max_value=60, value=g.window_minutes)
@@ -198,7 +193,7 @@ def fault_keys(name: str) -> tuple[str, str, str]:
 def show_faults(name: str, faults) -> None:
     for key, value in zip(
         fault_keys(name),
-        (faults.error_rate * 100, faults.rate_limit_rate * 100, faults.latency_multiplier),
+        canary_form.fault_inputs(faults),
         strict=False,
     ):
         st.session_state[key] = float(value)

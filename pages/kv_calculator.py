@@ -4,10 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from app.kvcache import page_data as kv
-from ui.chrome import page_setup
 from ui.state import KvPageState
 
-page_setup()
 state = KvPageState.get()
 if not state.values:
     state.values, state.link_errors = kv.from_query_params(st.query_params.to_dict())

@@ -3,25 +3,24 @@ filtered by provider, model, intent and source, with the newest requests and a C
 
 import streamlit as st
 
-from app.monitor import REFRESH_INTERVALS_S, WINDOWS, MonitorState, monitor_view, window_label
-from db.monitor import clear_cache
+from app.monitor import WINDOWS, MonitorState, clear_cache, monitor_view, refresh_intervals, window_label
 from ui import resources
-from ui.chrome import page_setup
 
-page_setup()
 K = MonitorState.key
 engine = resources.engine()
+refresh_s = resources.settings().dashboard.refresh_s  # [dashboard] refresh_s: the default interval
 
 st.title("Monitor")
 controls = st.columns([3, 2, 1, 1], vertical_alignment="bottom")
 controls[0].selectbox(
     "Time window", list(WINDOWS), index=list(WINDOWS).index("1h"), format_func=window_label, key=K("window")
 )
+intervals = refresh_intervals(refresh_s)
 controls[1].selectbox(
     "Auto-refresh every",
-    REFRESH_INTERVALS_S,
-    index=REFRESH_INTERVALS_S.index(5),
-    format_func=lambda s: f"{s} seconds",
+    intervals,
+    index=intervals.index(refresh_s),
+    format_func=lambda s: f"{s:g} seconds",
     key=K("interval_s"),
 )
 controls[2].toggle("Pause", key=K("paused"), help="Stop auto-refresh (Refresh still works)")
@@ -29,7 +28,7 @@ if controls[3].button("Refresh", key="monitor_refresh", help="Re-read everything
     resources.refresh()
     clear_cache()
 
-state = MonitorState.from_session(st.session_state)
+state = MonitorState.from_session(st.session_state, refresh_s)
 choices = resources.monitor_filter_choices(state.window, state.filters)
 with st.expander("Filters (empty = all)", expanded=state.filters.active):
     cols = st.columns(4)
@@ -37,13 +36,13 @@ with st.expander("Filters (empty = all)", expanded=state.filters.active):
     cols[1].multiselect("Model", choices["models"], key=K("models"))
     cols[2].multiselect("Intent", choices["intents"], key=K("intents"))
     cols[3].multiselect("Source", choices["sources"], key=K("sources"))
-state = MonitorState.from_session(st.session_state)
+state = MonitorState.from_session(st.session_state, refresh_s)
 
 
 @st.fragment(run_every=state.run_every)
 def live() -> None:
     view = monitor_view(engine, state.window, state.filters)
-    st.caption(view.caption + (" · paused" if state.paused else f" · refreshing every {state.interval_s} s"))
+    st.caption(view.caption + (" · paused" if state.paused else f" · refreshing every {state.interval_s:g} s"))
     if not view.has_data:
         st.info(
             "No requests in this window. Send some from the Playground, or run "

@@ -9,9 +9,6 @@ from app.dashboard import demo_traffic
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, when
 from app.dashboard.providers import provider_statuses, status_rows
 from ui import resources
-from ui.chrome import page_setup
-
-page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 st.title("Overview")
 now = time.time()
@@ -69,7 +66,7 @@ elif not resources.has_requests():
     client = resources.client()
     if demo_traffic.simulated_only(client):
         st.info(
-            f"The request log is empty. Generate about {int(demo_traffic.DEMO_RPS * demo_traffic.DEMO_DURATION_S)} "
+            f"The request log is empty. Generate about {demo_traffic.DEMO_REQUESTS} "
             "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
         )
         if st.button("Generate demo traffic", type="primary"):

@@ -6,10 +6,7 @@ from app.catalog import model_names
 from app.dashboard.answer import build_messages
 from app.dashboard.safe_text import safe_markdown
 from ui import render, resources
-from ui.chrome import page_setup
 from ui.state import PlaygroundState
-
-page_setup()  # the password gate, also when Streamlit runs this page without the entry
 
 state = PlaygroundState.get()
 settings = resources.settings()

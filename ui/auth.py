@@ -42,7 +42,6 @@ def sign_in_form() -> None:
     st.title("Sign in")
     st.caption("This dashboard is protected by DASHBOARD_PASSWORD.")
     with st.form("sign_in"):
-        # Keyed, so the form keeps its identity whether the entry or the page script drew it.
         name = st.text_input("Your name (recorded with every change)", value=state.actor or "", key="sign_in_name")
         password = st.text_input("Password", type="password", key="sign_in_password")
         submitted = st.form_submit_button("Sign in", type="primary", key="sign_in_submit")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 
 import streamlit as st
 from sqlalchemy import Engine
@@ -21,7 +20,9 @@ QUERY_TTL_S = 3
 
 
 def _config_key() -> tuple[str, str]:
-    # Part of every cache key, so a different GATEWAY_CONFIG / DATABASE_URL (tests) never shares state.
+    # The first argument of every cached function below, hashed into its cache key (no leading
+    # underscore: Streamlit does not hash underscore-prefixed arguments), so a process that sees
+    # another GATEWAY_CONFIG / DATABASE_URL gets its own settings, engine, client and query results.
     return os.environ.get("GATEWAY_CONFIG", ""), os.environ.get("DATABASE_URL", "")
 
 
@@ -34,8 +35,8 @@ def secrets() -> dict[str, str]:
 
 
 @st.cache_resource(show_spinner=False)
-def _settings(_key: tuple[str, str]) -> Settings:
-    return load_settings()
+def _settings(key: tuple[str, str]) -> Settings:
+    return load_settings()  # reads the same environment ``key`` was taken from
 
 
 def settings() -> Settings:
@@ -59,12 +60,13 @@ def engine() -> Engine:
 
 
 @st.cache_resource(show_spinner=False, on_release=lambda c: c.close())
-def _client(_key: tuple[str, str], _secrets: Mapping[str, str]) -> RoutingClient:
-    return RoutingClient(settings(), engine=engine(), source="playground", secrets=dict(_secrets))
+def _client(key: tuple[str, str], secrets: tuple[tuple[str, str], ...]) -> RoutingClient:
+    # ``secrets`` is part of the key too: a key added to secrets.toml gets a client that uses it.
+    return RoutingClient(settings(), engine=engine(), source="playground", secrets=dict(secrets))
 
 
 def client() -> RoutingClient:
-    return _client(_config_key(), secrets())
+    return _client(_config_key(), tuple(sorted(secrets().items())))
 
 
 def database_label(url: str) -> str:
@@ -78,7 +80,7 @@ def database_label(url: str) -> str:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def canary_state(_key: tuple[str, str]):
+def canary_state(key: tuple[str, str]):
     from db.canary import get_state
 
     return get_state(engine())
@@ -89,8 +91,8 @@ def current_canary():
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _overview(_key: tuple[str, str], window_s: int):
-    from db.monitor import overview_stats
+def _overview(key: tuple[str, str], window_s: int):
+    from app.monitor.stats import overview_stats
 
     return overview_stats(engine(), now=time.time(), window_s=window_s)
 
@@ -100,8 +102,8 @@ def overview(window_s: int = 900):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _health(_key: tuple[str, str], providers: tuple[str, ...], window_s: int):
-    from db.monitor import provider_health
+def _health(key: tuple[str, str], providers: tuple[str, ...], window_s: int):
+    from app.monitor.stats import provider_health
 
     return provider_health(engine(), providers=list(providers), now=time.time(), window_s=window_s)
 
@@ -111,7 +113,7 @@ def health(window_s: int = 300) -> dict:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _has_requests(_key: tuple[str, str]) -> bool:
+def _has_requests(key: tuple[str, str]) -> bool:
     from db.monitor import has_requests
 
     return has_requests(engine())
@@ -122,14 +124,14 @@ def has_requests() -> bool:
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _split(_key: tuple[str, str], minutes: int):
-    from db.monitor import observed_split
+def _split(key: tuple[str, str], minutes: int):
+    from app.monitor.stats import observed_split
 
     return observed_split(engine(), now=time.time(), minutes=minutes)
 
 
 @st.cache_data(ttl=60, show_spinner=False)
-def _filter_choices(_key: tuple[str, str], window: str, selected):
+def _filter_choices(key: tuple[str, str], window: str, selected):
     from app.monitor.view import filter_choices
 
     return filter_choices(engine(), window, selected)
@@ -142,7 +144,7 @@ def monitor_filter_choices(window: str, selected=None):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _overview_figures(_key: tuple[str, str]):
+def _overview_figures(key: tuple[str, str]):
     from app.monitor.view import overview_figures
 
     return overview_figures(engine())
@@ -157,7 +159,7 @@ def split(minutes: int):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _audit(_key: tuple[str, str], limit: int):
+def _audit(key: tuple[str, str], limit: int):
     from db.canary import audit_log
 
     return audit_log(engine(), limit=limit)
@@ -168,7 +170,7 @@ def audit(limit: int = 200):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _faults(_key: tuple[str, str]):
+def _faults(key: tuple[str, str]):
     from db.faults import all_faults
 
     return all_faults(engine())

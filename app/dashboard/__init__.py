@@ -1,3 +1,3 @@
 """Dashboard logic that needs no Streamlit: provider status, canary form validation, playground
-answer formatting, charts for the canary page and the demo-traffic job. Pages call these; tests call
-them directly."""
+answer formatting, charts for the canary page, the demo-traffic job and the one set of number and
+time formatters (:mod:`app.dashboard.fmt`). Pages call these; tests call them directly."""

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from app.dashboard.fmt import ratio_pct, when
+from app.dashboard.fmt import pct, ratio_pct, when
 from app.simulator.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
 from db.faults import clear_faults, set_faults
+from db.monitor import GuardrailReading
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def save_guardrail(
     return Outcome(
         True,
         f"Guardrail {state}: roll back when the primary's error rate over {g.window_minutes} min "
-        f"exceeds {g.threshold * 100:g} % (at least {g.min_requests} attempts).",
+        f"exceeds {ratio_pct(g.threshold)} (at least {g.min_requests} attempts).",
     )
 
 
@@ -174,11 +175,30 @@ def save_faults(
     set_faults(engine, provider, faults, actor=actor or "dashboard")
     return Outcome(
         True,
-        f"Fault injection for {provider}: {faults.error_rate * 100:g} % errors, "
-        f"{faults.rate_limit_rate * 100:g} % 429s, latency x{faults.latency_multiplier:g}.",
+        f"Fault injection for {provider}: {ratio_pct(faults.error_rate)} errors, "
+        f"{ratio_pct(faults.rate_limit_rate)} 429s, latency x{faults.latency_multiplier:g}.",
     )
 
 
 def reset_faults(engine: Engine, provider: str) -> Outcome:
     clear_faults(engine, provider)
     return Outcome(True, f"Fault injection for {provider} cleared: back to the configuration's values.")
+
+
+# -- what the page's inputs show -------------------------------------------------------------------
+
+
+def input_percent(ratio: float) -> float:
+    """A stored 0..1 ratio as the percent the page's inputs show (one decimal, like the slider)."""
+    return round(ratio * 100, 1)
+
+
+def fault_inputs(faults: FaultSettings) -> tuple[float, float, float]:
+    """The fault form's values: error rate (%), 429 rate (%), latency multiplier."""
+    return faults.error_rate * 100, faults.rate_limit_rate * 100, faults.latency_multiplier
+
+
+def guardrail_status(reading: GuardrailReading, window_minutes: int) -> str:
+    """What the guardrail sees now, e.g. ``2.0 % of 150 attempts failed in the last 5 min``."""
+    seen = f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts"
+    return f"{seen} in the last {window_minutes} min"

@@ -1,15 +1,17 @@
 """Plotly figures and tables for the canary page: the audited ratio as a step chart and the observed
-vs target split. Built from plain records so they can be checked without a browser."""
+vs target split (the only split chart). Built from plain records so they can be checked without a
+browser."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from app.dashboard.fmt import utc_time
+from app.monitor.stats import SplitPoint
 from db.canary import AuditEntry, CanaryState
 
 PRIMARY_COLOR = "#2563eb"
@@ -24,7 +26,7 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
     """Newest first: time, old, new, actor, reason (percent columns as numbers)."""
     return pd.DataFrame(
         {
-            "time (UTC)": [_dt(e.ts).strftime("%Y-%m-%d %H:%M:%S") for e in entries],
+            "time (UTC)": [utc_time(e.ts) for e in entries],
             "old %": [round(e.old_ratio * 100, 4) for e in entries],
             "new %": [round(e.new_ratio * 100, 4) for e in entries],
             "actor": [e.actor for e in entries],
@@ -83,29 +85,14 @@ def ratio_step_figure(entries: Sequence[AuditEntry], current: CanaryState, now: 
     return _layout(fig, "Canary ratio changes")
 
 
-def _get(point: Any, *names: str) -> Any:
-    for n in names:
-        if isinstance(point, dict) and n in point:
-            return point[n]
-        if hasattr(point, n):
-            return getattr(point, n)
-    return None
-
-
 def split_figure(
-    points: Sequence[Any], entries: Sequence[AuditEntry], current: CanaryState, now: float, minutes: int
+    points: Sequence[SplitPoint], entries: Sequence[AuditEntry], current: CanaryState, now: float, minutes: int
 ) -> go.Figure:
-    """Observed share of requests assigned to the primary per minute, over the target step line."""
+    """Observed share of requests assigned to the primary per bucket, over the target step line
+    (the audited ratio in force over the window)."""
     since = now - minutes * 60
-    xs: list[datetime] = []
-    observed: list[float | None] = []
-    for p in points:
-        minute = _get(p, "minute", "ts", "t")
-        share = _get(p, "observed", "observed_ratio", "primary_share", "actual")
-        if minute is None:
-            continue
-        xs.append(_dt(float(minute)))
-        observed.append(None if share is None else float(share) * 100)
+    xs = [_dt(p.ts) for p in points]
+    observed = [None if p.primary_share is None else p.primary_share * 100 for p in points]
     tx, ty = ratio_history(entries, current, now)
     # Clip the target line to the window, starting from the value in force at its start.
     start_val = ty[0]

@@ -12,6 +12,7 @@ from app.routing import RoutingClient
 
 DEMO_RPS = 8.0
 DEMO_DURATION_S = 15.0
+DEMO_REQUESTS = int(DEMO_RPS * DEMO_DURATION_S)  # what the overview offers to generate
 DEMO_SEED = 42
 
 

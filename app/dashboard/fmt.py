@@ -1,4 +1,6 @@
-"""Number formatting shared by the dashboard pages (one place decides how a percent or a cost looks)."""
+"""Number and time formatting for everything the dashboard shows (pages, the monitor's KPI tiles,
+the provider table, tables of audit entries): one place decides how a percent, a duration, a cost or
+a UTC time looks. Machine-readable exports (the CSV's ISO times) are formatted where they are made."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ def pct(share: float | None, digits: int = 1) -> str:
 
 
 def ratio_pct(ratio: float) -> str:
-    """A canary ratio as the operator typed it: ``25 %``, ``12.5 %``."""
+    """A ratio the operator set (canary ratio, fault rates) as typed: ``25 %``, ``12.5 %``."""
     return f"{ratio * 100:g} %"
 
 
@@ -35,11 +37,17 @@ def usd(value: float | None) -> str:
     return f"${value:,.4f}"
 
 
+def utc_time(epoch: float, *, seconds: bool = True) -> str:
+    """An epoch time as UTC wall-clock text: ``2026-11-30 06:30:15`` (``2026-11-30 06:30`` without
+    seconds)."""
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
 def when(epoch: float | None) -> str:
     """An epoch time as UTC text; ``never`` for 0 or None (a setting nobody has written)."""
     if not epoch:
         return "never"
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"{utc_time(epoch)} UTC"
 
 
 def ago(epoch: float | None, now: float) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.config import Settings, key_state
+from app.dashboard.fmt import pct, ratio_pct
 from app.simulator.faults import FaultSettings
 
 # A provider is "failing recently" with at least this many attempts in the health window and at
@@ -47,15 +48,15 @@ def describe_faults(f: FaultSettings | None) -> str | None:
         return None
     parts = []
     if f.error_rate:
-        parts.append(f"{f.error_rate * 100:g} % errors")
+        parts.append(f"{ratio_pct(f.error_rate)} errors")
     if f.rate_limit_rate:
-        parts.append(f"{f.rate_limit_rate * 100:g} % 429s")
+        parts.append(f"{ratio_pct(f.rate_limit_rate)} 429s")
     if f.timeout_rate:
-        parts.append(f"{f.timeout_rate * 100:g} % timeouts")
+        parts.append(f"{ratio_pct(f.timeout_rate)} timeouts")
     if f.latency_multiplier != 1.0:
         parts.append(f"latency x{f.latency_multiplier:g}")
     if f.stream_break_rate:
-        parts.append(f"{f.stream_break_rate * 100:g} % broken streams")
+        parts.append(f"{ratio_pct(f.stream_break_rate)} broken streams")
     if f.reject_cache_hints:
         parts.append("rejects cache hints")
     return ", ".join(parts) or "custom faults"
@@ -99,7 +100,7 @@ def provider_statuses(
         elif rate is not None and attempts >= FAILING_MIN_ATTEMPTS and rate >= FAILING_ERROR_RATE:
             last = getattr(h, "last_error_class", None)
             state = "failing recently"
-            detail = f"{rate * 100:.0f} % of {attempts} attempts failed" + (f" (last: {last})" if last else "")
+            detail = f"{pct(rate, digits=0)} of {attempts} attempts failed" + (f" (last: {last})" if last else "")
         elif p.is_simulated:
             state, detail = "simulated", "built-in simulator, no key needed"
         else:
@@ -130,7 +131,7 @@ def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
             "key": s.key,
             "state": s.state,
             "attempts (5 min)": s.attempts,
-            "error rate": "-" if s.error_rate is None else f"{s.error_rate * 100:.1f} %",
+            "error rate": pct(s.error_rate),
             "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
         }
         for s in statuses

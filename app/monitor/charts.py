@@ -1,4 +1,4 @@
-"""Plotly figure builders for the monitor, from :mod:`db.monitor` results. No Streamlit here.
+"""Plotly figure builders for the monitor, from :mod:`app.monitor.series` results. No Streamlit here.
 
 Every figure has a title, axis titles with units, UTC time on the x axis and hover text; a provider
 keeps its colour across every chart and refresh (:func:`provider_colors`); a figure with nothing to
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from db.monitor import SplitPoint, WindowSeries
+from app.monitor.series import WindowSeries
 
 EMPTY_TEXT = "No requests in this window"
 TIME_ZONE = "UTC"  # every time axis is UTC; hover labels say so
@@ -270,31 +270,6 @@ def tokens_per_s_figure(series: WindowSeries) -> go.Figure:
     return _per_provider(
         series, "tokens_per_s", "Output tokens per second per provider", "Completion tokens / s", "%{y:,.1f} tok/s"
     )
-
-
-def split_figure(points: Sequence[SplitPoint], target_ratio: float | None = None) -> go.Figure:
-    """Observed primary share of requests per bucket, against the target canary ratio."""
-    title, y_title = "Observed vs target canary split", "Primary share of requests (%)"
-    if not any(p.total for p in points):
-        return empty_figure(title, y_title)
-    x = _times([p.ts for p in points])
-    observed = _line(
-        x,
-        [p.primary_share for p in points],
-        "observed",
-        PALETTE[0],
-        "observed: %{y:.1%} (%{customdata[0]} primary / %{customdata[1]} fallback)",
-    )
-    observed["mode"] = "lines+markers"
-    observed["customdata"] = np.array([[p.primary, p.fallback] for p in points], dtype="int64")
-    traces = [observed]
-    if target_ratio is not None:
-        traces.append(
-            _line(x[[0, -1]], [target_ratio, target_ratio], "target", PALETTE[1], "target: %{y:.1%}", dash="dash")
-        )
-    layout = _layout(title, y_title, y_percent=True)
-    layout["yaxis"]["range"] = [0, 1]
-    return go.Figure(data=traces, layout=layout)
 
 
 def monitor_figures(series: WindowSeries) -> Mapping[str, go.Figure]:

@@ -15,15 +15,11 @@ from typing import Any
 import plotly.graph_objects as go
 from sqlalchemy import Engine
 
-from app.monitor.charts import monitor_figures
-from db.monitor import (
-    MonitorFilters,
-    WindowSeries,
-    filter_options,
-    recent_requests,
-    requests_csv,
-    window_series,
-)
+from app.dashboard.fmt import ms, pct, usd, utc_time
+from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.export import recent_requests, requests_csv
+from app.monitor.series import WindowSeries, window_series
+from db.monitor import MonitorFilters, filter_options
 
 # Allowed windows, in the order the page offers them: key -> (seconds, label).
 WINDOWS: dict[str, tuple[int, str]] = {
@@ -35,8 +31,14 @@ WINDOWS: dict[str, tuple[int, str]] = {
 }
 DEFAULT_WINDOW = "1h"
 REFRESH_INTERVALS_S = (2, 5, 10, 30)
-DEFAULT_INTERVAL_S = 5
+DEFAULT_INTERVAL_S = 5  # the default of ``[dashboard] refresh_s``; the page passes the configured one
 RECENT_ROWS = 200
+
+
+def refresh_intervals(default_s: float = DEFAULT_INTERVAL_S) -> tuple[float, ...]:
+    """Auto-refresh intervals the page offers: the usual ones plus the configured default
+    (``[dashboard] refresh_s``), in order."""
+    return tuple(sorted({*REFRESH_INTERVALS_S, default_s}))
 
 
 def window_seconds(window: str) -> int:
@@ -78,21 +80,10 @@ class MonitorView:
     @property
     def caption(self) -> str:
         return (
-            f"{window_label(self.window)}: {_utc(self.since)} to {_utc(self.until)} UTC, "
+            f"{window_label(self.window)}: {utc_time(self.since, seconds=False)} to "
+            f"{utc_time(self.until, seconds=False)} UTC, "
             f"{self.step_s // 60}-minute buckets"
         )
-
-
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
-
-
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v:.1%}"
-
-
-def _ms(v: float | None) -> str:
-    return "–" if v is None else f"{v:,.0f} ms"
 
 
 def kpis(series: WindowSeries) -> tuple[Kpi, ...]:
@@ -101,12 +92,12 @@ def kpis(series: WindowSeries) -> tuple[Kpi, ...]:
     return (
         Kpi("Requests", f"{t.requests:,}", "Final attempts in the window (one per caller request)."),
         Kpi("Request rate", f"{t.request_rate:,.2f}/s", "Requests per second over the window."),
-        Kpi("Error rate", _pct(t.request_error_rate), "Requests whose final attempt failed / requests."),
-        Kpi("Fallback rate", _pct(t.fallback_rate), "Requests served by the fallback route / requests."),
-        Kpi("Latency p95", _ms(t.latency[1]), "95th percentile attempt latency, all providers."),
-        Kpi("TTFT p50", _ms(t.ttft[0]), "Median time to first token of streamed attempts."),
-        Kpi("Cost", f"${t.cost_usd:,.4f}", "Total cost in the window, USD."),
-        Kpi("Cached tokens", _pct(t.cached_ratio), "Cached prompt tokens / prompt tokens."),
+        Kpi("Error rate", pct(t.request_error_rate), "Requests whose final attempt failed / requests."),
+        Kpi("Fallback rate", pct(t.fallback_rate), "Requests served by the fallback route / requests."),
+        Kpi("Latency p95", ms(t.latency[1]), "95th percentile attempt latency, all providers."),
+        Kpi("TTFT p50", ms(t.ttft[0]), "Median time to first token of streamed attempts."),
+        Kpi("Cost", usd(t.cost_usd), "Total cost in the window, USD."),
+        Kpi("Cached tokens", pct(t.cached_ratio), "Cached prompt tokens / prompt tokens."),
         Kpi("Output tokens/s", f"{t.tokens_per_s:,.1f}", "Completion tokens per second over the window."),
     )
 
@@ -159,7 +150,7 @@ class MonitorState:
     models: tuple[str, ...] = ()
     intents: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
-    interval_s: int = DEFAULT_INTERVAL_S
+    interval_s: float = DEFAULT_INTERVAL_S
     paused: bool = False
 
     PREFIX = "monitor_"
@@ -171,22 +162,23 @@ class MonitorState:
         return cls.PREFIX + name
 
     @classmethod
-    def from_session(cls, session: Mapping[str, Any]) -> MonitorState:
-        """Read the widget values from ``session`` (defaults for any not set yet or invalid)."""
+    def from_session(cls, session: Mapping[str, Any], default_interval_s: float = DEFAULT_INTERVAL_S) -> MonitorState:
+        """Read the widget values from ``session`` (defaults for any not set yet or invalid; the
+        refresh interval defaults to ``default_interval_s``, the configured ``[dashboard] refresh_s``)."""
 
         def get(name: str, default: Any) -> Any:
             value = session.get(cls.key(name), default)
             return default if value is None else value
 
         window = get("window", DEFAULT_WINDOW)
-        interval = get("interval_s", DEFAULT_INTERVAL_S)
+        interval = get("interval_s", default_interval_s)
         return cls(
             window=window if window in WINDOWS else DEFAULT_WINDOW,
             providers=tuple(get("providers", ())),
             models=tuple(get("models", ())),
             intents=tuple(get("intents", ())),
             sources=tuple(get("sources", ())),
-            interval_s=interval if interval in REFRESH_INTERVALS_S else DEFAULT_INTERVAL_S,
+            interval_s=interval if interval in refresh_intervals(default_interval_s) else default_interval_s,
             paused=bool(get("paused", False)),
         )
 
@@ -195,7 +187,7 @@ class MonitorState:
         return MonitorFilters(self.providers, self.models, self.intents, self.sources)
 
     @property
-    def run_every(self) -> int | None:
+    def run_every(self) -> float | None:
         """The fragment's refresh interval in seconds, ``None`` while paused."""
         return None if self.paused else self.interval_s
 
@@ -203,8 +195,6 @@ class MonitorState:
 def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.Figure]:
     """The Overview page's two glanceable charts for the last hour: requests per second and
     latency percentiles per provider (the Monitor page has the rest)."""
-    from app.monitor.charts import percentile_figure, request_rate_figure
-
     now = time.time() if now is None else now
     series = window_series(engine, since=now - window_seconds("1h"), until=now)
     return {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}

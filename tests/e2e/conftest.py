@@ -1,6 +1,7 @@
-"""Browser tests: the real ``streamlit run`` server on a free port with a temporary database and an
-instant-ish simulator, driven by Playwright in Debian's chromium (``playwright install`` is not
-needed). Screenshots go to ``tests/e2e/screenshots/`` (git-ignored) for a human to look at."""
+"""Browser tests: the real dashboard server (``python -m app dashboard``, the one launch command) on
+a free port with a temporary database and an instant-ish simulator, driven by Playwright in Debian's
+chromium (``playwright install`` is not needed). Screenshots go to ``tests/e2e/screenshots/``
+(git-ignored) for a human to look at."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,7 +76,21 @@ class Server:
             con.close()
 
 
-def start_server(tmp: Path, extra_env: dict[str, str] | None = None, *, launcher: bool = False) -> Server:
+def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: float = 0.1) -> Any:
+    """Poll ``condition`` until it returns something truthy (returned) or ``timeout`` seconds pass
+    (``TimeoutError`` naming ``what``): for conditions outside the browser, such as a database row."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: its bounded wait is the polling interval
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:g} s for {what}")
+        pause.wait(poll)
+
+
+def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.toml"
     config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n")
@@ -85,11 +103,12 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None, *, launcher
     )
     port = _free_port()
     log = tmp / "server.log"
-    command = ["-m", "ui.serve"] if launcher else ["-m", "streamlit", "run", "streamlit_app.py"]
     proc = subprocess.Popen(
         [
             sys.executable,
-            *command,
+            "-m",
+            "app",
+            "dashboard",
             "--server.port",
             str(port),
             "--server.headless",
@@ -103,18 +122,21 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None, *, launcher
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the dashboard exited:\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
+                return r.status == 200
         except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"streamlit did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.25)
+            return False
+
+    try:
+        wait_until(healthy, 60, f"{url}/_stcore/health", poll=0.25)
+    except TimeoutError as exc:
+        proc.kill()
+        raise RuntimeError(f"{exc}; the dashboard did not start:\n{log.read_text()[-3000:]}") from None
     return Server(url, env, database_url, proc, log)
 
 
@@ -166,6 +188,28 @@ def wait_ready(page, timeout: float = 30_000) -> None:
     page.wait_for_selector(READY, timeout=timeout)
 
 
+# Counts finished script runs of the page in window.__stRunsDone: a run ends when stApp's
+# data-test-script-state attribute leaves "running" (the observer sees every change, however quick).
+_COUNT_RUNS = """() => {
+  if (window.__stRunsDone !== undefined) return window.__stRunsDone;
+  window.__stRunsDone = 0;
+  const app = document.querySelector('[data-testid="stApp"]');
+  new MutationObserver(records => {
+    for (const r of records) if (r.oldValue === 'running') window.__stRunsDone++;
+  }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
+  return 0;
+}"""
+
+
+@contextmanager
+def rerun(page, timeout: float = 30_000) -> Iterator[None]:
+    """Wait for the script run the body triggers (an input committed, a button clicked) to end."""
+    before = page.evaluate(_COUNT_RUNS)
+    yield
+    page.wait_for_function("n => window.__stRunsDone > n", arg=before, timeout=timeout)
+    wait_ready(page, timeout)
+
+
 def open_page(page, server: Server, path: str = "") -> None:
     page.goto(f"{server.url}/{path}")
     wait_ready(page)
@@ -185,7 +229,9 @@ def screenshot(page, name: str) -> None:
         "Math.max(...Array.from(document.querySelectorAll('[data-testid=stMain], [data-testid=stMainBlockContainer]'))"
         ".map(e => e.scrollHeight), 0)"
     )
-    page.set_viewport_size({"width": size["width"], "height": min(max(int(height) + 40, size["height"]), 6000)})
-    page.wait_for_timeout(300)
+    tall = min(max(int(height) + 40, size["height"]), 6000)
+    page.set_viewport_size({"width": size["width"], "height": tall})
+    page.wait_for_function("h => window.innerHeight === h", arg=tall)
+    wait_ready(page)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.set_viewport_size(size)

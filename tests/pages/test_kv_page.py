@@ -1,4 +1,4 @@
-"""AppTest tests of the KV-calculator page, run standalone (the lead's suite covers navigation)."""
+"""AppTest tests of the KV-calculator page, reached through the dashboard's entry script."""
 
 import json
 from pathlib import Path
@@ -7,20 +7,31 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "kv_calculator.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "dashboard" / "entry.py")
 
 
 @pytest.fixture(autouse=True)
-def _clear_caches():
+def _env(tmp_path, monkeypatch):
+    """The entry draws the sidebar from a database: a temporary one, and fresh caches."""
+    from db.engine import dispose_all
+
+    monkeypatch.setenv("GATEWAY_CONFIG", str(Path(ENTRY).parents[1] / "gateway.toml"))
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'gateway.db'}")
+    monkeypatch.delenv("DASHBOARD_PASSWORD", raising=False)
     st.cache_data.clear()
     st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    dispose_all()
 
 
 def run(**query) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = AppTest.from_file(ENTRY, default_timeout=60).run()
+    assert not at.exception
     for k, v in query.items():
         at.query_params[k] = v
-    return at.run()
+    return at.switch_page("../pages/kv_calculator.py").run()
 
 
 def errors(at) -> list[str]:

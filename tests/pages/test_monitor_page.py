@@ -11,8 +11,8 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
+from app import monitor as m
 from app.telemetry.records import AttemptRecord
-from db import monitor as m
 from db.engine import dispose_all, get_engine
 from db.requests import insert_batch
 
@@ -71,7 +71,9 @@ def app(tmp_path, monkeypatch):
     st.cache_data.clear()
     st.cache_resource.clear()
     m.clear_cache()
-    at = AppTest.from_file(str(REPO / "pages" / "monitor.py"), default_timeout=30)
+    at = AppTest.from_file(str(REPO / "dashboard" / "entry.py"), default_timeout=30).run()
+    assert not at.exception
+    at.switch_page("../pages/monitor.py")  # each test's first run() draws the monitor
     yield at
     st.cache_data.clear()
     st.cache_resource.clear()
@@ -127,3 +129,15 @@ def test_pause_and_refresh(app):
     at.button(key="monitor_refresh").click().run()
     assert not at.exception
     assert _metric(at, "Requests") == "30"
+
+
+def test_auto_refresh_defaults_to_the_configured_interval(app, tmp_path, monkeypatch):
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text((REPO / "gateway.toml").read_text() + "\n[dashboard]\nrefresh_s = 7\n")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+    st.cache_resource.clear()
+    at = app.run()
+    assert not at.exception
+    interval = at.selectbox(key="monitor_interval_s")
+    assert interval.value == 7 and "7 seconds" in interval.options
+    assert any("refreshing every 7 s" in c.value for c in at.caption)

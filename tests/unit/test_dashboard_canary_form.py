@@ -102,3 +102,13 @@ def test_faults_save_keeps_other_fields_and_clear_removes_row(eng):
     assert get_faults(eng, "holysheep").error_rate == 0.5
     assert canary_form.reset_faults(eng, "holysheep").ok
     assert get_faults(eng, "holysheep") is None
+
+
+def test_what_the_page_inputs_and_guardrail_caption_show():
+    from db.monitor import GuardrailReading
+
+    assert canary_form.input_percent(0.125) == 12.5 and canary_form.input_percent(1 / 3) == 33.3
+    faults = FaultSettings(error_rate=0.25, rate_limit_rate=0.5, latency_multiplier=3.0)
+    assert canary_form.fault_inputs(faults) == (25.0, 50.0, 3.0)
+    assert canary_form.guardrail_status(GuardrailReading(150, 3), 5) == "2.0 % of 150 attempts failed in the last 5 min"
+    assert canary_form.guardrail_status(GuardrailReading(0, 0), 10) == "no attempts in the last 10 min"

@@ -6,8 +6,9 @@ import time
 
 from app.dashboard import demo_traffic
 from app.dashboard.charts import audit_frame, ratio_history, ratio_step_figure, split_figure
+from app.monitor import observed_split
 from db.canary import audit_log, get_state, set_ratio
-from db.monitor import has_requests, observed_split
+from db.monitor import has_requests
 from db.requests import count_rows
 
 

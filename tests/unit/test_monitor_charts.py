@@ -7,10 +7,10 @@ import json
 import plotly.graph_objects as go
 import pytest
 
+from app import monitor as m
 from app.monitor import charts
 from app.monitor.view import WINDOWS, MonitorState, filter_choices, monitor_view, window_seconds
 from app.telemetry.records import AttemptRecord
-from db import monitor as m
 from db.engine import dispose_all, get_engine
 from db.requests import insert_batch
 
@@ -123,11 +123,17 @@ def test_empty_window_shows_annotation(sqlite_engine):
         assert spec["layout"]["title"]["text"]
 
 
-def test_split_figure():
+def test_split_figure_shows_observed_share_against_the_target():
+    """The canary page's split chart (app.dashboard.charts: the one split figure)."""
+    from app.dashboard.charts import split_figure
+    from db.canary import CanaryState
+
     pts = [m.SplitPoint(T0, 60, 3, 1), m.SplitPoint(T0 + 60, 60, 0, 0)]
-    spec = _spec(charts.split_figure(pts, 0.25))
-    assert [t["name"] for t in spec["data"]] == ["observed", "target"]
-    assert _spec(charts.split_figure(pts[1:]))["layout"]["annotations"][0]["text"] == charts.EMPTY_TEXT
+    state = CanaryState(ratio=0.25, version=1, updated_at=T0 - 7200, updated_by="a", reason="r")
+    fig = split_figure(pts, [], state, T0 + 90, 15)
+    target, observed = fig.data
+    assert target.name == "target" and set(target.y) == {25.0}
+    assert observed.name == "observed" and list(observed.y) == [75.0, None]
 
 
 def test_monitor_view_bundles_everything(sqlite_engine):
@@ -162,6 +168,14 @@ def test_windows_and_state():
     assert MonitorState.from_session({}).run_every == 5
     with pytest.raises(KeyError):
         MonitorState.key("nope")
+
+
+def test_configured_refresh_interval_is_the_default_and_offered():
+    assert m.refresh_intervals(7) == (2, 5, 7, 10, 30) and m.refresh_intervals(5.0) == (2, 5, 10, 30)
+    assert MonitorState.from_session({}, 7).run_every == 7
+    chosen = {MonitorState.key("interval_s"): 30}
+    assert MonitorState.from_session(chosen, 7).interval_s == 30  # the operator's pick wins
+    assert MonitorState.from_session({MonitorState.key("interval_s"): 4}, 7).interval_s == 7  # not offered
 
 
 def test_ttft_chart_explains_when_nothing_was_streamed(sqlite_engine):

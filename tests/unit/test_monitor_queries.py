@@ -1,5 +1,6 @@
-"""db.monitor read queries on SQLite and PostgreSQL, against attempt records written through
-db.requests.insert_batch at controlled timestamps."""
+"""The monitor read path (app.monitor's series, stats and export over the db.monitor queries) on
+SQLite and PostgreSQL, against attempt records written through db.requests.insert_batch at
+controlled timestamps."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import random
 
 import pytest
 
+from app import monitor as m
 from app.telemetry.histogram import GROWTH
 from app.telemetry.records import AttemptRecord
-from db import monitor as m
+from db import monitor as dbm
 from db.requests import insert_batch
 
 DAY0 = 1_700_006_400  # a UTC midnight
@@ -341,14 +343,49 @@ def test_requests_csv_round_trip(engine):
 
 
 def test_has_requests_and_filter_options(engine):
-    assert not m.has_requests(engine)
-    assert m.filter_options(engine, since=0) == {"providers": [], "models": [], "intents": [], "sources": []}
+    assert not dbm.has_requests(engine)
+    assert dbm.filter_options(engine, since=0) == {"providers": [], "models": [], "intents": [], "sources": []}
     _scenario(engine)
-    assert m.has_requests(engine)
-    assert m.filter_options(engine, since=T0 - 60) == {
+    assert dbm.has_requests(engine)
+    assert dbm.filter_options(engine, since=T0 - 60) == {
         "providers": ["alpha", "beta"],
         "models": ["m1", "m2"],
         "intents": ["coding", "general"],
         "sources": ["api", "loadgen"],
     }
-    assert m.filter_options(engine, since=T0 + 120)["sources"] == ["loadgen"]
+    assert dbm.filter_options(engine, since=T0 + 120)["sources"] == ["loadgen"]
+
+
+def test_settled_cache_expires_on_its_injected_clock(engine):
+    clock = [1000.0]
+    cache = m.SettledCache(clock=lambda: clock[0])
+    old = T0 - 3600
+    insert_batch(engine, [rec(old + 1)])
+    until = T0 + 30
+    window = {"since": until - 6 * 3600, "until": until, "cache": cache}
+    assert m.window_series(engine, **window).totals.requests == 1
+    insert_batch(engine, [rec(old + 2)])  # a late write to a settled bucket
+    clock[0] += m.SettledCache.TTL_S  # not yet past the entry's lifetime
+    assert m.window_series(engine, **window).totals.requests == 1
+    clock[0] += 1
+    assert m.window_series(engine, **window).totals.requests == 2  # expired: read in full again
+    assert m.window_series(engine, since=until - 6 * 3600, until=until).totals.requests == 2  # own cache
+
+
+def test_db_returns_the_cells_sql_summed(engine):
+    insert_batch(
+        engine,
+        [
+            rec(T0 + 1, provider="alpha", model="m1", prompt=10, cached=4, completion=5, cost=0.5, latency=100),
+            rec(T0 + 2, provider="alpha", model="m2", ok=False, cost=0.25, latency=200),
+            rec(T0 + 70, provider="beta", model="m1", completion=7, cost=1.0, latency=300),
+        ],
+    )
+    cells = dbm.bucket_cells(engine, since=T0, until=T0 + 119, step=60, filters=dbm.NO_FILTERS)
+    assert sorted(cells) == [T0, T0 + 60]
+    alpha = cells[T0][0]["alpha"]
+    assert (alpha.count("attempts"), alpha.count("errors"), alpha.count("requests")) == (2, 1, 2)
+    assert (alpha.count("prompt_tokens"), alpha.count("cached_tokens"), alpha.count("completion_tokens")) == (10, 4, 5)
+    assert alpha.cost == pytest.approx(0.75) and sum(alpha.lat) == 2 and alpha.ttft is None
+    assert {n: c.count("requests") for n, c in cells[T0][1].items()} == {"m1": 1, "m2": 1}
+    assert cells[T0 + 60][0]["beta"].count("completion_tokens") == 7 and list(cells[T0 + 60][0]) == ["beta"]

@@ -1,0 +1,154 @@
+"""Glanceable figures built from :mod:`db.monitor` sums: the Overview's headline KPIs, each
+provider's recent health, and the canary page's observed split per bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from app.monitor.series import bucket_axis, choose_step, ratio
+from app.telemetry.histogram import percentile
+from db.monitor import cost_between, last_error, minute_floor, provider_sums, side_counts, window_cell
+
+
+@dataclass(frozen=True)
+class OverviewStats:
+    """Headline numbers for the last ``window_s`` seconds (rounded out to whole rollup minutes).
+
+    ``errors`` / ``error_rate`` are request-level (failed final attempts / requests): what callers
+    saw. ``p50_ms`` / ``p95_ms`` are per-attempt latency over every provider, because the rollup
+    histograms hold attempts; most requests succeed on their first attempt, where the two agree.
+    ``tokens`` = prompt + completion tokens in the window. ``cost_today_usd`` covers the UTC day so
+    far (since 00:00 UTC), independent of the window.
+    """
+
+    window_s: int
+    requests: int
+    attempts: int
+    errors: int
+    error_rate: float | None
+    fallbacks: int
+    fallback_rate: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    ttft_p50_ms: float | None
+    tokens: int
+    cached_ratio: float | None
+    cost_window_usd: float
+    cost_today_usd: float
+
+
+def _utc_midnight(now: float) -> int:
+    return int(now // 86400) * 86400
+
+
+def overview_stats(engine: Engine, *, now: float, window_s: int = 900) -> OverviewStats:
+    """Headline KPIs from the rollups: one window query plus one for today's cost."""
+    cell = window_cell(engine, since=now - window_s, until=now)
+    cost_today = cost_between(engine, since=_utc_midnight(now), until=now)
+    lat, ttft = cell.lat or (), cell.ttft or ()
+    requests, req_err, fallbacks = cell.count("requests"), cell.count("request_errors"), cell.count("fallbacks")
+    prompt = cell.count("prompt_tokens")
+    return OverviewStats(
+        window_s=int(window_s),
+        requests=requests,
+        attempts=cell.count("attempts"),
+        errors=req_err,
+        error_rate=ratio(req_err, requests),
+        fallbacks=fallbacks,
+        fallback_rate=ratio(fallbacks, requests),
+        p50_ms=percentile(lat, 0.5),
+        p95_ms=percentile(lat, 0.95),
+        ttft_p50_ms=percentile(ttft, 0.5),
+        tokens=prompt + cell.count("completion_tokens"),
+        cached_ratio=ratio(cell.count("cached_tokens"), prompt),
+        cost_window_usd=cell.cost,
+        cost_today_usd=cost_today,
+    )
+
+
+@dataclass(frozen=True)
+class ProviderHealth:
+    """A provider's attempts in the last ``window_s`` seconds (whole rollup minutes).
+
+    ``error_rate`` = failed attempts / attempts (``None`` with no attempts). ``last_error_class`` and
+    ``last_error_at`` describe its newest failed attempt within the window, if any.
+    """
+
+    provider: str
+    attempts: int
+    errors: int
+    error_rate: float | None
+    requests: int
+    p50_ms: float | None
+    p95_ms: float | None
+    last_error_class: str | None = None
+    last_error_at: float | None = None
+
+
+def provider_health(
+    engine: Engine, *, providers: list[str], now: float, window_s: int = 300
+) -> dict[str, ProviderHealth]:
+    """Health of each named provider (every name gets an entry, zeros when idle).
+
+    One grouped rollup query; then, only for providers that had errors, one ``ts``-indexed lookup of
+    their newest failed attempt, bounded to the window.
+    """
+    since = now - window_s
+    sums = provider_sums(engine, providers=providers, since=since, until=now)
+    out: dict[str, ProviderHealth] = {}
+    for name in providers:
+        s = sums.get(name)
+        if s is None:
+            out[name] = ProviderHealth(name, 0, 0, None, 0, None, None)
+            continue
+        lat = s.lat or ()
+        last = last_error(engine, provider=name, since=minute_floor(since), until=now) if s.errors else None
+        out[name] = ProviderHealth(
+            name,
+            s.attempts,
+            s.errors,
+            ratio(s.errors, s.attempts),
+            s.requests,
+            percentile(lat, 0.5),
+            percentile(lat, 0.95),
+            last_error_class=last[0] if last else None,
+            last_error_at=last[1] if last else None,
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class SplitPoint:
+    """Final requests in one bucket by the canary side they were assigned to.
+
+    ``ts`` is the bucket start (epoch seconds), ``step_s`` its width; ``primary_share`` =
+    primary / (primary + fallback), ``None`` when the bucket had no requests.
+    """
+
+    ts: int
+    step_s: int
+    primary: int
+    fallback: int
+
+    @property
+    def total(self) -> int:
+        return self.primary + self.fallback
+
+    @property
+    def primary_share(self) -> float | None:
+        return ratio(self.primary, self.total)
+
+
+def observed_split(engine: Engine, *, now: float, minutes: int) -> list[SplitPoint]:
+    """Requests per bucket and canary side over the last ``minutes`` minutes, oldest first.
+
+    Buckets are one minute wide unless that would exceed the monitor's point budget; every bucket of
+    the window is present (zeros when idle), the last one being the minute in progress.
+    """
+    since = now - max(int(minutes), 1) * 60 + 60  # ``minutes`` minutes including the current one
+    step = choose_step(now - since)
+    buckets, _ = bucket_axis(since, now, step)
+    counts = side_counts(engine, since=since, until=now, step=step)
+    return [SplitPoint(b, step, *counts.get(b, (0, 0))) for b in buckets]

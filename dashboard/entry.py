@@ -1,0 +1,40 @@
+"""The dashboard's entry script (``python -m app dashboard`` runs it): page config, sign-in, shared
+sidebar and the page router. Nothing else.
+
+It lives in its own folder on purpose: Streamlit starts in its legacy pages-folder mode whenever a
+``pages/`` folder sits beside the main script. Here there is none, so Streamlit is in
+``st.navigation`` mode from a fresh server's first request on, and every page, whatever URL it was
+asked for by, runs through this script and its password gate. The page scripts stay in the
+top-level ``pages/`` and are registered by absolute path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from ui import auth, chrome
+
+PAGES_DIR = Path(__file__).resolve().parent.parent / "pages"
+
+
+def pages() -> list[st.Page]:
+    """Every page, in sidebar order, with the URL paths the contract names."""
+    return [
+        st.Page(PAGES_DIR / "overview.py", title="Overview", url_path="overview", default=True),
+        st.Page(PAGES_DIR / "playground.py", title="Playground", url_path="playground"),
+        st.Page(PAGES_DIR / "canary.py", title="Canary control", url_path="canary"),
+        st.Page(PAGES_DIR / "monitor.py", title="Monitor", url_path="monitor"),
+        st.Page(PAGES_DIR / "kv_calculator.py", title="KV-cache calculator", url_path="kv-calculator"),
+    ]
+
+
+def main() -> None:
+    chrome.page_config()
+    page = st.navigation(pages(), position="sidebar" if auth.gate_open() else "hidden")
+    chrome.setup()  # the password gate stops the run here while locked
+    page.run()
+
+
+main()

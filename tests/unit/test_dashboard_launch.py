@@ -1,0 +1,29 @@
+"""`python -m app dashboard [streamlit options]`: the one launch command runs `streamlit run` on the
+entry script, which sits where Streamlit sees no `pages/` folder beside it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from app.__main__ import build_parser, dashboard_argv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_streamlit_options_pass_through_untouched():
+    args = build_parser().parse_args(["dashboard", "--server.port", "8600", "--server.headless", "true"])
+    assert args.command == "dashboard"
+    assert args.streamlit_args == ["--server.port", "8600", "--server.headless", "true"]
+    assert build_parser().parse_args(["dashboard"]).streamlit_args == []
+
+
+def test_it_runs_streamlit_on_the_entry_with_the_options():
+    argv = dashboard_argv(["--server.port", "8600"])
+    assert argv[:4] == [sys.executable, "-m", "streamlit", "run"]
+    assert argv[5:] == ["--server.port", "8600"]
+    entry = Path(argv[4])
+    assert entry == REPO / "dashboard" / "entry.py" and entry.is_file()
+    # Streamlit's legacy pages-folder mode starts when a pages/ folder is beside the main script.
+    assert not (entry.parent / "pages").exists()
+    assert (REPO / "pages" / "canary.py").is_file()

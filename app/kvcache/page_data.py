@@ -454,7 +454,9 @@ def build_page_data(v: KvInputs) -> PageData:
         "Max concurrent sequences": f"{cap.max_concurrency:,}",
         f"Max context at {v.batch:,} seq": f"{cap.max_context_at_batch:,} tokens",
     }
-    working = [f"{g.label}: {g.formula}" for g in whole.groups]
+    conventions = list(spec.extras.get("conventions", ()))
+    working = [f"config: {note}" for note in conventions]
+    working += [f"{g.label}: {g.formula}" for g in whole.groups]
     if v.tp > 1:
         working += [f"per GPU (TP {v.tp}), {g.label}: {g.formula}" for g in per_gpu.groups]
     working.append(
@@ -540,6 +542,8 @@ def build_page_data(v: KvInputs) -> PageData:
         },
         {"field": "source", "value": v.source or "pasted config.json"},
     ]
+    if conventions:
+        model_rows.append({"field": "not in config.json / family names", "value": "; ".join(conventions)})
     inputs = {
         k: getattr(v, k)
         for k in (

@@ -31,7 +31,9 @@ ATTENTION_KINDS = ("full", "sliding", "mla")
 MAX_LAYERS = 10_000
 STATE_KINDS = ("mamba", "mamba2", "linear_attention")
 
-# Names other model families use for the standard fields (GPT-2, Falcon, MPT style configs).
+# Names other model families use for the standard fields (GPT-2 / GPT-J / GPT-BigCode: n_embd,
+# n_head, n_layer, n_positions; Falcon: num_kv_heads; RefinedWeb and BLOOM: n_head, n_layer,
+# n_embed; MPT: d_model, n_heads, n_layers, max_seq_len). Family-only names live in arch_defaults.
 _ALIASES = {
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
     "num_attention_heads": ("n_head", "num_heads", "n_heads"),
@@ -39,6 +41,9 @@ _ALIASES = {
     "max_position_embeddings": ("n_positions", "max_seq_len", "seq_length"),
     "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
 }
+
+# Falcon's three historical model_type names; their KV-head rule is in _falcon_kv_heads.
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
 
 # layer_types vocabulary (transformers' names) -> our kinds. "mamba" is refined to mamba2 below
 # when the config carries Mamba-2 fields.
@@ -151,12 +156,25 @@ class ModelSpec:
 
 @lru_cache(maxsize=1)
 def _arch_defaults() -> dict[str, dict]:
+    """model_type -> {"source": str, "defaults": {...}, "aliases": {...}} (arch_defaults.json)."""
     raw = json.loads(_ARCH_DEFAULTS_FILE.read_text(encoding="utf-8"))
-    return {k: v["defaults"] for k, v in raw.items() if not k.startswith("_")}
+    return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
-def _merged(config: Any) -> dict:
-    """The text model's fields: a multimodal wrapper's text_config wins over its top level."""
+def family_source(model_type: str) -> str | None:
+    """The config class a family's conventions come from (short form), None for unknown ones."""
+    entry = _arch_defaults().get(model_type)
+    return entry["source"].split(":")[0] if entry else None
+
+
+def _present(cfg: dict, key: str) -> bool:
+    return cfg.get(key) is not None or any(cfg.get(a) is not None for a in _ALIASES.get(key, ()))
+
+
+def _merged(config: Any) -> tuple[dict, list[str]]:
+    """The text model's fields (a multimodal wrapper's text_config wins over its top level) with
+    the family's own names mapped and its config-class defaults filled in; plus one note per value
+    that did not come from the file, naming its source."""
     if not isinstance(config, dict):
         raise ValueError("config.json must be a JSON object")
     text = config.get("text_config")
@@ -165,9 +183,60 @@ def _merged(config: Any) -> dict:
     cfg = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "audio_config")}
     if text:
         cfg.update(text)
-    for key, value in _arch_defaults().get(str(cfg.get("model_type", "")), {}).items():
-        cfg.setdefault(key, value)
-    return cfg
+    notes: list[str] = []
+    model_type = str(cfg.get("model_type", ""))
+    family = _arch_defaults().get(model_type)
+    if family:
+        source = family_source(model_type)
+        for old, new in family.get("aliases", {}).items():
+            if cfg.get(old) is not None and not _present(cfg, new):
+                cfg[new] = cfg[old]
+                notes.append(f"{new} = {cfg[old]!r} read from '{old}' ({source})")
+        for key, value in family["defaults"].items():
+            if not _present(cfg, key):
+                cfg[key] = value
+                if key in _NOTED_DEFAULTS:
+                    notes.append(f"{key} = {json.dumps(value)}: not in config.json; default of {source}")
+    return cfg, notes
+
+
+# Defaults worth a line in the working (they change the cache or its limits); tie_word_embeddings
+# and vocab_size only move the weight estimate.
+_NOTED_DEFAULTS = frozenset(
+    {
+        "max_position_embeddings",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "sliding_window_pattern",
+        "multi_query",
+        "new_decoder_architecture",
+    }
+)
+
+
+def _falcon_kv_heads(cfg: dict, heads: int) -> tuple[int, str]:
+    """KV heads Falcon caches: num_kv_heads with the new decoder architecture (40B/180B), one
+    with multi_query (7B), else one per attention head. Same rule in transformers' FalconAttention
+    and vLLM's falcon.py."""
+    if cfg.get("new_decoder_architecture"):
+        name, value = _get(cfg, "num_key_value_heads")
+        kv = heads if value is None else _as_int(name, value)
+        return kv, f"new_decoder_architecture: {kv} KV heads (num_kv_heads)"
+    if cfg.get("multi_query"):
+        return 1, "multi_query: one KV head shared by all query heads"
+    return heads, "multi_query false: one KV head per attention head"
+
+
+def _mpt_kv_heads(cfg: dict, heads: int) -> tuple[int, str]:
+    """MPT keeps its KV-head count in attn_config.kv_n_heads (GQA variants); absent = multi-head."""
+    attn = cfg.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise ValueError("config.json: 'attn_config' must be a JSON object")
+    if attn.get("kv_n_heads") is None:
+        return heads, "attn_config has no kv_n_heads: multi-head attention"
+    kv = _as_int("attn_config.kv_n_heads", attn["kv_n_heads"])
+    return kv, f"{kv} KV heads from attn_config.kv_n_heads"
 
 
 def _get(cfg: dict, key: str) -> tuple[str, Any]:
@@ -301,7 +370,7 @@ def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
 
 
 def _parse(config: dict, name: str | None) -> ModelSpec:
-    cfg = _merged(config)
+    cfg, notes = _merged(config)
     model_type = str(cfg.get("model_type") or "unknown")
     n_layers = _req(cfg, "num_hidden_layers")
     if n_layers > MAX_LAYERS:  # a typo'd config must not make us build a billion-entry layer list
@@ -316,8 +385,18 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     mla = cfg.get("kv_lora_rank") is not None
     if any(k in ATTENTION_KINDS for k in kinds):
         heads = _req(cfg, "num_attention_heads")
-        kv_name, kv_value = _get(cfg, "num_key_value_heads")
-        kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
+        if model_type in FALCON_TYPES:
+            kv_heads, why = _falcon_kv_heads(cfg, heads)
+            notes.append(f"Falcon {why} (transformers FalconAttention, vLLM falcon.py)")
+        elif model_type == "mpt":
+            kv_heads, why = _mpt_kv_heads(cfg, heads)
+            notes.append(f"MPT: {why} (vLLM mpt.py)")
+        elif model_type == "gpt_bigcode" and cfg.get("multi_query"):
+            kv_heads = 1
+            notes.append(f"GPT-BigCode multi_query: one KV head ({family_source(model_type)})")
+        else:
+            kv_name, kv_value = _get(cfg, "num_key_value_heads")
+            kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
         if heads % kv_heads:
             raise ValueError(
                 f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
@@ -364,5 +443,5 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         groups=tuple(groups),
         params_total=total,
         params_active=active,
-        extras={"vocab_size": cfg.get("vocab_size")},
+        extras={"vocab_size": cfg.get("vocab_size"), "conventions": tuple(notes)},
     )

@@ -73,6 +73,23 @@ with cols[2]:
     st.number_input("Block size (tokens)", step=1, key="kv_block_size")
     block_slot = st.empty()
 
+engines = kv.engine_options()
+with st.container(border=True):
+    st.subheader("Serving engine")
+    ecols = st.columns(4)
+    ecols[0].selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
+    with ecols[0]:
+        engine_slot = st.empty()
+    ecols[1].number_input("Pipeline parallel size", step=1, key="kv_pp")
+    with ecols[1]:
+        pp_slot = st.empty()
+    ecols[2].number_input("max_num_batched_tokens (vLLM)", step=1024, key="kv_max_num_batched_tokens")
+    with ecols[2]:
+        batched_slot = st.empty()
+    ecols[3].number_input("CPU weight offload (GiB per GPU)", step=1.0, key="kv_cpu_offload_gib")
+    with ecols[3]:
+        offload_slot = st.empty()
+
 raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}
 if raw != state.values:
     state.link_errors = {}  # the user has edited since the link was opened
@@ -90,6 +107,10 @@ for name, slot in (
     ("utilization", util_slot),
     ("reserve_gib", reserve_slot),
     ("block_size", block_slot),
+    ("engine", engine_slot),
+    ("pp", pp_slot),
+    ("max_num_batched_tokens", batched_slot),
+    ("cpu_offload_gib", offload_slot),
 ):
     with slot.container():
         field_error(name)
@@ -124,8 +145,20 @@ with st.expander("Model"):
 
 st.subheader("Capacity")
 st.dataframe(pd.DataFrame(data.capacity_rows), hide_index=True, width="stretch")
+if data.vllm_rows:
+    st.subheader("What vLLM allocates")
+    st.caption(
+        "Steady state: what vLLM sustains while every request decodes. Start-up log: the "
+        "'Maximum concurrency' line vLLM prints, which budgets each request for a chunked prefill of "
+        "max_num_batched_tokens and is lower for sliding-window and chunked models."
+    )
+    st.dataframe(pd.DataFrame(data.vllm_rows), hide_index=True, width="stretch")
 st.plotly_chart(data.figures["memory"], key="kv_chart_memory")
-st.plotly_chart(data.figures["concurrency"], key="kv_chart_concurrency")
+chart_col, table_col = st.columns([3, 1])
+with chart_col:
+    st.plotly_chart(data.figures["concurrency"], key="kv_chart_concurrency")
+with table_col:
+    st.dataframe(pd.DataFrame(data.concurrency_rows), hide_index=True, width="stretch")
 
 st.subheader("Paged allocation")
 st.dataframe(pd.DataFrame(data.paged_rows), hide_index=True, width="stretch")

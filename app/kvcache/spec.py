@@ -4,8 +4,12 @@ A model's decoder layers fall into groups that hold the same thing per token or 
 
 * ``full``     - standard attention (MHA / GQA / MQA): K and V for every token.
 * ``sliding``  - sliding-window attention: K and V for the last ``window`` tokens only.
+* ``chunked``  - Llama 4 chunked local attention: K and V for the tokens of the current
+                 ``attention_chunk_size`` chunk only (``window`` holds the chunk size).
 * ``mla``      - DeepSeek's multi-head latent attention: one compressed latent of
                  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads.
+* ``mla_kv``   - the same layers as an engine that decompresses the latent stores them
+                 (transformers 4.x): per head, K of qk_nope + qk_rope values and V of v_head_dim.
 * ``mamba`` / ``mamba2`` / ``linear_attention`` - recurrent layers holding a fixed-size state
                  (convolution window + SSM / linear-attention state) per sequence.
 
@@ -27,7 +31,9 @@ from app.kvcache import params as _params
 
 _ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
 
-ATTENTION_KINDS = ("full", "sliding", "mla")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla", "mla_kv")
+# kinds that store K and V per KV head (the others store one latent per token)
+KV_HEAD_KINDS = ("full", "sliding", "chunked", "mla_kv")
 MAX_LAYERS = 10_000
 STATE_KINDS = ("mamba", "mamba2", "linear_attention")
 
@@ -51,6 +57,7 @@ _LAYER_TYPE_KINDS = {
     "full_attention": "full",
     "attention": "full",
     "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
     "linear_attention": "linear_attention",
     "mamba": "mamba",
     "mamba2": "mamba2",
@@ -86,11 +93,18 @@ class LayerGroup:
     kind: str
     layer_indices: tuple[int, ...]
     kv_heads: int = 0
-    head_dim: int = 0
-    window: int | None = None
+    head_dim: int = 0  # K values per head (and V, unless v_head_dim is set)
+    window: int | None = None  # sliding window, or the chunk size of chunked layers
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     state: StateDims | None = None
+    v_head_dim: int = 0  # 0 = same as head_dim; MLA's V head size for mla groups
+    qk_nope_head_dim: int = 0  # MLA only: what a decompressing engine stores per head in K
+    mla_heads: int = 0  # MLA only: attention heads, for the decompressed layout
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
 
     @property
     def layers(self) -> int:
@@ -128,7 +142,7 @@ class ModelSpec:
     @property
     def kv_heads(self) -> int:
         """KV heads of the standard attention layers (0 when the model has none)."""
-        return next((g.kv_heads for g in self.groups if g.kind in ("full", "sliding")), 0)
+        return next((g.kv_heads for g in self.groups if g.kind in ("full", "sliding", "chunked")), 0)
 
     @property
     def attention_label(self) -> str:
@@ -140,11 +154,16 @@ class ModelSpec:
             kv, q = self.kv_heads, self.num_attention_heads
             kind = "MHA" if kv == q else ("MQA" if kv == 1 else "GQA")
             parts.append(f"{kind} {q}q/{kv}kv")
+        if self.group("mla_kv"):
+            parts.append("MLA decompressed K/V")
         windows = sorted({g.window for g in self.groups if g.kind == "sliding"})
         if windows:
-            full = any(g.kind in ("full", "mla") for g in self.groups)
+            full = any(g.kind in ("full", "mla", "mla_kv") for g in self.groups)
             w = "/".join(str(x) for x in windows)
             parts.append(f"sliding {w}" + (" + global" if full else ""))
+        chunks = sorted({g.window for g in self.groups if g.kind == "chunked"})
+        if chunks:
+            parts.append("chunked " + "/".join(str(x) for x in chunks) + (" + global" if self.group("full") else ""))
         if any(g.kind in STATE_KINDS for g in self.groups):
             parts.append("hybrid " + "/".join(sorted({g.kind for g in self.groups if g.kind in STATE_KINDS})))
         return " + ".join(parts)
@@ -305,7 +324,19 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
             kinds.append(_LAYER_TYPE_KINDS[t])
         if "sliding" in kinds and window is None:
             raise ValueError("config.json: 'sliding_window' is missing but layer_types has sliding layers")
+        if "chunked" in kinds and cfg.get("attention_chunk_size") is None:
+            raise ValueError("config.json: 'attention_chunk_size' is missing but layer_types has chunked layers")
         return kinds, window
+
+    if cfg.get("attention_chunk_size") is not None:  # Llama 4: chunked local attention
+        _req(cfg, "attention_chunk_size")
+        no_rope = cfg.get("no_rope_layers")
+        if no_rope:  # 1 = RoPE layer (chunked), 0 = NoPE layer (global, full attention)
+            if not isinstance(no_rope, list) or len(no_rope) != n_layers or any(v not in (0, 1) for v in no_rope):
+                raise ValueError(f"config.json: 'no_rope_layers' must list 0 or 1 for each of the {n_layers} layers")
+            return ["chunked" if v else "full" for v in no_rope], None
+        interval = _opt(cfg, "no_rope_layer_interval") or 4  # Llama4TextConfig default
+        return ["chunked" if (i + 1) % interval else "full" for i in range(n_layers)], None
 
     if cfg.get("hybrid_override_pattern") is not None:
         pattern = cfg["hybrid_override_pattern"]
@@ -421,14 +452,21 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     groups = []
     for kind in dict.fromkeys(k for k in kinds if k is not None):
         idx = tuple(i for i, k in enumerate(kinds) if k == kind)
-        if kind in ("full", "sliding"):
+        if kind in ("full", "sliding", "chunked"):
+            span = {"sliding": window, "chunked": _opt(cfg, "attention_chunk_size")}.get(kind)
+            groups.append(LayerGroup(kind, idx, kv_heads=kv_heads, head_dim=head_dim, window=span))
+        elif kind == "mla":
             groups.append(
                 LayerGroup(
-                    kind, idx, kv_heads=kv_heads, head_dim=head_dim, window=window if kind == "sliding" else None
+                    kind,
+                    idx,
+                    kv_lora_rank=lora,
+                    qk_rope_head_dim=rope,
+                    qk_nope_head_dim=_opt(cfg, "qk_nope_head_dim", minimum=0) or 0,
+                    v_head_dim=_opt(cfg, "v_head_dim", minimum=0) or 0,
+                    mla_heads=heads,
                 )
             )
-        elif kind == "mla":
-            groups.append(LayerGroup(kind, idx, kv_lora_rank=lora, qk_rope_head_dim=rope))
         else:
             groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden)))
 

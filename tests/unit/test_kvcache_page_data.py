@@ -55,8 +55,11 @@ def test_exports():
     assert exported["fits"] is True and exported["capacity"]["max_concurrency"] == 14
     assert exported["prefix"]
     rows = list(csv.DictReader(io.StringIO(data.export_csv())))
-    assert {r["section"] for r in rows} == {"breakdown", "capacity", "paged", "prefix"}
-    assert all(r["value"].lstrip("-").isdigit() for r in rows)
+    assert {r["section"] for r in rows} == {"breakdown", "capacity", "paged", "prefix", "vllm"}
+    assert all(r["value"].lstrip("-").isdigit() for r in rows if r["section"] != "vllm")
+    # the vLLM rows carry the allocator's figures as text (fractions, block counts)
+    vllm = {r["item"]: r["value"] for r in rows if r["section"] == "vllm"}
+    assert vllm["num_blocks"].replace(",", "").isdigit()
 
 
 def test_does_not_fit_verdicts():

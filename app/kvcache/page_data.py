@@ -145,17 +145,25 @@ def engine_options() -> dict[str, str]:
     return {k: f"{e.name}: {e.note}" for k, e in ENGINES.items()}
 
 
+def _decimal_span(key: str) -> str:
+    low, high, low_ok = _DECIMAL_LIMITS[key]
+    if low_ok and low == 0:
+        return f"must not be negative and at most {high:,}"
+    return f"must be {'at least' if low_ok else 'above'} {low} and at most {high:,}"
+
+
+def _decimal_syntax(key: str, value: Any) -> Fraction:
+    try:
+        return parse_decimal(value, LABELS[key])
+    except ValueError as e:
+        raise ValueError(f"{e}; it {_decimal_span(key)}") from None
+
+
 def decimal_field(key: str, value: Any) -> Fraction:
     """A decimal page field within its bounds; ValueError with one line naming field and range."""
     low, high, low_ok = _DECIMAL_LIMITS[key]
-    if low_ok and low == 0:
-        span = f"must not be negative and at most {high:,}"
-    else:
-        span = f"must be {'at least' if low_ok else 'above'} {low} and at most {high:,}"
-    try:
-        number = parse_decimal(value, LABELS[key])
-    except ValueError as e:
-        raise ValueError(f"{e}; it {span}") from None
+    span = _decimal_span(key)
+    number = _decimal_syntax(key, value)
     if number < low or (number == low and not low_ok) or number > high:
         raise ValueError(f"{LABELS[key]} {span}, got {value}")
     return number
@@ -190,7 +198,7 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
                 errors[key] = f"The link's {key}={raw[:40]!r}: {e}; showing the default."
         else:
             try:
-                values[key] = float(parse_decimal(raw, LABELS[key]))
+                values[key] = float(_decimal_syntax(key, raw))
             except ValueError as e:
                 errors[key] = f"The link's {key}={raw[:40]!r}: {e}; showing the default."
     return values, errors

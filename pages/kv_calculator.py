@@ -11,6 +11,11 @@ page_setup()
 state = KvPageState.get()
 if not state.values:
     state.values, state.link_errors = kv.from_query_params(st.query_params.to_dict())
+    linked_config, config_error = kv.config_from_link(st.query_params.to_dict())
+    if linked_config is not None:
+        st.session_state.setdefault("kv_config", linked_config)
+    if config_error:
+        state.link_errors["config"] = config_error
 for name, value in state.values.items():
     st.session_state.setdefault(f"kv_{name}", value)
 
@@ -21,9 +26,9 @@ errors: dict = {}
 
 
 def field_error(name: str) -> None:
-    message = errors.get(name) or state.link_errors.get(name)
-    if message:
-        st.error(message)
+    for message in dict.fromkeys((state.link_errors.get(name), errors.get(name))):
+        if message:
+            st.error(message)
 
 
 models = kv.model_options()
@@ -42,6 +47,8 @@ with st.container(border=True):
             placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
         )
         config_text = upload.getvalue().decode("utf-8", errors="replace") if upload else pasted
+        if config_text and kv.config_too_long_for_link(config_text):
+            st.caption("This config.json is too large to keep in the link; the link holds the other inputs.")
     config_slot = st.empty()
 
 cols = st.columns(3)
@@ -74,9 +81,10 @@ with cols[2]:
     block_slot = st.empty()
 
 engines = kv.engine_options()
+drafts = kv.draft_options()
 with st.container(border=True):
     st.subheader("Serving engine")
-    ecols = st.columns(4)
+    ecols = st.columns(5)
     ecols[0].selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
     with ecols[0]:
         engine_slot = st.empty()
@@ -89,6 +97,9 @@ with st.container(border=True):
     ecols[3].number_input("CPU weight offload (GiB per GPU)", step=1.0, key="kv_cpu_offload_gib")
     with ecols[3]:
         offload_slot = st.empty()
+    ecols[4].selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
+    with ecols[4]:
+        draft_slot = st.empty()
 
 raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}
 if raw != state.values:
@@ -111,11 +122,12 @@ for name, slot in (
     ("pp", pp_slot),
     ("max_num_batched_tokens", batched_slot),
     ("cpu_offload_gib", offload_slot),
+    ("draft_model", draft_slot),
 ):
     with slot.container():
         field_error(name)
 
-link = kv.to_query_params(raw)
+link = kv.to_query_params(raw, config_text)
 if st.query_params.to_dict() != link:
     st.query_params.from_dict(link)
 

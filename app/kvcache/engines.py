@@ -82,3 +82,24 @@ def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
         )
     groups = tuple(_decompressed(x) if x.kind == "mla" else x for x in spec.groups)
     return dataclasses.replace(spec, groups=groups)
+
+
+def with_draft(spec: ModelSpec, draft: ModelSpec) -> ModelSpec:
+    """The target model plus a speculative-decoding draft model: the draft's weights are resident
+    too and its layers keep their own KV cache for every sequence (vLLM adds them to the KV-cache
+    groups; layers with the target's head shape share its groups). The draft runs at the same
+    tensor parallel size and KV dtype."""
+    offset = spec.num_layers
+    extra = tuple(
+        dataclasses.replace(g, layer_indices=tuple(i + offset for i in g.layer_indices), owner=f"draft {draft.name}")
+        for g in draft.groups
+    )
+    return dataclasses.replace(
+        spec,
+        groups=spec.groups + extra,
+        num_layers=spec.num_layers + draft.num_layers,
+        params_total=spec.params_total + draft.params_total,
+        params_active=spec.params_active + draft.params_active,
+        max_context=min(spec.max_context, draft.max_context),
+        params_note=f"{spec.params_note}; + draft {draft.name} {draft.params_total:,}",
+    )

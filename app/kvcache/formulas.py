@@ -216,7 +216,7 @@ def breakdown(
     sd = KV_DTYPES[state_dtype]
     rows = []
     for g in spec.groups:
-        label = GROUP_LABELS[g.kind]
+        label = (f"{g.owner}: " if g.owner else "") + GROUP_LABELS[g.kind]
         if g.is_attention:
             per_token, text = token_bytes(g, kv, tp)
             held = tokens_held(g, seq_len)

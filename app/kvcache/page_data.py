@@ -5,10 +5,13 @@ and exports for a render. The page itself holds no arithmetic.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import io
 import json
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -19,7 +22,7 @@ import plotly.graph_objects as go
 from app.kvcache import catalog, charts
 from app.kvcache.capacity import GIB, CapacityPlan, max_sequences, parse_decimal, plan, staged_cost
 from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from app.kvcache.engines import ENGINES, for_engine
+from app.kvcache.engines import ENGINES, for_engine, with_draft
 from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
 from app.kvcache.paged import PagedAllocation, paged_allocation
 from app.kvcache.prefix import PrefixSharing, prefix_sharing
@@ -49,7 +52,9 @@ DEFAULTS: dict[str, Any] = {
     "pp": 1,
     "max_num_batched_tokens": 8192,
     "cpu_offload_gib": 0.0,
+    "draft_model": "none",
 }
+NO_DRAFT = "none"
 INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size", "pp", "max_num_batched_tokens")
 DECIMAL_FIELDS = ("utilization", "reserve_gib", "cpu_offload_gib")
 LABELS = {
@@ -71,6 +76,7 @@ LABELS = {
     "pp": "Pipeline parallel size",
     "max_num_batched_tokens": "max_num_batched_tokens (vLLM)",
     "cpu_offload_gib": "CPU weight offload (GiB per GPU)",
+    "draft_model": "Speculative draft model",
 }
 # Bounds for every number, checked before any arithmetic (a link can carry anything).
 _LIMITS = {
@@ -114,6 +120,7 @@ class KvInputs:
     pp: int = 1
     max_num_batched_tokens: int = 8192
     cpu_offload_bytes: int = 0
+    draft_model: str = "none"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,6 +146,10 @@ def weight_dtype_options() -> list[str]:
 
 def state_dtype_options() -> list[str]:
     return list(STATE_DTYPES)
+
+
+def draft_options() -> dict[str, str]:
+    return {NO_DRAFT: "none", **{k: m.name for k, m in catalog.models().items()}}
 
 
 def engine_options() -> dict[str, str]:
@@ -181,6 +192,7 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
         "weight_dtype": WEIGHT_DTYPES,
         "state_dtype": STATE_DTYPES,
         "engine": ENGINES,
+        "draft_model": draft_options(),
     }
     for key in DEFAULTS:
         if key not in params:
@@ -204,13 +216,77 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     return values, errors
 
 
-def to_query_params(values: Mapping[str, Any]) -> dict[str, str]:
-    """The link for the current widget values (a custom config.json is not put in the link)."""
+def to_query_params(values: Mapping[str, Any], config_text: str | None = None) -> dict[str, str]:
+    """The link for the current widget values. A custom config.json travels in it compressed
+    (``config``) when it is valid JSON and short enough; see encode_config."""
     out = {}
     for key in DEFAULTS:
         v = values.get(key, DEFAULTS[key])
         out[key] = f"{v:g}" if isinstance(v, float) else str(v)
+    if values.get("model") == CUSTOM and config_text:
+        token = encode_config(config_text)
+        if token is not None:
+            out["config"] = token
     return out
+
+
+# A config.json in a link: compact JSON, zlib, base64url without padding. Browsers and proxies
+# handle URLs of a few kilobytes reliably; a typical config.json compresses to 600-1,500 characters.
+MAX_LINK_CONFIG_CHARS = 6000
+
+
+def encode_config(text: str) -> str | None:
+    """The link form of a pasted config.json; None when it is not valid JSON or would make the
+    link longer than MAX_LINK_CONFIG_CHARS."""
+    if len(text) > MAX_CONFIG_CHARS:
+        return None
+    try:
+        compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return None
+    token = base64.urlsafe_b64encode(zlib.compress(compact.encode("utf-8"), 9)).rstrip(b"=").decode("ascii")
+    return token if len(token) <= MAX_LINK_CONFIG_CHARS else None
+
+
+def config_too_long_for_link(text: str) -> bool:
+    """Valid JSON that encode_config still refuses: the page says the link will not hold it."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return encode_config(text) is None
+
+
+def decode_config(token: str) -> str:
+    """The config.json text a link carries. Bounded on both sides: the token's length, and the
+    decompressed size (a small token must not inflate into gigabytes)."""
+    token = token.strip()
+    if len(token) > MAX_LINK_CONFIG_CHARS or not re.fullmatch(r"[A-Za-z0-9_-]+", token):
+        raise ValueError(
+            f"the link's config is not a config link (base64url, at most {MAX_LINK_CONFIG_CHARS:,} characters)"
+        )
+    try:
+        data = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_CONFIG_CHARS + 1)
+    except (binascii.Error, zlib.error):
+        raise ValueError("the link's config is damaged (not zlib + base64url); paste the config.json again") from None
+    if len(raw) > MAX_CONFIG_CHARS or inflater.unconsumed_tail:
+        raise ValueError("the link's config inflates beyond 1 MB; that is not a model config")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the link's config is not UTF-8 text") from None
+
+
+def config_from_link(params: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(config.json text, error message) from a link's ``config`` parameter."""
+    if "config" not in params:
+        return None, None
+    try:
+        return decode_config(str(params["config"])), None
+    except ValueError as e:
+        return None, f"{str(e)[0].upper()}{str(e)[1:]}."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +350,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         "state_dtype": STATE_DTYPES,
         "gpu": catalog.gpus(),
         "engine": ENGINES,
+        "draft_model": draft_options(),
     }
     for key, options in choices.items():
         if raw.get(key, DEFAULTS[key]) not in options:
@@ -306,6 +383,14 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
     else:
         errors["model"] = f"Unknown model {model!r}."
 
+    draft = raw.get("draft_model", DEFAULTS["draft_model"])
+    if spec is not None and draft != NO_DRAFT and "draft_model" not in errors:
+        if ints.get("pp", 1) > 1:
+            errors["draft_model"] = (
+                "A draft model with pipeline parallelism is not modelled; set pipeline parallel size 1."
+            )
+        else:
+            spec = with_draft(spec, catalog.model_spec(draft))
     if spec is not None:
         ctx = ints.get("context_len")
         if ctx is not None and ctx > spec.max_context:
@@ -339,6 +424,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
     return KvInputs(
         model=model,
         engine=raw.get("engine", DEFAULTS["engine"]),
+        draft_model=draft,
         cpu_offload_bytes=offload,
         kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
         weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
@@ -712,6 +798,7 @@ def build_page_data(v: KvInputs) -> PageData:
             "pp",
             "max_num_batched_tokens",
             "cpu_offload_bytes",
+            "draft_model",
         )
     }
     inputs["utilization"] = str(v.utilization)

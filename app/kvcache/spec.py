@@ -101,6 +101,7 @@ class LayerGroup:
     v_head_dim: int = 0  # 0 = same as head_dim; MLA's V head size for mla groups
     qk_nope_head_dim: int = 0  # MLA only: what a decompressing engine stores per head in K
     mla_heads: int = 0  # MLA only: attention heads, for the decompressed layout
+    owner: str = ""  # "" = the model itself; e.g. "draft Llama 3.2 1B" for a speculative draft
 
     @property
     def v_dim(self) -> int:

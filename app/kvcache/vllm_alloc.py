@@ -146,11 +146,20 @@ def pp_stages(num_layers: int, pp: int) -> list[range]:
     return out
 
 
+def _signature(g: LayerGroup) -> tuple:
+    """What makes two layers the same KVCacheSpec in vLLM (a draft model's layers with the
+    target's head shape share the target's spec)."""
+    return (g.kind, g.window, g.kv_heads, g.head_dim, g.v_dim, g.kv_lora_rank, g.qk_rope_head_dim)
+
+
 def _group_types(groups: tuple[LayerGroup, ...]) -> list[tuple[LayerGroup, list[int]]]:
     """Layers by KV-cache spec, in order of each type's first layer (vLLM builds a dict in
     layer order)."""
-    typed = sorted(groups, key=lambda g: g.layer_indices[0])
-    return [(g, list(g.layer_indices)) for g in typed]
+    merged: dict[tuple, tuple[LayerGroup, list[int]]] = {}
+    for g in sorted(groups, key=lambda g: g.layer_indices[0]):
+        _, layers = merged.setdefault(_signature(g), (g, []))
+        layers.extend(g.layer_indices)
+    return [(g, sorted(layers)) for g, layers in merged.values()]
 
 
 def layout(spec: ModelSpec, kv_dtype_name: str, *, tp: int = 1, block_size: int = 16) -> VllmLayout | None:

@@ -187,3 +187,44 @@ def test_model_that_does_not_fit_says_so_on_the_concurrency_chart():
     chart = json.loads(at.get("plotly_chart")[1].proto.spec)
     assert chart["data"][0]["y"] == []
     assert any("Does not fit" in a["text"] for a in chart["layout"]["annotations"])
+
+
+def test_pasted_config_survives_in_the_link():
+    config = json.dumps({**FALCON_7B_CONFIG})
+    at = run(kv_dtype="bf16", context_len="2048", tp="1", gpu_count="1")
+    at.selectbox(key="kv_model").set_value("custom").run()
+    at.text_area(key="kv_config").input(config).run()
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["model"] == "custom" and link["config"]
+    # opening the link again shows the same model without pasting anything
+    again = run(**link)
+    assert not again.exception and not errors(again), errors(again)
+    assert again.text_area(key="kv_config").value and metric(again, "Bytes per token") == "8,192 B"
+
+
+def test_damaged_config_link_gets_a_message():
+    at = run(model="custom", config="@@@")
+    assert not at.exception
+    assert any("not a config link" in e for e in errors(at))
+
+
+def test_draft_model_adds_its_cache():
+    at = run(model="llama-3.1-70b", draft_model="llama-3.2-1b", kv_dtype="bf16", context_len="8192")
+    assert not at.exception, at.exception
+    # target 80 x 2 x 8 x 128 x 2 + draft 16 x 2 x 8 x 64 x 2 bytes per token
+    assert metric(at, "Bytes per token") == f"{80 * 2 * 8 * 128 * 2 + 16 * 2 * 8 * 64 * 2:,} B"
+    assert any("draft Llama 3.2 1B" in t.value for t in at.text)
+
+
+FALCON_7B_CONFIG = {
+    "alibi": False,
+    "bias": False,
+    "hidden_size": 4544,
+    "model_type": "falcon",
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "vocab_size": 65024,
+}

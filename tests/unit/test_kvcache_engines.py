@@ -1,6 +1,9 @@
 """Which MLA layout each engine stores, and bounded parsing of every number a link can carry."""
 
+import base64
 import dataclasses
+import json
+import zlib
 
 import pytest
 
@@ -90,3 +93,46 @@ def test_form_bounds(field, value, message):
     raw = {**page_data.DEFAULTS, field: value}
     inputs, errors = page_data.validate_inputs(raw)
     assert inputs is None and message in errors[field], errors
+
+
+# --- a pasted config.json in the shareable link ------------------------------------------------
+
+FALCON_7B = (
+    '{"alibi": false, "bias": false, "hidden_size": 4544, "model_type": "falcon", "multi_query": true,'
+    ' "new_decoder_architecture": false, "num_attention_heads": 71, "num_hidden_layers": 32, "vocab_size": 65024}'
+)
+
+
+def test_config_round_trips_through_the_link_compressed():
+    values = {**page_data.DEFAULTS, "model": page_data.CUSTOM}
+    link = page_data.to_query_params(values, FALCON_7B)
+    token = link["config"]
+    assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+    text, error = page_data.config_from_link(link)
+    assert error is None and json.loads(text) == json.loads(FALCON_7B)
+    # a catalog model's link carries no config
+    assert "config" not in page_data.to_query_params(page_data.DEFAULTS, FALCON_7B)
+
+
+def test_config_link_is_bounded():
+    import random
+
+    rng = random.Random(1)  # incompressible content: the compressed token stays long
+    big = json.dumps({f"k{i}": rng.getrandbits(64) for i in range(2000)})
+    assert page_data.encode_config(big) is None and page_data.config_too_long_for_link(big)
+    assert not page_data.config_too_long_for_link("{broken")
+
+
+@pytest.mark.parametrize(
+    ("token", "message"),
+    [
+        ("not base64!", "not a config link"),
+        ("A" * 7000, "at most 6,000"),
+        ("AAAA", "damaged"),
+        # 2 MB of spaces compress to a short token that would inflate past the 1 MB bound
+        (base64.urlsafe_b64encode(zlib.compress(b" " * 2_000_000, 9)).rstrip(b"=").decode(), "beyond 1 MB"),
+    ],
+)
+def test_bad_config_links(token, message):
+    text, error = page_data.config_from_link({"config": token})
+    assert text is None and message in error

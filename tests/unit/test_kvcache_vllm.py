@@ -192,3 +192,27 @@ def test_other_engines_use_their_own_allocators():
 
 def test_state_hybrids_are_not_forced_into_the_vllm_model():
     assert layout(catalog.model_spec("jamba-v0.1"), "bf16") is None
+
+
+def test_draft_with_a_smaller_head_gets_its_own_group_with_a_bigger_block():
+    from app.kvcache.engines import with_draft
+
+    spec = with_draft(catalog.model_spec("llama-3.1-70b"), catalog.model_spec("llama-3.2-1b"))
+    lay = layout(spec, "bf16")
+    # target page 16 x 2 x 8 x 128 x 2 = 65,536 B; draft 16 x 2 x 8 x 64 x 2 = 32,768 B, so vLLM
+    # doubles the draft's block to 32 tokens. 80 + 16 layers: group_size 16, 5 target groups + 1
+    assert lay.page_bytes == 65536 and lay.group_size == 16
+    assert [(g.kind, g.block_size, len(g.layers)) for g in lay.groups] == [("full", 16, 16)] * 5 + [("full", 32, 16)]
+    c = capacity(lay, 20 * GIB, 8192)
+    assert c.num_blocks == 20 * GIB // 65536 // 16
+    assert c.steady_blocks == 5 * (8192 // 16) + 8192 // 32
+
+
+def test_draft_with_the_same_head_shape_joins_the_target_group():
+    from app.kvcache.engines import with_draft
+
+    spec = with_draft(catalog.model_spec("llama-3.1-70b"), catalog.model_spec("llama-3.1-8b"))
+    lay = layout(spec, "bf16")
+    assert len(lay.groups) == 1 and lay.group_size == 80 + 32
+    p = plan(spec, catalog.gpu("h200-141gb"), gpu_count=2, tp=2, weight_dtype_name="fp8", context_len=8192)
+    assert p.weights_total == 70_600_000_000 + 8_030_000_000

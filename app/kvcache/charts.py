@@ -23,7 +23,7 @@ def context_points(chosen: int, maximum: int) -> list[int]:
     return sorted(p for p in points if 0 < p <= maximum)
 
 
-def _hline(y: float, color: str, dash: str, text: str) -> tuple[dict, dict]:
+def _hline(y: float, color: str, dash: str, text: str, above: bool) -> tuple[dict, dict]:
     """A full-width horizontal line and its label, as layout dicts (add_hline is slow). The label
     sits in the right margin, beside the plot, so it never covers a bar."""
     shape = {
@@ -42,7 +42,8 @@ def _hline(y: float, color: str, dash: str, text: str) -> tuple[dict, dict]:
         "xanchor": "left",
         "yref": "y",
         "y": y,
-        "yanchor": "middle",
+        # capacity above its line, usable below its own: the two lines are close (0.9 x capacity)
+        "yanchor": "bottom" if above else "top",
         "align": "left",
         "text": text,
         "showarrow": False,
@@ -54,12 +55,13 @@ def _hline(y: float, color: str, dash: str, text: str) -> tuple[dict, dict]:
 def memory_figure(contexts: list[int], plan: CapacityPlan, kv_per_gpu: list[int]) -> go.Figure:
     """Stacked per-GPU memory (weights, reserve, KV for the batch) against context length."""
     x = [f"{c:,}" for c in contexts]
-    cap_line = _hline(plan.gpu_memory / GIB, "red", "solid", f"GPU capacity<br>{plan.gpu_memory / GIB:,.0f} GiB")
+    cap_line = _hline(plan.gpu_memory / GIB, "red", "solid", f"capacity {plan.gpu_memory / GIB:,.0f} GiB", True)
     use_line = _hline(
         plan.usable / GIB,
         "darkorange",
         "dash",
-        f"usable at {float(plan.utilization):g}<br>{plan.usable / GIB:,.1f} GiB",
+        f"usable ({float(plan.utilization):g}) {plan.usable / GIB:,.1f} GiB",
+        False,
     )
     return go.Figure(
         {
@@ -84,7 +86,7 @@ def memory_figure(contexts: list[int], plan: CapacityPlan, kv_per_gpu: list[int]
                 "annotations": [cap_line[1], use_line[1]],
                 "legend": {"orientation": "h", "y": -0.25},
                 # the right margin holds the capacity labels, the bottom one the legend
-                "margin": {"t": 50, "b": 40, "r": 130},
+                "margin": {"t": 50, "b": 40, "r": 150},
             },
         }
     )
@@ -159,7 +161,7 @@ def concurrency_figure(contexts: list[int], concurrency: list[int], chosen: int,
                     "y": [n for _, n in points],
                     "text": [f"{n:,}" for _, n in points],
                     "mode": "lines+markers+text",
-                    "textposition": "top center",
+                    "textposition": "top right",
                     "name": "max sequences",
                     "hovertemplate": "%{x:,} tokens: %{y:,} sequences<extra></extra>",
                 }
@@ -170,6 +172,7 @@ def concurrency_figure(contexts: list[int], concurrency: list[int], chosen: int,
                 "yaxis": {
                     "title": {"text": "sequences (log scale)"},
                     "type": "log",
+                    "dtick": "D2",  # 1, 2, 5 per decade: fewer labels than plotly's default
                     "visible": bool(points),
                 },
                 "shapes": shapes,

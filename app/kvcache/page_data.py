@@ -624,8 +624,9 @@ def build_page_data(v: KvInputs) -> PageData:
         vc = cap.vllm
         lay = vc.layout
         metrics["vLLM steady state (per instance)"] = f"{float(vc.steady_concurrency):.2f} sequences"
-        metrics["vLLM start-up log"] = (
-            f"Maximum concurrency for {v.context_len:,} tokens per request: {float(vc.logged_concurrency):.2f}x"
+        # the log line reads 'Maximum concurrency for N tokens per request: X.XXx'
+        metrics["vLLM start-up log: Maximum concurrency"] = (
+            f"{float(vc.logged_concurrency):.2f}x for {v.context_len:,} tokens"
         )
         verdict += (
             f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
@@ -633,7 +634,11 @@ def build_page_data(v: KvInputs) -> PageData:
             f"{v.max_num_batched_tokens:,}-token chunked prefill)."
         )
         vllm_rows = [
-            _vrow("KV-cache groups", lay.describe(), "vLLM get_kv_cache_groups"),
+            _vrow(
+                "KV-cache groups",
+                f"{len(lay.groups)} x {lay.group_size} layers",
+                f"{lay.describe()} (vLLM get_kv_cache_groups)",
+            ),
             _vrow("page (one layer, one block)", f"{lay.page_bytes:,} B", f"{v.block_size} tokens x one layer's bytes"),
             _vrow(
                 "num_blocks",

@@ -147,7 +147,7 @@ def test_mistral_at_32k_shows_vllm_steady_state_and_start_up_log():
     )
     assert not at.exception, at.exception
     assert metric(at, "vLLM steady state (per instance)") == "112.59 sequences"
-    assert metric(at, "vLLM start-up log") == "Maximum concurrency for 32,768 tokens per request: 37.63x"
+    assert metric(at, "vLLM start-up log: Maximum concurrency") == "37.63x for 32,768 tokens"
     assert metric(at, "Max concurrent sequences") == "112"
 
 

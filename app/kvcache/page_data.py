@@ -754,7 +754,12 @@ def build_page_data(v: KvInputs) -> PageData:
         _row(
             f"paged allocation ({v.block_size}-token blocks)",
             paged.allocated,
-            "ceil(tokens held / block) x block per group",
+            "ceil(tokens held / block) x block per group"
+            + (
+                "; vLLM's exact blocks (groups, the extra sliding block) are under 'What vLLM allocates'"
+                if cap.vllm
+                else ""
+            ),
         ),
         _row("internal fragmentation", paged.fragmentation, "allocated - used"),
         _row(f"contiguous pre-allocation to {paged.max_len:,} tokens", paged.contiguous),

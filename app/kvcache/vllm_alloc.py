@@ -62,11 +62,11 @@ class CacheGroup:
             return min(whole, cdiv(self.span - 1, b) + 1)
         if self.kind == "chunked":
             assert self.span is not None
-            # chunks start at multiples of C, so their offset inside a block is a multiple of
-            # gcd(C, block); the worst offset decides how many blocks one chunk touches
-            step = gcd(self.span, b)
-            touched = max((r + self.span - 1) // b + 1 for r in range(0, b, step))
-            return min(whole, touched)
+            # chunks start at multiples of C, so a chunk's offset inside its first block is a
+            # multiple of gcd(C, block); the largest such offset, block - gcd, touches the most
+            # blocks: floor((offset + C - 1) / block) + 1
+            worst = b - gcd(self.span, b)
+            return min(whole, (worst + self.span - 1) // b + 1)
         return whole
 
     def logged_blocks(self, max_model_len: int, max_num_batched_tokens: int) -> int:

@@ -216,3 +216,24 @@ def test_draft_with_the_same_head_shape_joins_the_target_group():
     assert len(lay.groups) == 1 and lay.group_size == 80 + 32
     p = plan(spec, catalog.gpu("h200-141gb"), gpu_count=2, tp=2, weight_dtype_name="fp8", context_len=8192)
     assert p.weights_total == 70_600_000_000 + 8_030_000_000
+
+
+@pytest.mark.parametrize(("chunk", "block", "touched"), [(8192, 16, 512), (10, 4, 3), (9, 4, 3), (6, 4, 2), (6, 8, 2)])
+def test_chunk_touches_blocks_by_its_worst_offset(chunk, block, touched):
+    # by hand: C=6, B=8: chunk [6, 11] spans blocks 0 and 1, two blocks for a 6-token chunk;
+    # C=6, B=4: chunks [0,5], [6,11], [12,17], [18,23] span blocks 0-1, 1-2, 3-4, 4-5: two each
+    from app.kvcache.vllm_alloc import CacheGroup
+
+    g = CacheGroup("chunked", chunk, block, (0,), 0)
+    brute = max((s + chunk - 1) // block - s // block + 1 for s in range(0, chunk * block * 4, chunk))
+    assert g.steady_blocks(10**9) == brute == touched
+
+
+def test_mla_capacity_is_the_same_integer_as_the_byte_rule():
+    """For MLA (like full attention) vLLM's num_blocks // blocks per request equals the budget
+    divided by one request's whole-block bytes: floor(floor(a / x) / n) = floor(a / (x n))."""
+    spec = catalog.model_spec("deepseek-v3")
+    for L in (4096, 65536, 100_000):
+        p = plan(spec, catalog.gpu("h200-141gb"), gpu_count=8, tp=8, weight_dtype_name="fp8", context_len=L)
+        per_request = cdiv(L, 16) * 16 * 61 * 576 * 2  # bf16 latent, replicated on every GPU
+        assert p.max_concurrency == p.kv_budget // per_request

@@ -188,7 +188,9 @@ def family_source(model_type: str) -> str | None:
 
 
 def _present(cfg: dict, key: str) -> bool:
-    return cfg.get(key) is not None or any(cfg.get(a) is not None for a in _ALIASES.get(key, ()))
+    """The file names the field (under its own or another family's name). An explicit null
+    counts: transformers keeps it as None (e.g. "sliding_window": null turns windows off)."""
+    return key in cfg or any(a in cfg for a in _ALIASES.get(key, ()))
 
 
 def _merged(config: Any) -> tuple[dict, list[str]]:
@@ -229,6 +231,7 @@ _NOTED_DEFAULTS = frozenset(
         "num_hidden_layers",
         "num_attention_heads",
         "sliding_window_pattern",
+        "sliding_window",
         "multi_query",
         "new_decoder_architecture",
     }

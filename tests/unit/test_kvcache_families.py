@@ -312,3 +312,16 @@ def test_unknown_family_still_requires_its_length():
 def test_mpt_bad_attn_config_is_named():
     with pytest.raises(ValueError, match="attn_config"):
         ModelSpec.from_hf_config({**FAMILIES["mpt-7b"][0], "attn_config": [1]})
+
+
+def test_cohere2_explicit_null_window_is_kept_not_defaulted():
+    config = {
+        "model_type": "cohere2",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 32,
+        "max_position_embeddings": 8192,
+    }
+    assert ModelSpec.from_hf_config(config).group("sliding").window == 4096  # Cohere2Config default
+    assert ModelSpec.from_hf_config({**config, "sliding_window": None}).group("sliding") is None

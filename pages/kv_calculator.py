@@ -100,6 +100,9 @@ with st.container(border=True):
     ecols[4].selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
     with ecols[4]:
         draft_slot = st.empty()
+    ecols[0].number_input("CPU swap space for KV (GiB per GPU)", step=4.0, key="kv_swap_gib")
+    with ecols[0]:
+        swap_slot = st.empty()
 
 raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}
 if raw != state.values:
@@ -123,6 +126,7 @@ for name, slot in (
     ("max_num_batched_tokens", batched_slot),
     ("cpu_offload_gib", offload_slot),
     ("draft_model", draft_slot),
+    ("swap_gib", swap_slot),
 ):
     with slot.container():
         field_error(name)

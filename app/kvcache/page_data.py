@@ -53,10 +53,11 @@ DEFAULTS: dict[str, Any] = {
     "max_num_batched_tokens": 8192,
     "cpu_offload_gib": 0.0,
     "draft_model": "none",
+    "swap_gib": 0.0,
 }
 NO_DRAFT = "none"
 INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size", "pp", "max_num_batched_tokens")
-DECIMAL_FIELDS = ("utilization", "reserve_gib", "cpu_offload_gib")
+DECIMAL_FIELDS = ("utilization", "reserve_gib", "cpu_offload_gib", "swap_gib")
 LABELS = {
     "model": "Model",
     "config": "config.json",
@@ -77,6 +78,7 @@ LABELS = {
     "max_num_batched_tokens": "max_num_batched_tokens (vLLM)",
     "cpu_offload_gib": "CPU weight offload (GiB per GPU)",
     "draft_model": "Speculative draft model",
+    "swap_gib": "CPU swap space for KV (GiB per GPU)",
 }
 # Bounds for every number, checked before any arithmetic (a link can carry anything).
 _LIMITS = {
@@ -93,6 +95,7 @@ _DECIMAL_LIMITS = {  # (lowest, highest, lowest is allowed)
     "utilization": (0, 1, False),
     "reserve_gib": (0, 100_000, True),
     "cpu_offload_gib": (0, 100_000, True),
+    "swap_gib": (0, 100_000, True),
 }
 MAX_INT_DIGITS = 12
 
@@ -121,6 +124,7 @@ class KvInputs:
     max_num_batched_tokens: int = 8192
     cpu_offload_bytes: int = 0
     draft_model: str = "none"
+    swap_bytes: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,6 +372,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         reserve = decimals["reserve_gib"].numerator * GIB // decimals["reserve_gib"].denominator
     if "cpu_offload_gib" in decimals:
         offload = decimals["cpu_offload_gib"].numerator * GIB // decimals["cpu_offload_gib"].denominator
+    swap = decimals["swap_gib"].numerator * GIB // decimals["swap_gib"].denominator if "swap_gib" in decimals else 0
 
     model = raw.get("model", DEFAULTS["model"])
     spec: ModelSpec | None = None
@@ -426,6 +431,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         engine=raw.get("engine", DEFAULTS["engine"]),
         draft_model=draft,
         cpu_offload_bytes=offload,
+        swap_bytes=swap,
         kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
         weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
         state_dtype=raw.get("state_dtype", DEFAULTS["state_dtype"]),
@@ -749,6 +755,17 @@ def build_page_data(v: KvInputs) -> PageData:
             + (" (vLLM's start-up check, with max_num_batched_tokens)" if cap.vllm else ""),
         ),
     ]
+    if v.swap_bytes:
+        parked = v.swap_bytes // cap.sequence_bytes if cap.sequence_bytes else 0
+        capacity_rows.append(
+            _row(
+                f"CPU swap space per GPU: holds {parked:,} preempted sequences of {v.context_len:,} tokens",
+                v.swap_bytes,
+                "swap // one sequence per GPU; host memory parks preempted sequences (vLLM v0 --swap-space; "
+                "v1 recomputes or offloads prefix blocks with --kv-offloading-size) and does not raise the "
+                "number of sequences running on the GPU",
+            )
+        )
     paged_rows = [
         _row("used by the tokens", paged.used),
         _row(
@@ -809,6 +826,7 @@ def build_page_data(v: KvInputs) -> PageData:
             "max_num_batched_tokens",
             "cpu_offload_bytes",
             "draft_model",
+            "swap_bytes",
         )
     }
     inputs["utilization"] = str(v.utilization)

@@ -84,24 +84,26 @@ engines = kv.engine_options()
 drafts = kv.draft_options()
 with st.container(border=True):
     st.subheader("Serving engine")
-    ecols = st.columns(5)
-    ecols[0].selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
-    with ecols[0]:
+    top = st.columns(2)
+    with top[0]:
+        engine = st.selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
+        st.caption(kv.engine_note(engine))
         engine_slot = st.empty()
-    ecols[1].number_input("Pipeline parallel size", step=1, key="kv_pp")
-    with ecols[1]:
-        pp_slot = st.empty()
-    ecols[2].number_input("max_num_batched_tokens (vLLM)", step=1024, key="kv_max_num_batched_tokens")
-    with ecols[2]:
-        batched_slot = st.empty()
-    ecols[3].number_input("CPU weight offload (GiB per GPU)", step=1.0, key="kv_cpu_offload_gib")
-    with ecols[3]:
-        offload_slot = st.empty()
-    ecols[4].selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
-    with ecols[4]:
+    with top[1]:
+        st.selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
         draft_slot = st.empty()
-    ecols[0].number_input("CPU swap space for KV (GiB per GPU)", step=4.0, key="kv_swap_gib")
+    ecols = st.columns(4)
     with ecols[0]:
+        st.number_input("Pipeline parallel size", step=1, key="kv_pp")
+        pp_slot = st.empty()
+    with ecols[1]:
+        st.number_input("max_num_batched_tokens (vLLM)", step=1024, key="kv_max_num_batched_tokens")
+        batched_slot = st.empty()
+    with ecols[2]:
+        st.number_input("CPU weight offload (GiB per GPU)", step=1.0, key="kv_cpu_offload_gib")
+        offload_slot = st.empty()
+    with ecols[3]:
+        st.number_input("CPU swap space for KV (GiB per GPU)", step=4.0, key="kv_swap_gib")
         swap_slot = st.empty()
 
 raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}

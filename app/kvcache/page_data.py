@@ -157,7 +157,13 @@ def draft_options() -> dict[str, str]:
 
 
 def engine_options() -> dict[str, str]:
-    return {k: f"{e.name}: {e.note}" for k, e in ENGINES.items()}
+    return {k: e.name for k, e in ENGINES.items()}
+
+
+def engine_note(engine_id: str) -> str:
+    """What the chosen engine stores and how it allocates, shown under the selector."""
+    e = ENGINES.get(engine_id)
+    return e.note if e else ""
 
 
 def _decimal_span(key: str) -> str:
@@ -635,9 +641,13 @@ def build_page_data(v: KvInputs) -> PageData:
             f"{float(vc.logged_concurrency):.2f}x for {v.context_len:,} tokens"
         )
         verdict += (
-            f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
-            f"its start-up log will report {float(vc.logged_concurrency):.2f}x (it budgets each request for a "
-            f"{v.max_num_batched_tokens:,}-token chunked prefill)."
+            ""
+            if not cap.weights_fit
+            else (
+                f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
+                f"its start-up log will report {float(vc.logged_concurrency):.2f}x (it budgets each request for a "
+                f"{v.max_num_batched_tokens:,}-token chunked prefill)."
+            )
         )
         vllm_rows = [
             _vrow(

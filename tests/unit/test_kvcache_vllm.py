@@ -237,3 +237,20 @@ def test_mla_capacity_is_the_same_integer_as_the_byte_rule():
         p = plan(spec, catalog.gpu("h200-141gb"), gpu_count=8, tp=8, weight_dtype_name="fp8", context_len=L)
         per_request = cdiv(L, 16) * 16 * 61 * 576 * 2  # bf16 latent, replicated on every GPU
         assert p.max_concurrency == p.kv_budget // per_request
+
+
+def test_gpu_kv_cache_size_log_line():
+    # _report_kv_cache_config: num_blocks // number of groups x block_size
+    assert h100_bf16("mistral-7b-v0.1", 32768).vllm.kv_cache_tokens == 28935 // 1 * 16 == 462_960
+    gemma = h100_bf16("gemma-3-27b", 4096).vllm
+    assert gemma.kv_cache_tokens == gemma.num_blocks // 7 * 16
+
+
+def test_start_up_check_uses_the_logged_budget():
+    # vLLM refuses to start when one max-length request's start-up budget exceeds the memory:
+    # group_size x page x sum of the groups' start-up blocks
+    lay = layout(catalog.model_spec("mistral-7b-v0.1"), "bf16")
+    page = 16 * 2 * 8 * 128 * 2
+    needed = 32 * page * (cdiv(min(4095 + 8192, 32768), 16) + 1)
+    assert capacity(lay, needed, 32768).startup_ok
+    assert not capacity(lay, needed - 1, 32768).startup_ok

@@ -9,6 +9,11 @@ from ui.state import KvPageState
 state = KvPageState.get()
 if not state.values:
     state.values, state.link_errors = kv.from_query_params(st.query_params.to_dict())
+    linked_config, config_error = kv.config_from_link(st.query_params.to_dict())
+    if linked_config is not None:
+        st.session_state.setdefault("kv_config", linked_config)
+    if config_error:
+        state.link_errors["config"] = config_error
 for name, value in state.values.items():
     st.session_state.setdefault(f"kv_{name}", value)
 
@@ -19,9 +24,9 @@ errors: dict = {}
 
 
 def field_error(name: str) -> None:
-    message = errors.get(name) or state.link_errors.get(name)
-    if message:
-        st.error(message)
+    for message in dict.fromkeys((state.link_errors.get(name), errors.get(name))):
+        if message:
+            st.error(message)
 
 
 models = kv.model_options()
@@ -40,6 +45,8 @@ with st.container(border=True):
             placeholder='{"num_hidden_layers": 32, "hidden_size": 4096, ...}',
         )
         config_text = upload.getvalue().decode("utf-8", errors="replace") if upload else pasted
+        if config_text and kv.config_too_long_for_link(config_text):
+            st.caption("This config.json is too large to keep in the link; the link holds the other inputs.")
     config_slot = st.empty()
 
 cols = st.columns(3)
@@ -71,6 +78,32 @@ with cols[2]:
     st.number_input("Block size (tokens)", step=1, key="kv_block_size")
     block_slot = st.empty()
 
+engines = kv.engine_options()
+drafts = kv.draft_options()
+with st.container(border=True):
+    st.subheader("Serving engine")
+    top = st.columns(2)
+    with top[0]:
+        engine = st.selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
+        st.caption(kv.engine_note(engine))
+        engine_slot = st.empty()
+    with top[1]:
+        st.selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
+        draft_slot = st.empty()
+    ecols = st.columns(4)
+    with ecols[0]:
+        st.number_input("Pipeline parallel size", step=1, key="kv_pp")
+        pp_slot = st.empty()
+    with ecols[1]:
+        st.number_input("max_num_batched_tokens (vLLM)", step=1024, key="kv_max_num_batched_tokens")
+        batched_slot = st.empty()
+    with ecols[2]:
+        st.number_input("CPU weight offload (GiB per GPU)", step=1.0, key="kv_cpu_offload_gib")
+        offload_slot = st.empty()
+    with ecols[3]:
+        st.number_input("CPU swap space for KV (GiB per GPU)", step=4.0, key="kv_swap_gib")
+        swap_slot = st.empty()
+
 raw = {name: st.session_state[f"kv_{name}"] for name in kv.DEFAULTS}
 if raw != state.values:
     state.link_errors = {}  # the user has edited since the link was opened
@@ -88,11 +121,17 @@ for name, slot in (
     ("utilization", util_slot),
     ("reserve_gib", reserve_slot),
     ("block_size", block_slot),
+    ("engine", engine_slot),
+    ("pp", pp_slot),
+    ("max_num_batched_tokens", batched_slot),
+    ("cpu_offload_gib", offload_slot),
+    ("draft_model", draft_slot),
+    ("swap_gib", swap_slot),
 ):
     with slot.container():
         field_error(name)
 
-link = kv.to_query_params(raw)
+link = kv.to_query_params(raw, config_text)
 if st.query_params.to_dict() != link:
     st.query_params.from_dict(link)
 
@@ -122,8 +161,20 @@ with st.expander("Model"):
 
 st.subheader("Capacity")
 st.dataframe(pd.DataFrame(data.capacity_rows), hide_index=True, width="stretch")
+if data.vllm_rows:
+    st.subheader("What vLLM allocates")
+    st.caption(
+        "Steady state: what vLLM sustains while every request decodes. Start-up log: the "
+        "'Maximum concurrency' line vLLM prints, which budgets each request for a chunked prefill of "
+        "max_num_batched_tokens and is lower for sliding-window and chunked models."
+    )
+    st.dataframe(pd.DataFrame(data.vllm_rows), hide_index=True, width="stretch")
 st.plotly_chart(data.figures["memory"], key="kv_chart_memory")
-st.plotly_chart(data.figures["concurrency"], key="kv_chart_concurrency")
+chart_col, table_col = st.columns([3, 1])
+with chart_col:
+    st.plotly_chart(data.figures["concurrency"], key="kv_chart_concurrency")
+with table_col:
+    st.dataframe(pd.DataFrame(data.concurrency_rows), hide_index=True, width="stretch")
 
 st.subheader("Paged allocation")
 st.dataframe(pd.DataFrame(data.paged_rows), hide_index=True, width="stretch")

@@ -7,19 +7,29 @@ Per GPU (all integers; utilization is read as an exact decimal):
     kv_budget = usable - weights - reserve                      # reserve: activations, CUDA
                                                                 # graphs, NCCL buffers
 
-The GPUs form gpu_count / tp replicas; each serves its share of the sequences, and a sequence costs
-its paged allocation (whole blocks) on every GPU of its replica. Weights use the total parameter
-count (every MoE expert must be resident); the split over tp assumes an even shard (embeddings are
-vocab-parallel; replicated norms are a few MB and ignored).
+The GPUs form gpu_count / (tp x pp) replicas; each serves its share of the sequences. Weights use
+the total parameter count (every MoE expert must be resident), split evenly over tp x pp
+(embeddings are vocab-parallel; replicated norms are a few MB and ignored), less what
+--cpu-offload-gb moves to host memory.
+
+What a sequence costs depends on the engine (see engines): under vLLM, its v1 allocator exactly
+(vllm_alloc: KV-cache groups, padding, num_blocks, the extra sliding block), with both the
+steady-state concurrency and the figure vLLM logs at start-up; under TensorRT-LLM whole blocks per
+layer group; under SGLang and transformers exactly the tokens held. With pipeline parallelism each
+stage holds its own layers' cache, and the fullest stage decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from app.kvcache import vllm_alloc
 from app.kvcache.catalog import Gpu
 from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, weight_dtype
+from app.kvcache.engines import DEFAULT_ENGINE, engine, for_engine
 from app.kvcache.formulas import SequenceCost, check_tp, sequence_cost
 from app.kvcache.spec import ModelSpec
 
@@ -50,6 +60,11 @@ class CapacityPlan:
     max_context_at_batch: int  # longest context for `batch` sequences (0 = none fits)
     max_len: int
     max_len_sequence_bytes: int
+    engine: str = DEFAULT_ENGINE
+    pp: int = 1
+    block_size: int | None = 16  # None: the engine holds exact tokens
+    cpu_offload: int = 0  # weight bytes per GPU moved to host memory
+    vllm: vllm_alloc.VllmCapacity | None = None  # vLLM's allocator, when it applies
 
     @property
     def weights_fit(self) -> bool:
@@ -75,14 +90,35 @@ class CapacityPlan:
         return self.kv_budget - self.max_len_sequence_bytes
 
 
+# A plain decimal with a small exponent: checked BEFORE Fraction() sees it, because
+# Fraction("1e100000000") computes a 100-million-digit power of ten (minutes of CPU) and
+# float("1e400") is inf. 40 characters and |exponent| <= 30 cover every real input.
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d{1,3}))?")
+MAX_DECIMAL_CHARS = 40
+MAX_EXPONENT = 30
+
+
+def parse_decimal(value: object, name: str) -> Fraction:
+    """An exact decimal from user input, refusing nan, inf, huge exponents and long strings
+    before any arithmetic. ValueError names the field."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number")
+    if isinstance(value, Fraction):
+        return value
+    text = str(value).strip().replace("_", "")
+    match = _DECIMAL.fullmatch(text) if len(text) <= MAX_DECIMAL_CHARS else None
+    if match is None or (match.group(1) is not None and abs(int(match.group(1))) > MAX_EXPONENT):
+        shown = text if len(text) <= MAX_DECIMAL_CHARS else text[:MAX_DECIMAL_CHARS] + "..."
+        raise ValueError(
+            f"{name} must be a plain decimal number (at most {MAX_DECIMAL_CHARS} characters, "
+            f"exponent within +-{MAX_EXPONENT}), got {shown!r}"
+        )
+    return Fraction(text)
+
+
 def parse_utilization(value: object) -> Fraction:
     """gpu_memory_utilization as an exact fraction in (0, 1]."""
-    if isinstance(value, bool):
-        raise ValueError("gpu_memory_utilization must be a number")
-    try:
-        frac = Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"gpu_memory_utilization must be a number, got {value!r}") from None
+    frac = parse_decimal(value, "gpu_memory_utilization")
     if not 0 < frac <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {value}")
     return frac
@@ -97,16 +133,47 @@ def max_sequences(budget: int, per_sequence: int) -> int:
 def max_context(cost: SequenceCost, budget: int, sequences: int, limit: int, block_size: int | None) -> int:
     """Largest length <= limit such that `sequences` sequences fit in budget (binary search:
     the cost is non-decreasing in length). 0 when not even one token fits."""
-    if sequences <= 0 or budget <= 0 or sequences * cost.bytes(1, block_size) > budget:
+    return _largest(lambda n: sequences * cost.bytes(n, block_size) <= budget, sequences, budget, limit)
+
+
+def _largest(fits, sequences: int, budget: int, limit: int) -> int:
+    if sequences <= 0 or budget <= 0 or not fits(1):
         return 0
     lo, hi = 1, limit
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if sequences * cost.bytes(mid, block_size) <= budget:
+        if fits(mid):
             lo = mid
         else:
             hi = mid - 1
     return lo
+
+
+@dataclasses.dataclass(frozen=True)
+class StagedCost:
+    """One sequence's cost per GPU under pipeline parallelism: the fullest stage's."""
+
+    stages: tuple[SequenceCost, ...]
+
+    def bytes(self, seq_len: int, block_size: int | None = None) -> int:
+        return max(c.bytes(seq_len, block_size) for c in self.stages)
+
+
+def stage_spec(spec: ModelSpec, layers: range) -> ModelSpec:
+    """The part of the model one pipeline stage holds."""
+    groups = []
+    for g in spec.groups:
+        idx = tuple(i for i in g.layer_indices if i in layers)
+        if idx:
+            groups.append(dataclasses.replace(g, layer_indices=idx))
+    return dataclasses.replace(spec, groups=tuple(groups), num_layers=len(layers))
+
+
+def staged_cost(spec: ModelSpec, kv_dtype: str, *, tp: int, pp: int, state_dtype: str) -> StagedCost:
+    stages = vllm_alloc.pp_stages(spec.num_layers, pp) if pp > 1 else [range(spec.num_layers)]
+    return StagedCost(
+        tuple(sequence_cost(stage_spec(spec, s), kv_dtype, tp=tp, state_dtype=state_dtype) for s in stages)
+    )
 
 
 def plan(
@@ -124,23 +191,57 @@ def plan(
     block_size: int = 16,
     state_dtype: str = DEFAULT_STATE_DTYPE,
     max_len: int | None = None,
+    engine_id: str = DEFAULT_ENGINE,
+    pp: int = 1,
+    max_num_batched_tokens: int = vllm_alloc.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    cpu_offload_bytes: int = 0,
+    extra_weight_bytes: int = 0,
 ) -> CapacityPlan:
-    """The capacity plan for serving `spec` on `gpu_count` x `gpu` with tensor parallel `tp`."""
+    """The capacity plan for serving `spec` on `gpu_count` x `gpu` with tensor parallel `tp` and
+    pipeline parallel `pp`, as `engine_id` allocates it."""
     check_tp(spec, tp)
-    if gpu_count % tp:
-        raise ValueError(f"GPU count {gpu_count} must be a multiple of tensor parallel size {tp}")
-    if reserve_bytes < 0:
-        raise ValueError("reserve must not be negative")
+    if pp < 1 or pp > spec.num_layers:
+        raise ValueError(f"pipeline parallel size must be between 1 and the {spec.num_layers} layers, got {pp}")
+    if gpu_count % (tp * pp):
+        raise ValueError(
+            f"GPU count {gpu_count} must be a multiple of tensor parallel size {tp} x pipeline parallel size {pp}"
+        )
+    if reserve_bytes < 0 or cpu_offload_bytes < 0:
+        raise ValueError("reserve and CPU offload must not be negative")
+    eng = engine(engine_id)
+    spec = for_engine(spec, engine_id)
     util = parse_utilization(utilization)
-    replicas = gpu_count // tp
+    replicas = gpu_count // (tp * pp)
     usable = gpu.memory_bytes * util.numerator // util.denominator
-    weights_total = weight_dtype(weight_dtype_name).weight_bytes(spec.params_total)
-    weights_per_gpu = -(-weights_total // tp)
+    weights_total = weight_dtype(weight_dtype_name).weight_bytes(spec.params_total) + extra_weight_bytes
+    on_gpu = -(-weights_total // (tp * pp))
+    offload = min(cpu_offload_bytes, on_gpu)
+    weights_per_gpu = on_gpu - offload
     budget = usable - weights_per_gpu - reserve_bytes
-    cost = sequence_cost(spec, kv_dtype, tp=tp, state_dtype=state_dtype)
     max_len = spec.max_context if max_len is None else max_len
-    per_seq = cost.bytes(context_len, block_size)
     per_replica = -(-batch // replicas)
+    blocks = None if eng.allocator == "tokens" else block_size
+
+    lay = vllm_alloc.layout(spec, kv_dtype, tp=tp, block_size=block_size) if eng.allocator == "vllm" else None
+    if lay is not None:
+        vc = vllm_alloc.capacity(lay, budget, context_len, pp=pp, max_num_batched_tokens=max_num_batched_tokens)
+        pool = vc.num_blocks
+
+        def fits_n(n: int) -> bool:
+            return per_replica * lay.steady_blocks(n) <= pool
+
+        per_seq = vc.steady_blocks * lay.block_bytes
+        at_max = vllm_alloc.capacity(lay, budget, max_len, pp=pp, max_num_batched_tokens=max_num_batched_tokens)
+        max_len_bytes = at_max.startup_needed
+        concurrency = (pool // vc.steady_blocks if vc.steady_blocks else 0) * replicas
+        best_len = _largest(fits_n, per_replica, pool, max_len)
+    else:
+        vc = None
+        cost = staged_cost(spec, kv_dtype, tp=tp, pp=pp, state_dtype=state_dtype)
+        per_seq = cost.bytes(context_len, blocks)
+        max_len_bytes = cost.bytes(max_len, blocks)
+        concurrency = max_sequences(budget, per_seq) * replicas
+        best_len = max_context(cost, budget, per_replica, max_len, blocks)  # type: ignore[arg-type]
     return CapacityPlan(
         gpu_name=gpu.name,
         gpu_count=gpu_count,
@@ -158,8 +259,13 @@ def plan(
         batch_per_replica=per_replica,
         sequence_bytes=per_seq,
         batch_bytes=per_replica * per_seq,
-        max_concurrency=max_sequences(budget, per_seq) * replicas,
-        max_context_at_batch=max_context(cost, budget, per_replica, max_len, block_size),
+        max_concurrency=concurrency,
+        max_context_at_batch=best_len,
         max_len=max_len,
-        max_len_sequence_bytes=cost.bytes(max_len, block_size),
+        max_len_sequence_bytes=max_len_bytes,
+        engine=eng.id,
+        pp=pp,
+        block_size=blocks,
+        cpu_offload=offload,
+        vllm=vc,
     )

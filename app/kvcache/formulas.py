@@ -5,8 +5,12 @@ Per layer group, for one GPU of a tensor-parallel group of size ``tp``:
 * full      2 (K and V) x layers x kv_heads_per_gpu x vector_bytes(head_dim)  per token held,
             tokens held = seq_len.
 * sliding   the same per token, tokens held = min(seq_len, window).
+* chunked   the same per token, tokens held = min(seq_len, attention_chunk_size) (what a cache
+            sized for the chunk holds; vLLM's allocator rule is in vllm_alloc).
 * mla       layers x vector_bytes(kv_lora_rank + qk_rope_head_dim) per token: one latent shared
             by all heads, and replicated (not split) across tensor-parallel GPUs.
+* mla_kv    the MLA layers as transformers 4.x stores them, decompressed: layers x heads x
+            (vector_bytes(qk_nope + qk_rope) + vector_bytes(v_head_dim)) per token.
 * states    layers x (conv_channels x (conv_kernel - 1) + heads x head_dim x state_size) values per
             sequence, independent of seq_len. We count conv_kernel - 1 columns of convolution
             state, the inputs a causal convolution needs from the past (what vLLM allocates;
@@ -22,14 +26,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, KV_DTYPES, KvDtype, kv_dtype
-from app.kvcache.spec import LayerGroup, ModelSpec
+from app.kvcache.spec import KV_HEAD_KINDS, LayerGroup, ModelSpec
 
 STATE_DTYPES = ("bf16", "fp16", "fp32")
 
 GROUP_LABELS = {
     "full": "full attention",
     "sliding": "sliding-window attention",
+    "chunked": "chunked local attention",
     "mla": "MLA latent",
+    "mla_kv": "MLA decompressed K/V",
     "mamba": "Mamba state",
     "mamba2": "Mamba-2 state",
     "linear_attention": "linear-attention state",
@@ -107,7 +113,7 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
     if spec.num_attention_heads:
         _shard(spec.num_attention_heads, tp, "attention heads")
     for g in spec.groups:
-        if g.kind in ("full", "sliding"):
+        if g.kind in KV_HEAD_KINDS:
             kv_heads_per_gpu(g.kv_heads, tp)
         elif g.state is not None:
             state_values(g, tp)
@@ -115,9 +121,9 @@ def check_tp(spec: ModelSpec, tp: int) -> None:
 
 def tokens_held(group: LayerGroup, seq_len: int) -> int:
     """Tokens of one sequence the group keeps: all, the window, or none (constant state)."""
-    if group.kind == "sliding":
+    if group.kind in ("sliding", "chunked"):
         return min(seq_len, group.window or seq_len)
-    if group.kind in ("full", "mla"):
+    if group.kind in ("full", "mla", "mla_kv"):
         return seq_len
     return 0
 
@@ -134,9 +140,9 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
             + (" (latent replicated on every TP GPU)" if tp > 1 else "")
         )
         return per_token, text
-    if group.kind in ("full", "sliding"):
+    if group.kind in KV_HEAD_KINDS:
         heads = kv_heads_per_gpu(group.kv_heads, tp)
-        per_token = 2 * group.layers * heads * dtype.vector_bytes(group.head_dim)
+        per_token = group.layers * heads * (dtype.vector_bytes(group.head_dim) + dtype.vector_bytes(group.v_dim))
         tp_note = ""
         if tp > 1:
             tp_note = (
@@ -144,10 +150,16 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
                 if tp <= group.kv_heads
                 else f" ({group.kv_heads} KV heads replicated over TP {tp})"
             )
-        text = (
-            f"2 (K,V) x {group.layers} layers x {heads} KV heads{tp_note} x "
-            f"({dtype.describe_vector(group.head_dim)}) = {per_token:,} B/token"
-        )
+        if group.v_dim == group.head_dim:
+            text = (
+                f"2 (K,V) x {group.layers} layers x {heads} KV heads{tp_note} x "
+                f"({dtype.describe_vector(group.head_dim)}) = {per_token:,} B/token"
+            )
+        else:
+            text = (
+                f"{group.layers} layers x {heads} heads{tp_note} x (K {dtype.describe_vector(group.head_dim)} + "
+                f"V {dtype.describe_vector(group.v_dim)}) = {per_token:,} B/token"
+            )
         return per_token, text
     return 0, ""
 
@@ -204,19 +216,22 @@ def breakdown(
     sd = KV_DTYPES[state_dtype]
     rows = []
     for g in spec.groups:
-        label = GROUP_LABELS[g.kind]
+        label = (f"{g.owner}: " if g.owner else "") + GROUP_LABELS[g.kind]
         if g.is_attention:
             per_token, text = token_bytes(g, kv, tp)
             held = tokens_held(g, seq_len)
             per_seq = per_token * held
-            window = f" (min({seq_len:,}, window {g.window:,}))" if g.kind == "sliding" else ""
+            window = ""
+            if g.kind in ("sliding", "chunked"):
+                span = "window" if g.kind == "sliding" else "chunk"
+                window = f" (min({seq_len:,}, {span} {g.window:,}))"
             text += f"; x {held:,} tokens{window} = {per_seq:,} B/sequence"
         else:
             per_token, held = 0, 0
             per_seq, text = state_bytes(g, sd, tp)
         total = per_seq * batch
         text += f"; x {batch} sequences = {total:,} B"
-        if g.kind == "sliding":
+        if g.kind in ("sliding", "chunked"):
             label += f" ({g.window:,})"
         rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text))
     return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
@@ -276,7 +291,7 @@ def sequence_cost(
     groups, state = [], 0
     for g in spec.groups:
         if g.is_attention:
-            groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind == "sliding" else None))
+            groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind in ("sliding", "chunked") else None))
         else:
             state += state_bytes(g, sd, tp)[0]
     return SequenceCost(tuple(groups), state)

@@ -5,10 +5,13 @@ and exports for a render. The page itself holds no arithmetic.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import csv
 import io
 import json
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -17,8 +20,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.kvcache import catalog, charts
-from app.kvcache.capacity import GIB, CapacityPlan, max_sequences, parse_utilization, plan
+from app.kvcache.capacity import GIB, CapacityPlan, max_sequences, parse_decimal, plan, staged_cost
 from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from app.kvcache.engines import ENGINES, for_engine, with_draft
 from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
 from app.kvcache.paged import PagedAllocation, paged_allocation
 from app.kvcache.prefix import PrefixSharing, prefix_sharing
@@ -44,9 +48,16 @@ DEFAULTS: dict[str, Any] = {
     "utilization": 0.9,
     "reserve_gib": 2.0,
     "block_size": 16,
+    "engine": "vllm",
+    "pp": 1,
+    "max_num_batched_tokens": 8192,
+    "cpu_offload_gib": 0.0,
+    "draft_model": "none",
+    "swap_gib": 0.0,
 }
-INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size")
-DECIMAL_FIELDS = ("utilization", "reserve_gib")
+NO_DRAFT = "none"
+INT_FIELDS = ("context_len", "batch", "prefix_len", "gpu_count", "tp", "block_size", "pp", "max_num_batched_tokens")
+DECIMAL_FIELDS = ("utilization", "reserve_gib", "cpu_offload_gib", "swap_gib")
 LABELS = {
     "model": "Model",
     "config": "config.json",
@@ -62,15 +73,31 @@ LABELS = {
     "utilization": "gpu_memory_utilization",
     "reserve_gib": "Runtime reserve (GiB per GPU)",
     "block_size": "Block size (tokens)",
+    "engine": "Serving engine",
+    "pp": "Pipeline parallel size",
+    "max_num_batched_tokens": "max_num_batched_tokens (vLLM)",
+    "cpu_offload_gib": "CPU weight offload (GiB per GPU)",
+    "draft_model": "Speculative draft model",
+    "swap_gib": "CPU swap space for KV (GiB per GPU)",
 }
+# Bounds for every number, checked before any arithmetic (a link can carry anything).
 _LIMITS = {
     "batch": (1, 1_000_000),
-    "prefix_len": (0, None),
+    "prefix_len": (0, 100_000_000),
     "gpu_count": (1, 4096),
     "tp": (1, 1024),
     "block_size": (1, 4096),
-    "context_len": (1, None),
+    "context_len": (1, 100_000_000),
+    "pp": (1, 1024),
+    "max_num_batched_tokens": (1, 100_000_000),
 }
+_DECIMAL_LIMITS = {  # (lowest, highest, lowest is allowed)
+    "utilization": (0, 1, False),
+    "reserve_gib": (0, 100_000, True),
+    "cpu_offload_gib": (0, 100_000, True),
+    "swap_gib": (0, 100_000, True),
+}
+MAX_INT_DIGITS = 12
 
 
 @dataclass(frozen=True)
@@ -92,6 +119,12 @@ class KvInputs:
     block_size: int
     spec: ModelSpec = field(compare=False)
     source: str = ""
+    engine: str = "vllm"
+    pp: int = 1
+    max_num_batched_tokens: int = 8192
+    cpu_offload_bytes: int = 0
+    draft_model: str = "none"
+    swap_bytes: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,6 +152,44 @@ def state_dtype_options() -> list[str]:
     return list(STATE_DTYPES)
 
 
+def draft_options() -> dict[str, str]:
+    return {NO_DRAFT: "none", **{k: m.name for k, m in catalog.models().items()}}
+
+
+def engine_options() -> dict[str, str]:
+    return {k: e.name for k, e in ENGINES.items()}
+
+
+def engine_note(engine_id: str) -> str:
+    """What the chosen engine stores and how it allocates, shown under the selector."""
+    e = ENGINES.get(engine_id)
+    return e.note if e else ""
+
+
+def _decimal_span(key: str) -> str:
+    low, high, low_ok = _DECIMAL_LIMITS[key]
+    if low_ok and low == 0:
+        return f"must not be negative and at most {high:,}"
+    return f"must be {'at least' if low_ok else 'above'} {low} and at most {high:,}"
+
+
+def _decimal_syntax(key: str, value: Any) -> Fraction:
+    try:
+        return parse_decimal(value, LABELS[key])
+    except ValueError as e:
+        raise ValueError(f"{e}; it {_decimal_span(key)}") from None
+
+
+def decimal_field(key: str, value: Any) -> Fraction:
+    """A decimal page field within its bounds; ValueError with one line naming field and range."""
+    low, high, low_ok = _DECIMAL_LIMITS[key]
+    span = _decimal_span(key)
+    number = _decimal_syntax(key, value)
+    if number < low or (number == low and not low_ok) or number > high:
+        raise ValueError(f"{LABELS[key]} {span}, got {value}")
+    return number
+
+
 def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """Widget values from a link: defaults overlaid with parsable link values, plus one message
     per link value that could not be used (the widget then shows the default)."""
@@ -130,36 +201,102 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
         "kv_dtype": KV_DTYPES,
         "weight_dtype": WEIGHT_DTYPES,
         "state_dtype": STATE_DTYPES,
+        "engine": ENGINES,
+        "draft_model": draft_options(),
     }
     for key in DEFAULTS:
         if key not in params:
             continue
-        raw = str(params[key]).strip()
+        raw = str(params[key]).strip()[:200]
         if key in choices:
             if raw in choices[key]:
                 values[key] = raw
             else:
                 errors[key] = f"The link's {key}={raw!r} is not an option; showing the default."
         elif key in INT_FIELDS:
-            try:
+            try:  # syntax and size here; the range is reported by validation, beside the field
                 values[key] = _parse_int(raw)
             except ValueError as e:
-                errors[key] = f"The link's {key}={raw!r}: {e}; showing the default."
+                errors[key] = f"The link's {key}={raw[:40]!r}: {e}; showing the default."
         else:
             try:
-                values[key] = float(Fraction(raw))
-            except (ValueError, ZeroDivisionError):
-                errors[key] = f"The link's {key}={raw!r} is not a number; showing the default."
+                values[key] = float(_decimal_syntax(key, raw))
+            except ValueError as e:
+                errors[key] = f"The link's {key}={raw[:40]!r}: {e}; showing the default."
     return values, errors
 
 
-def to_query_params(values: Mapping[str, Any]) -> dict[str, str]:
-    """The link for the current widget values (a custom config.json is not put in the link)."""
+def to_query_params(values: Mapping[str, Any], config_text: str | None = None) -> dict[str, str]:
+    """The link for the current widget values. A custom config.json travels in it compressed
+    (``config``) when it is valid JSON and short enough; see encode_config."""
     out = {}
     for key in DEFAULTS:
         v = values.get(key, DEFAULTS[key])
         out[key] = f"{v:g}" if isinstance(v, float) else str(v)
+    if values.get("model") == CUSTOM and config_text:
+        token = encode_config(config_text)
+        if token is not None:
+            out["config"] = token
     return out
+
+
+# A config.json in a link: compact JSON, zlib, base64url without padding. Browsers and proxies
+# handle URLs of a few kilobytes reliably; a typical config.json compresses to 600-1,500 characters.
+MAX_LINK_CONFIG_CHARS = 6000
+
+
+def encode_config(text: str) -> str | None:
+    """The link form of a pasted config.json; None when it is not valid JSON or would make the
+    link longer than MAX_LINK_CONFIG_CHARS."""
+    if len(text) > MAX_CONFIG_CHARS:
+        return None
+    try:
+        compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
+    except json.JSONDecodeError:
+        return None
+    token = base64.urlsafe_b64encode(zlib.compress(compact.encode("utf-8"), 9)).rstrip(b"=").decode("ascii")
+    return token if len(token) <= MAX_LINK_CONFIG_CHARS else None
+
+
+def config_too_long_for_link(text: str) -> bool:
+    """Valid JSON that encode_config still refuses: the page says the link will not hold it."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return encode_config(text) is None
+
+
+def decode_config(token: str) -> str:
+    """The config.json text a link carries. Bounded on both sides: the token's length, and the
+    decompressed size (a small token must not inflate into gigabytes)."""
+    token = token.strip()
+    if len(token) > MAX_LINK_CONFIG_CHARS or not re.fullmatch(r"[A-Za-z0-9_-]+", token):
+        raise ValueError(
+            f"the link's config is not a config link (base64url, at most {MAX_LINK_CONFIG_CHARS:,} characters)"
+        )
+    try:
+        data = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_CONFIG_CHARS + 1)
+    except (binascii.Error, zlib.error):
+        raise ValueError("the link's config is damaged (not zlib + base64url); paste the config.json again") from None
+    if len(raw) > MAX_CONFIG_CHARS or inflater.unconsumed_tail:
+        raise ValueError("the link's config inflates beyond 1 MB; that is not a model config")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the link's config is not UTF-8 text") from None
+
+
+def config_from_link(params: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(config.json text, error message) from a link's ``config`` parameter."""
+    if "config" not in params:
+        return None, None
+    try:
+        return decode_config(str(params["config"])), None
+    except ValueError as e:
+        return None, f"{str(e)[0].upper()}{str(e)[1:]}."
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,17 +314,20 @@ def _parse_int(value: Any) -> int:
         raise ValueError(f"must be a whole number, got {value:g}")
     text = str(value).strip().replace(",", "").replace("_", "")
     if not re.fullmatch(r"[+-]?\d+", text):
-        raise ValueError(f"must be a whole number, got {str(value)!r}")
+        raise ValueError(f"must be a whole number, got {str(value)[:40]!r}")
+    if len(text.lstrip("+-")) > MAX_INT_DIGITS:  # int() of a huge digit string is quadratic
+        raise ValueError(f"must have at most {MAX_INT_DIGITS} digits")
     return int(text)
 
 
-def _parse_decimal(value: Any) -> Fraction:
-    if isinstance(value, bool):
-        raise ValueError("must be a number")
-    try:
-        return Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        raise ValueError(f"must be a number, got {value!r}") from None
+def _bounded_int(key: str, value: Any) -> int:
+    number = _parse_int(value)
+    low, high = _LIMITS[key]
+    if number < low:
+        raise ValueError(f"must be at least {low:,}, got {number:,}")
+    if number > high:
+        raise ValueError(f"must be at most {high:,}, got {number:,}")
+    return number
 
 
 def parse_config(text: str | None) -> ModelSpec:
@@ -210,36 +350,35 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
     ints: dict[str, int] = {}
     for key in INT_FIELDS:
         try:
-            value = _parse_int(raw.get(key, DEFAULTS[key]))
+            ints[key] = _bounded_int(key, raw.get(key, DEFAULTS[key]))
         except ValueError as e:
             errors[key] = f"{LABELS[key]} {e}."
-            continue
-        low, high = _LIMITS[key]
-        if value < low:
-            errors[key] = f"{LABELS[key]} must be at least {low}, got {value:,}."
-        elif high is not None and value > high:
-            errors[key] = f"{LABELS[key]} must be at most {high:,}, got {value:,}."
-        else:
-            ints[key] = value
 
-    choices = {"kv_dtype": KV_DTYPES, "weight_dtype": WEIGHT_DTYPES, "state_dtype": STATE_DTYPES, "gpu": catalog.gpus()}
+    choices = {
+        "kv_dtype": KV_DTYPES,
+        "weight_dtype": WEIGHT_DTYPES,
+        "state_dtype": STATE_DTYPES,
+        "gpu": catalog.gpus(),
+        "engine": ENGINES,
+        "draft_model": draft_options(),
+    }
     for key, options in choices.items():
         if raw.get(key, DEFAULTS[key]) not in options:
             errors[key] = f"{LABELS[key]}: choose one of {', '.join(options)}."
 
-    utilization = None
-    try:
-        utilization = parse_utilization(raw.get("utilization", DEFAULTS["utilization"]))
-    except ValueError:
-        errors["utilization"] = "gpu_memory_utilization must be a number above 0 and at most 1."
-    reserve = None
-    try:
-        reserve_gib = _parse_decimal(raw.get("reserve_gib", DEFAULTS["reserve_gib"]))
-        if reserve_gib < 0:
-            raise ValueError("must not be negative")
-        reserve = reserve_gib.numerator * GIB // reserve_gib.denominator
-    except ValueError as e:
-        errors["reserve_gib"] = f"{LABELS['reserve_gib']} {e}."
+    decimals: dict[str, Fraction] = {}
+    for key in DECIMAL_FIELDS:
+        try:
+            decimals[key] = decimal_field(key, raw.get(key, DEFAULTS[key]))
+        except ValueError as e:
+            errors[key] = f"{e}."
+    utilization = decimals.get("utilization")
+    reserve = offload = None
+    if "reserve_gib" in decimals:
+        reserve = decimals["reserve_gib"].numerator * GIB // decimals["reserve_gib"].denominator
+    if "cpu_offload_gib" in decimals:
+        offload = decimals["cpu_offload_gib"].numerator * GIB // decimals["cpu_offload_gib"].denominator
+    swap = decimals["swap_gib"].numerator * GIB // decimals["swap_gib"].denominator if "swap_gib" in decimals else 0
 
     model = raw.get("model", DEFAULTS["model"])
     spec: ModelSpec | None = None
@@ -255,6 +394,14 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
     else:
         errors["model"] = f"Unknown model {model!r}."
 
+    draft = raw.get("draft_model", DEFAULTS["draft_model"])
+    if spec is not None and draft != NO_DRAFT and "draft_model" not in errors:
+        if ints.get("pp", 1) > 1:
+            errors["draft_model"] = (
+                "A draft model with pipeline parallelism is not modelled; set pipeline parallel size 1."
+            )
+        else:
+            spec = with_draft(spec, catalog.model_spec(draft))
     if spec is not None:
         ctx = ints.get("context_len")
         if ctx is not None and ctx > spec.max_context:
@@ -266,18 +413,31 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
                 check_tp(spec, ints["tp"])
             except ValueError as e:
                 errors["tp"] = f"{str(e)[0].upper()}{str(e)[1:]}."
-    if "tp" in ints and "gpu_count" in ints and ints["gpu_count"] % ints["tp"]:
+        if "pp" in ints and ints["pp"] > spec.num_layers:
+            errors["pp"] = f"Pipeline parallel size ({ints['pp']}) cannot exceed the {spec.num_layers} layers."
+        engine_id = raw.get("engine", DEFAULTS["engine"])
+        if engine_id in ENGINES and "engine" not in errors:
+            try:
+                for_engine(spec, engine_id)
+            except ValueError as e:
+                errors["engine"] = str(e).removeprefix("config.json: ")
+    if "tp" in ints and "gpu_count" in ints and "pp" in ints and ints["gpu_count"] % (ints["tp"] * ints["pp"]):
         errors["gpu_count"] = (
-            f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor parallel size ({ints['tp']})."
+            f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor parallel size ({ints['tp']}) "
+            f"x the pipeline parallel size ({ints['pp']})."
         )
     if "prefix_len" in ints and "context_len" in ints and ints["prefix_len"] > ints["context_len"]:
         errors["prefix_len"] = "The shared prefix cannot be longer than the context."
 
     if errors:
         return None, errors
-    assert spec is not None and utilization is not None and reserve is not None
+    assert spec is not None and utilization is not None and reserve is not None and offload is not None
     return KvInputs(
         model=model,
+        engine=raw.get("engine", DEFAULTS["engine"]),
+        draft_model=draft,
+        cpu_offload_bytes=offload,
+        swap_bytes=swap,
         kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
         weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
         state_dtype=raw.get("state_dtype", DEFAULTS["state_dtype"]),
@@ -322,6 +482,8 @@ class PageData:
     capacity_rows: list[dict]
     paged_rows: list[dict]
     prefix_rows: list[dict]
+    vllm_rows: list[dict]
+    concurrency_rows: list[dict]
     figures: dict[str, go.Figure]
     export: dict
 
@@ -337,16 +499,22 @@ class PageData:
             ("capacity", self.capacity_rows),
             ("paged", self.paged_rows),
             ("prefix", self.prefix_rows),
+            ("vllm", self.vllm_rows),
         ):
             for r in rows:
+                value = r["bytes"] if "bytes" in r else r["value"]
                 writer.writerow(
-                    {"section": section, "item": r["item"], "value": r["bytes"], "formula": r.get("formula", "")}
+                    {"section": section, "item": r["item"], "value": value, "formula": r.get("formula", "")}
                 )
         return buf.getvalue()
 
 
 def _row(item: str, value: int, formula: str = "") -> dict:
     return {"item": item, "bytes": value, "readable": fmt_bytes(value), "formula": formula}
+
+
+def _vrow(item: str, value: str, formula: str = "") -> dict:
+    return {"item": item, "value": value, "formula": formula}
 
 
 def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
@@ -371,7 +539,7 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
 
 def build_page_data(v: KvInputs) -> PageData:
     """All numbers, tables, figures and exports of one render of the KV-calculator page."""
-    spec = v.spec
+    spec = for_engine(v.spec, v.engine)  # the MLA layout the chosen engine stores
     whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
     per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
     cap = plan(
@@ -387,6 +555,10 @@ def build_page_data(v: KvInputs) -> PageData:
         reserve_bytes=v.reserve_bytes,
         block_size=v.block_size,
         state_dtype=v.state_dtype,
+        engine_id=v.engine,
+        pp=v.pp,
+        max_num_batched_tokens=v.max_num_batched_tokens,
+        cpu_offload_bytes=v.cpu_offload_bytes,
     )
     paged = paged_allocation(
         spec,
@@ -412,14 +584,19 @@ def build_page_data(v: KvInputs) -> PageData:
     naive = naive_bytes(spec, v.context_len, v.batch, v.kv_dtype)
 
     # charts: one cost model, many lengths
-    cost = sequence_cost(spec, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
     contexts = charts.context_points(v.context_len, spec.max_context)
-    seq_bytes = [cost.bytes(c, v.block_size) for c in contexts]
+    if cap.vllm is not None:
+        lay, pool = cap.vllm.layout, cap.vllm.num_blocks
+        steady = [lay.steady_blocks(c) for c in contexts]
+        seq_bytes = [n * lay.block_bytes for n in steady]
+        concurrency = [pool // n * cap.replicas for n in steady]
+    else:
+        cost = staged_cost(spec, v.kv_dtype, tp=v.tp, pp=v.pp, state_dtype=v.state_dtype)
+        seq_bytes = [cost.bytes(c, cap.block_size) for c in contexts]
+        concurrency = [max_sequences(cap.kv_budget, b) * cap.replicas for b in seq_bytes]
     figures = {
         "memory": charts.memory_figure(contexts, cap, [cap.batch_per_replica * b for b in seq_bytes]),
-        "concurrency": charts.concurrency_figure(
-            contexts, [max_sequences(cap.kv_budget, b) * cap.replicas for b in seq_bytes], v.context_len
-        ),
+        "concurrency": charts.concurrency_figure(contexts, concurrency, v.context_len, cap.weights_fit),
         "catalog": charts.catalog_figure(
             _catalog_rows(v.context_len, spec if v.model == CUSTOM else None), CATALOG_CHART_DTYPES, v.context_len
         ),
@@ -454,7 +631,76 @@ def build_page_data(v: KvInputs) -> PageData:
         "Max concurrent sequences": f"{cap.max_concurrency:,}",
         f"Max context at {v.batch:,} seq": f"{cap.max_context_at_batch:,} tokens",
     }
-    working = [f"{g.label}: {g.formula}" for g in whole.groups]
+    vllm_rows: list[dict] = []
+    if cap.vllm is not None:
+        vc = cap.vllm
+        lay = vc.layout
+        metrics["vLLM steady state (per instance)"] = f"{float(vc.steady_concurrency):.2f} sequences"
+        # the log line reads 'Maximum concurrency for N tokens per request: X.XXx'
+        metrics["vLLM start-up log: Maximum concurrency"] = (
+            f"{float(vc.logged_concurrency):.2f}x for {v.context_len:,} tokens"
+        )
+        verdict += (
+            ""
+            if not cap.weights_fit
+            else (
+                f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
+                f"its start-up log will report {float(vc.logged_concurrency):.2f}x (it budgets each request for a "
+                f"{v.max_num_batched_tokens:,}-token chunked prefill)."
+            )
+        )
+        vllm_rows = [
+            _vrow(
+                "KV-cache groups",
+                f"{len(lay.groups)} x {lay.group_size} layers",
+                f"{lay.describe()} (vLLM get_kv_cache_groups)",
+            ),
+            _vrow("page (one layer, one block)", f"{lay.page_bytes:,} B", f"{v.block_size} tokens x one layer's bytes"),
+            _vrow(
+                "num_blocks",
+                f"{vc.num_blocks:,}",
+                f"{vc.available:,} // {lay.page_bytes:,} // {lay.group_size} layers per group"
+                + (f", smallest of {v.pp} pipeline stages" if v.pp > 1 else ""),
+            ),
+            _vrow("GPU KV cache size (start-up log)", f"{vc.kv_cache_tokens:,} tokens", "num_blocks // groups x block"),
+        ]
+        for i, g in enumerate(lay.groups):
+            name = f"group {i} ({g.kind}{'' if g.span is None else f' {g.span:,}'}, {len(g.layers)} layers"
+            name += f" + {g.padding} padding)" if g.padding else ")"
+            logged = g.logged_blocks(v.context_len, v.max_num_batched_tokens)
+            vllm_rows.append(
+                _vrow(
+                    name,
+                    f"{g.steady_blocks(v.context_len):,} / {logged:,}",
+                    f"steady {g.describe_steady(v.context_len)}; "
+                    f"start-up {g.describe_logged(v.context_len, v.max_num_batched_tokens)}",
+                )
+            )
+        vllm_rows += [
+            _vrow(
+                "steady-state concurrency (what vLLM sustains while decoding)",
+                f"{float(vc.steady_concurrency):.2f}",
+                f"{vc.num_blocks:,} / {vc.steady_blocks:,} blocks per request",
+            ),
+            _vrow(
+                f"'Maximum concurrency for {v.context_len:,} tokens per request' (start-up log)",
+                f"{float(vc.logged_concurrency):.2f}x",
+                f"{vc.num_blocks:,} / {vc.logged_blocks:,} blocks per request "
+                f"(max_num_batched_tokens {v.max_num_batched_tokens:,})",
+            ),
+        ]
+    elif v.engine == "vllm":
+        vllm_rows = [
+            _vrow(
+                "vLLM allocator",
+                "not modelled for recurrent-state layers",
+                "Mamba / linear-attention pages are aligned to attention pages by vLLM; "
+                "capacity here counts whole blocks per group plus the states",
+            )
+        ]
+    conventions = list(spec.extras.get("conventions", ()))
+    working = [f"config: {note}" for note in conventions]
+    working += [f"{g.label}: {g.formula}" for g in whole.groups]
     if v.tp > 1:
         working += [f"per GPU (TP {v.tp}), {g.label}: {g.formula}" for g in per_gpu.groups]
     working.append(
@@ -495,24 +741,52 @@ def build_page_data(v: KvInputs) -> PageData:
         _row("GPU memory", cap.gpu_memory, f"{catalog.gpu(v.gpu).memory_gib} GiB"),
         _row("usable per GPU", cap.usable, f"floor({cap.gpu_memory:,} x {cap.utilization})"),
         _row("weights (all GPUs of a replica)", cap.weights_total, weight.describe(spec.params_total)),
-        _row("weights per GPU", cap.weights_per_gpu, f"ceil({cap.weights_total:,} / TP {v.tp})"),
+        _row(
+            "weights per GPU",
+            cap.weights_per_gpu,
+            f"ceil({cap.weights_total:,} / (TP {v.tp} x PP {v.pp}))"
+            + (f" - {cap.cpu_offload:,} offloaded to CPU" if cap.cpu_offload else ""),
+        ),
         _row("runtime reserve per GPU", cap.reserve),
         _row("KV budget per GPU", cap.kv_budget, "usable - weights per GPU - reserve"),
-        _row(f"one sequence of {v.context_len:,} tokens per GPU (whole blocks)", cap.sequence_bytes),
+        _row(
+            f"one sequence of {v.context_len:,} tokens per GPU",
+            cap.sequence_bytes,
+            "vLLM: steady-state blocks x page x layers per group"
+            if cap.vllm
+            else ("exact tokens" if cap.block_size is None else "whole blocks per group"),
+        ),
         _row(f"{cap.batch_per_replica} sequences per replica, per GPU", cap.batch_bytes),
         _row("headroom per GPU", cap.headroom, "KV budget - batch"),
         _row(
             f"one max-length request ({cap.max_len:,} tokens) per GPU",
             cap.max_len_sequence_bytes,
-            "fits" if cap.max_len_fits else "does not fit",
+            ("fits" if cap.max_len_fits else "does not fit")
+            + (" (vLLM's start-up check, with max_num_batched_tokens)" if cap.vllm else ""),
         ),
     ]
+    if v.swap_bytes:
+        parked = v.swap_bytes // cap.sequence_bytes if cap.sequence_bytes else 0
+        capacity_rows.append(
+            _row(
+                f"CPU swap space per GPU: holds {parked:,} preempted sequences of {v.context_len:,} tokens",
+                v.swap_bytes,
+                "swap // one sequence per GPU; host memory parks preempted sequences (vLLM v0 --swap-space; "
+                "v1 recomputes or offloads prefix blocks with --kv-offloading-size) and does not raise the "
+                "number of sequences running on the GPU",
+            )
+        )
     paged_rows = [
         _row("used by the tokens", paged.used),
         _row(
             f"paged allocation ({v.block_size}-token blocks)",
             paged.allocated,
-            "ceil(tokens held / block) x block per group",
+            "ceil(tokens held / block) x block per group"
+            + (
+                "; vLLM's exact blocks (groups, the extra sliding block) are under 'What vLLM allocates'"
+                if cap.vllm
+                else ""
+            ),
         ),
         _row("internal fragmentation", paged.fragmentation, "allocated - used"),
         _row(f"contiguous pre-allocation to {paged.max_len:,} tokens", paged.contiguous),
@@ -540,6 +814,8 @@ def build_page_data(v: KvInputs) -> PageData:
         },
         {"field": "source", "value": v.source or "pasted config.json"},
     ]
+    if conventions:
+        model_rows.append({"field": "not in config.json / family names", "value": "; ".join(conventions)})
     inputs = {
         k: getattr(v, k)
         for k in (
@@ -555,6 +831,12 @@ def build_page_data(v: KvInputs) -> PageData:
             "tp",
             "block_size",
             "reserve_bytes",
+            "engine",
+            "pp",
+            "max_num_batched_tokens",
+            "cpu_offload_bytes",
+            "draft_model",
+            "swap_bytes",
         )
     }
     inputs["utilization"] = str(v.utilization)
@@ -579,6 +861,8 @@ def build_page_data(v: KvInputs) -> PageData:
         },
         "paged": {r["item"]: r["bytes"] for r in paged_rows},
         "prefix": {r["item"]: r["bytes"] for r in prefix_rows},
+        "engine": {"id": v.engine, "pp": v.pp, "max_num_batched_tokens": v.max_num_batched_tokens}
+        | {r["item"]: r["value"] for r in vllm_rows},
     }
     return PageData(
         v,
@@ -597,6 +881,11 @@ def build_page_data(v: KvInputs) -> PageData:
         capacity_rows,
         paged_rows,
         prefix_rows,
+        vllm_rows,
+        [
+            {"context": f"{c:,}", "max sequences": f"{n:,}" if n > 0 else "does not fit"}
+            for c, n in zip(contexts, concurrency, strict=True)
+        ],
         figures,
         export,
     )

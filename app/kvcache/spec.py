@@ -4,8 +4,12 @@ A model's decoder layers fall into groups that hold the same thing per token or 
 
 * ``full``     - standard attention (MHA / GQA / MQA): K and V for every token.
 * ``sliding``  - sliding-window attention: K and V for the last ``window`` tokens only.
+* ``chunked``  - Llama 4 chunked local attention: K and V for the tokens of the current
+                 ``attention_chunk_size`` chunk only (``window`` holds the chunk size).
 * ``mla``      - DeepSeek's multi-head latent attention: one compressed latent of
                  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads.
+* ``mla_kv``   - the same layers as an engine that decompresses the latent stores them
+                 (transformers 4.x): per head, K of qk_nope + qk_rope values and V of v_head_dim.
 * ``mamba`` / ``mamba2`` / ``linear_attention`` - recurrent layers holding a fixed-size state
                  (convolution window + SSM / linear-attention state) per sequence.
 
@@ -27,11 +31,15 @@ from app.kvcache import params as _params
 
 _ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
 
-ATTENTION_KINDS = ("full", "sliding", "mla")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla", "mla_kv")
+# kinds that store K and V per KV head (the others store one latent per token)
+KV_HEAD_KINDS = ("full", "sliding", "chunked", "mla_kv")
 MAX_LAYERS = 10_000
 STATE_KINDS = ("mamba", "mamba2", "linear_attention")
 
-# Names other model families use for the standard fields (GPT-2, Falcon, MPT style configs).
+# Names other model families use for the standard fields (GPT-2 / GPT-J / GPT-BigCode: n_embd,
+# n_head, n_layer, n_positions; Falcon: num_kv_heads; RefinedWeb and BLOOM: n_head, n_layer,
+# n_embed; MPT: d_model, n_heads, n_layers, max_seq_len). Family-only names live in arch_defaults.
 _ALIASES = {
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
     "num_attention_heads": ("n_head", "num_heads", "n_heads"),
@@ -40,12 +48,16 @@ _ALIASES = {
     "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
 }
 
+# Falcon's three historical model_type names; their KV-head rule is in _falcon_kv_heads.
+FALCON_TYPES = ("falcon", "RefinedWeb", "RefinedWebModel")
+
 # layer_types vocabulary (transformers' names) -> our kinds. "mamba" is refined to mamba2 below
 # when the config carries Mamba-2 fields.
 _LAYER_TYPE_KINDS = {
     "full_attention": "full",
     "attention": "full",
     "sliding_attention": "sliding",
+    "chunked_attention": "chunked",
     "linear_attention": "linear_attention",
     "mamba": "mamba",
     "mamba2": "mamba2",
@@ -81,11 +93,19 @@ class LayerGroup:
     kind: str
     layer_indices: tuple[int, ...]
     kv_heads: int = 0
-    head_dim: int = 0
-    window: int | None = None
+    head_dim: int = 0  # K values per head (and V, unless v_head_dim is set)
+    window: int | None = None  # sliding window, or the chunk size of chunked layers
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     state: StateDims | None = None
+    v_head_dim: int = 0  # 0 = same as head_dim; MLA's V head size for mla groups
+    qk_nope_head_dim: int = 0  # MLA only: what a decompressing engine stores per head in K
+    mla_heads: int = 0  # MLA only: attention heads, for the decompressed layout
+    owner: str = ""  # "" = the model itself; e.g. "draft Llama 3.2 1B" for a speculative draft
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
 
     @property
     def layers(self) -> int:
@@ -123,7 +143,7 @@ class ModelSpec:
     @property
     def kv_heads(self) -> int:
         """KV heads of the standard attention layers (0 when the model has none)."""
-        return next((g.kv_heads for g in self.groups if g.kind in ("full", "sliding")), 0)
+        return next((g.kv_heads for g in self.groups if g.kind in ("full", "sliding", "chunked")), 0)
 
     @property
     def attention_label(self) -> str:
@@ -135,11 +155,16 @@ class ModelSpec:
             kv, q = self.kv_heads, self.num_attention_heads
             kind = "MHA" if kv == q else ("MQA" if kv == 1 else "GQA")
             parts.append(f"{kind} {q}q/{kv}kv")
+        if self.group("mla_kv"):
+            parts.append("MLA decompressed K/V")
         windows = sorted({g.window for g in self.groups if g.kind == "sliding"})
         if windows:
-            full = any(g.kind in ("full", "mla") for g in self.groups)
+            full = any(g.kind in ("full", "mla", "mla_kv") for g in self.groups)
             w = "/".join(str(x) for x in windows)
             parts.append(f"sliding {w}" + (" + global" if full else ""))
+        chunks = sorted({g.window for g in self.groups if g.kind == "chunked"})
+        if chunks:
+            parts.append("chunked " + "/".join(str(x) for x in chunks) + (" + global" if self.group("full") else ""))
         if any(g.kind in STATE_KINDS for g in self.groups):
             parts.append("hybrid " + "/".join(sorted({g.kind for g in self.groups if g.kind in STATE_KINDS})))
         return " + ".join(parts)
@@ -151,12 +176,27 @@ class ModelSpec:
 
 @lru_cache(maxsize=1)
 def _arch_defaults() -> dict[str, dict]:
+    """model_type -> {"source": str, "defaults": {...}, "aliases": {...}} (arch_defaults.json)."""
     raw = json.loads(_ARCH_DEFAULTS_FILE.read_text(encoding="utf-8"))
-    return {k: v["defaults"] for k, v in raw.items() if not k.startswith("_")}
+    return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
-def _merged(config: Any) -> dict:
-    """The text model's fields: a multimodal wrapper's text_config wins over its top level."""
+def family_source(model_type: str) -> str | None:
+    """The config class a family's conventions come from (short form), None for unknown ones."""
+    entry = _arch_defaults().get(model_type)
+    return entry["source"].split(":")[0] if entry else None
+
+
+def _present(cfg: dict, key: str) -> bool:
+    """The file names the field (under its own or another family's name). An explicit null
+    counts: transformers keeps it as None (e.g. "sliding_window": null turns windows off)."""
+    return key in cfg or any(a in cfg for a in _ALIASES.get(key, ()))
+
+
+def _merged(config: Any) -> tuple[dict, list[str]]:
+    """The text model's fields (a multimodal wrapper's text_config wins over its top level) with
+    the family's own names mapped and its config-class defaults filled in; plus one note per value
+    that did not come from the file, naming its source."""
     if not isinstance(config, dict):
         raise ValueError("config.json must be a JSON object")
     text = config.get("text_config")
@@ -165,9 +205,61 @@ def _merged(config: Any) -> dict:
     cfg = {k: v for k, v in config.items() if k not in ("text_config", "vision_config", "audio_config")}
     if text:
         cfg.update(text)
-    for key, value in _arch_defaults().get(str(cfg.get("model_type", "")), {}).items():
-        cfg.setdefault(key, value)
-    return cfg
+    notes: list[str] = []
+    model_type = str(cfg.get("model_type", ""))
+    family = _arch_defaults().get(model_type)
+    if family:
+        source = family_source(model_type)
+        for old, new in family.get("aliases", {}).items():
+            if cfg.get(old) is not None and not _present(cfg, new):
+                cfg[new] = cfg[old]
+                notes.append(f"{new} = {cfg[old]!r} read from '{old}' ({source})")
+        for key, value in family["defaults"].items():
+            if not _present(cfg, key):
+                cfg[key] = value
+                if key in _NOTED_DEFAULTS:
+                    notes.append(f"{key} = {json.dumps(value)}: not in config.json; default of {source}")
+    return cfg, notes
+
+
+# Defaults worth a line in the working (they change the cache or its limits); tie_word_embeddings
+# and vocab_size only move the weight estimate.
+_NOTED_DEFAULTS = frozenset(
+    {
+        "max_position_embeddings",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "sliding_window_pattern",
+        "sliding_window",
+        "multi_query",
+        "new_decoder_architecture",
+    }
+)
+
+
+def _falcon_kv_heads(cfg: dict, heads: int) -> tuple[int, str]:
+    """KV heads Falcon caches: num_kv_heads with the new decoder architecture (40B/180B), one
+    with multi_query (7B), else one per attention head. Same rule in transformers' FalconAttention
+    and vLLM's falcon.py."""
+    if cfg.get("new_decoder_architecture"):
+        name, value = _get(cfg, "num_key_value_heads")
+        kv = heads if value is None else _as_int(name, value)
+        return kv, f"new_decoder_architecture: {kv} KV heads (num_kv_heads)"
+    if cfg.get("multi_query"):
+        return 1, "multi_query: one KV head shared by all query heads"
+    return heads, "multi_query false: one KV head per attention head"
+
+
+def _mpt_kv_heads(cfg: dict, heads: int) -> tuple[int, str]:
+    """MPT keeps its KV-head count in attn_config.kv_n_heads (GQA variants); absent = multi-head."""
+    attn = cfg.get("attn_config") or {}
+    if not isinstance(attn, dict):
+        raise ValueError("config.json: 'attn_config' must be a JSON object")
+    if attn.get("kv_n_heads") is None:
+        return heads, "attn_config has no kv_n_heads: multi-head attention"
+    kv = _as_int("attn_config.kv_n_heads", attn["kv_n_heads"])
+    return kv, f"{kv} KV heads from attn_config.kv_n_heads"
 
 
 def _get(cfg: dict, key: str) -> tuple[str, Any]:
@@ -236,7 +328,19 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
             kinds.append(_LAYER_TYPE_KINDS[t])
         if "sliding" in kinds and window is None:
             raise ValueError("config.json: 'sliding_window' is missing but layer_types has sliding layers")
+        if "chunked" in kinds and cfg.get("attention_chunk_size") is None:
+            raise ValueError("config.json: 'attention_chunk_size' is missing but layer_types has chunked layers")
         return kinds, window
+
+    if cfg.get("attention_chunk_size") is not None:  # Llama 4: chunked local attention
+        _req(cfg, "attention_chunk_size")
+        no_rope = cfg.get("no_rope_layers")
+        if no_rope:  # 1 = RoPE layer (chunked), 0 = NoPE layer (global, full attention)
+            if not isinstance(no_rope, list) or len(no_rope) != n_layers or any(v not in (0, 1) for v in no_rope):
+                raise ValueError(f"config.json: 'no_rope_layers' must list 0 or 1 for each of the {n_layers} layers")
+            return ["chunked" if v else "full" for v in no_rope], None
+        interval = _opt(cfg, "no_rope_layer_interval") or 4  # Llama4TextConfig default
+        return ["chunked" if (i + 1) % interval else "full" for i in range(n_layers)], None
 
     if cfg.get("hybrid_override_pattern") is not None:
         pattern = cfg["hybrid_override_pattern"]
@@ -301,7 +405,7 @@ def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
 
 
 def _parse(config: dict, name: str | None) -> ModelSpec:
-    cfg = _merged(config)
+    cfg, notes = _merged(config)
     model_type = str(cfg.get("model_type") or "unknown")
     n_layers = _req(cfg, "num_hidden_layers")
     if n_layers > MAX_LAYERS:  # a typo'd config must not make us build a billion-entry layer list
@@ -316,8 +420,18 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     mla = cfg.get("kv_lora_rank") is not None
     if any(k in ATTENTION_KINDS for k in kinds):
         heads = _req(cfg, "num_attention_heads")
-        kv_name, kv_value = _get(cfg, "num_key_value_heads")
-        kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
+        if model_type in FALCON_TYPES:
+            kv_heads, why = _falcon_kv_heads(cfg, heads)
+            notes.append(f"Falcon {why} (transformers FalconAttention, vLLM falcon.py)")
+        elif model_type == "mpt":
+            kv_heads, why = _mpt_kv_heads(cfg, heads)
+            notes.append(f"MPT: {why} (vLLM mpt.py)")
+        elif model_type == "gpt_bigcode" and cfg.get("multi_query"):
+            kv_heads = 1
+            notes.append(f"GPT-BigCode multi_query: one KV head ({family_source(model_type)})")
+        else:
+            kv_name, kv_value = _get(cfg, "num_key_value_heads")
+            kv_heads = heads if kv_value is None else _as_int(kv_name, kv_value)  # absent -> MHA
         if heads % kv_heads:
             raise ValueError(
                 f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
@@ -342,14 +456,21 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     groups = []
     for kind in dict.fromkeys(k for k in kinds if k is not None):
         idx = tuple(i for i, k in enumerate(kinds) if k == kind)
-        if kind in ("full", "sliding"):
+        if kind in ("full", "sliding", "chunked"):
+            span = {"sliding": window, "chunked": _opt(cfg, "attention_chunk_size")}.get(kind)
+            groups.append(LayerGroup(kind, idx, kv_heads=kv_heads, head_dim=head_dim, window=span))
+        elif kind == "mla":
             groups.append(
                 LayerGroup(
-                    kind, idx, kv_heads=kv_heads, head_dim=head_dim, window=window if kind == "sliding" else None
+                    kind,
+                    idx,
+                    kv_lora_rank=lora,
+                    qk_rope_head_dim=rope,
+                    qk_nope_head_dim=_opt(cfg, "qk_nope_head_dim", minimum=0) or 0,
+                    v_head_dim=_opt(cfg, "v_head_dim", minimum=0) or 0,
+                    mla_heads=heads,
                 )
             )
-        elif kind == "mla":
-            groups.append(LayerGroup(kind, idx, kv_lora_rank=lora, qk_rope_head_dim=rope))
         else:
             groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden)))
 
@@ -364,5 +485,5 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         groups=tuple(groups),
         params_total=total,
         params_active=active,
-        extras={"vocab_size": cfg.get("vocab_size")},
+        extras={"vocab_size": cfg.get("vocab_size"), "conventions": tuple(notes)},
     )

@@ -131,3 +131,111 @@ def test_changing_model_and_dtype_updates_results():
     at.selectbox(key="kv_kv_dtype").set_value("bf16").run()
     per_token = [m.value for m in at.metric if m.label == "Bytes per token"]
     assert per_token == ["131,072 B"]
+
+
+def metric(at, label) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.mark.parametrize("raw", ["1e100000000", "1e400", "nan"])
+def test_link_with_an_absurd_utilization_gets_one_line_and_the_default(raw):
+    at = run(utilization=raw)
+    assert not at.exception
+    assert any("gpu_memory_utilization" in e and "above 0 and at most 1" in e for e in errors(at))
+    assert at.success  # the default 0.9 is used
+
+
+def test_mistral_at_32k_shows_vllm_steady_state_and_start_up_log():
+    at = run(
+        model="mistral-7b-v0.1",
+        gpu="h100-80gb",
+        gpu_count="1",
+        tp="1",
+        weight_dtype="bf16",
+        kv_dtype="bf16",
+        context_len="32768",
+        batch="1",
+    )
+    assert not at.exception, at.exception
+    assert metric(at, "vLLM steady state (per instance)") == "112.59 sequences"
+    assert metric(at, "vLLM start-up log: Maximum concurrency") == "37.63x for 32,768 tokens"
+    assert metric(at, "Max concurrent sequences") == "112"
+
+
+def test_engine_input_switches_the_mla_layout():
+    at = run(model="deepseek-v3", gpu="h200-141gb", gpu_count="8", tp="8", kv_dtype="bf16", context_len="4096")
+    assert metric(at, "Bytes per token") == "70,272 B"
+    at.selectbox(key="kv_engine").set_value("transformers4").run()
+    assert not at.exception
+    assert metric(at, "Bytes per token") == "4,997,120 B"
+    assert any("MLA decompressed K/V" in t.value for t in at.text)
+
+
+def test_falcon_7b_config_as_published():
+    falcon = {
+        "alibi": False,
+        "bias": False,
+        "hidden_size": 4544,
+        "model_type": "falcon",
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "num_attention_heads": 71,
+        "num_hidden_layers": 32,
+        "parallel_attn": True,
+        "vocab_size": 65024,
+    }
+    at = run(kv_dtype="bf16", context_len="2048", tp="1", gpu_count="1")
+    at.selectbox(key="kv_model").set_value("custom").run()
+    at.text_area(key="kv_config").input(json.dumps(falcon)).run()
+    assert not at.exception and not errors(at), errors(at)
+    assert metric(at, "Bytes per token") == "8,192 B"  # one KV head: 2 x 32 x 64 x 2
+    assert any("max_position_embeddings = 2048" in t.value and "FalconConfig" in t.value for t in at.text)
+
+
+def test_model_that_does_not_fit_says_so_on_the_concurrency_chart():
+    at = run(model="llama-3.1-405b", gpu="l4-24gb", gpu_count="1", tp="1", context_len="8192", batch="1")
+    assert not at.exception
+    chart = json.loads(at.get("plotly_chart")[1].proto.spec)
+    assert chart["data"][0]["y"] == []
+    assert any("Does not fit" in a["text"] for a in chart["layout"]["annotations"])
+
+
+def test_pasted_config_survives_in_the_link():
+    config = json.dumps({**FALCON_7B_CONFIG})
+    at = run(kv_dtype="bf16", context_len="2048", tp="1", gpu_count="1")
+    at.selectbox(key="kv_model").set_value("custom").run()
+    at.text_area(key="kv_config").input(config).run()
+    link = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert link["model"] == "custom" and link["config"]
+    # opening the link again shows the same model without pasting anything
+    again = run(**link)
+    assert not again.exception and not errors(again), errors(again)
+    assert again.text_area(key="kv_config").value and metric(again, "Bytes per token") == "8,192 B"
+
+
+def test_damaged_config_link_gets_a_message():
+    at = run(model="custom", config="@@@")
+    assert not at.exception
+    assert any("not a config link" in e for e in errors(at))
+
+
+def test_draft_model_adds_its_cache():
+    at = run(model="llama-3.1-70b", draft_model="llama-3.2-1b", kv_dtype="bf16", context_len="8192")
+    assert not at.exception, at.exception
+    # target 80 x 2 x 8 x 128 x 2 + draft 16 x 2 x 8 x 64 x 2 bytes per token
+    assert metric(at, "Bytes per token") == f"{80 * 2 * 8 * 128 * 2 + 16 * 2 * 8 * 64 * 2:,} B"
+    assert any("draft Llama 3.2 1B" in t.value for t in at.text)
+
+
+FALCON_7B_CONFIG = {
+    "alibi": False,
+    "bias": False,
+    "hidden_size": 4544,
+    "model_type": "falcon",
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "parallel_attn": True,
+    "vocab_size": 65024,
+}

@@ -55,8 +55,11 @@ def test_exports():
     assert exported["fits"] is True and exported["capacity"]["max_concurrency"] == 14
     assert exported["prefix"]
     rows = list(csv.DictReader(io.StringIO(data.export_csv())))
-    assert {r["section"] for r in rows} == {"breakdown", "capacity", "paged", "prefix"}
-    assert all(r["value"].lstrip("-").isdigit() for r in rows)
+    assert {r["section"] for r in rows} == {"breakdown", "capacity", "paged", "prefix", "vllm"}
+    assert all(r["value"].lstrip("-").isdigit() for r in rows if r["section"] != "vllm")
+    # the vLLM rows carry the allocator's figures as text (fractions, block counts)
+    vllm = {r["item"]: r["value"] for r in rows if r["section"] == "vllm"}
+    assert vllm["num_blocks"].replace(",", "").isdigit()
 
 
 def test_does_not_fit_verdicts():
@@ -147,3 +150,11 @@ def test_benchmark_shape():
     rows = run(repeats=3)
     assert rows and set(rows[0]) == {"name", "value", "unit", "budget", "ok"}
     assert rows[0]["unit"] == "ms" and rows[0]["budget"] == 50.0
+
+
+def test_swap_space_row_counts_parked_sequences():
+    data = kv.build_page_data(valid(swap_gib=16))
+    row = next(r for r in data.capacity_rows if r["item"].startswith("CPU swap space"))
+    per_gpu_seq = 2 * 80 * 4 * 128 * 1 * 32768  # Llama 3.1 70B, fp8 KV, TP 2, 32k tokens
+    assert row["bytes"] == 16 << 30
+    assert f"holds {(16 << 30) // per_gpu_seq:,} preempted sequences" in row["item"]

@@ -70,3 +70,30 @@ def test_tp_never_increases_per_gpu_memory_beyond_replication(model_id, dtype, n
         return  # this TP size cannot split the model; covered by the error tests
     whole = kv_cache_bytes(spec, n, 1, dtype)
     assert per_gpu <= whole <= per_gpu * tp
+
+
+ATTENTION_ONLY = st.sampled_from(
+    sorted(k for k in catalog.models() if all(g.is_attention for g in catalog.model_spec(k).groups))
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ATTENTION_ONLY,
+    st.integers(min_value=1, max_value=300_000),
+    st.sampled_from([1, 16, 32, 128]),
+    st.integers(min_value=1, max_value=65536),
+)
+def test_vllm_blocks_hold_every_token_and_the_log_never_budgets_less(model_id, n, block, batched):
+    from app.kvcache.vllm_alloc import layout
+
+    spec = catalog.model_spec(model_id)
+    lay = layout(spec, "bf16", block_size=block)
+    for g in lay.groups:
+        held = n if g.span is None else min(n, g.span)
+        # the blocks a request holds cover the tokens it needs, and the start-up log's budget
+        # (window - 1 + a prefill of max_num_batched_tokens) is never below the steady state
+        assert g.steady_blocks(n) * g.block_size >= held
+        assert g.steady_blocks(n) <= g.logged_blocks(n, batched)
+    # every real layer is in exactly one group
+    assert sorted(i for g in lay.groups for i in g.layers) == list(range(spec.num_layers))

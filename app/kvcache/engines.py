@@ -1,0 +1,105 @@
+"""Serving engines: which MLA layout each stores and which allocator model its capacity uses.
+
+* MLA layout. vLLM, SGLang, TensorRT-LLM and transformers >= 5 cache DeepSeek's compressed latent
+  (kv_lora_rank + qk_rope_head_dim values per token per layer, one 'head'); transformers 4.x
+  decompresses it and caches K (qk_nope + qk_rope values) and V (v_head_dim values) per attention
+  head, 71x more for DeepSeek-V3.
+* Allocator. vLLM: its v1 KV-cache manager, modelled exactly in ``vllm_alloc`` (KV-cache groups,
+  padding layers, the extra sliding-window block). TensorRT-LLM: whole blocks of block_size tokens
+  per layer group. SGLang (page size 1 by default) and transformers: exactly the tokens held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from app.kvcache.spec import LayerGroup, ModelSpec
+
+
+@dataclass(frozen=True)
+class Engine:
+    id: str
+    name: str
+    mla_layout: str  # "latent" | "decompressed"
+    allocator: str  # "vllm" | "blocks" | "tokens"
+    note: str
+
+
+ENGINES: dict[str, Engine] = {
+    e.id: e
+    for e in (
+        Engine("vllm", "vLLM (v1)", "latent", "vllm", "MLA latent; vLLM v1 block allocator (groups, padding)"),
+        Engine("sglang", "SGLang", "latent", "tokens", "MLA latent; token pool (page size 1): exactly the tokens held"),
+        Engine(
+            "trtllm",
+            "TensorRT-LLM",
+            "latent",
+            "blocks",
+            "MLA latent; paged blocks of block-size tokens per layer group",
+        ),
+        Engine("transformers5", "transformers >= 5", "latent", "tokens", "MLA latent; cache holds exactly the tokens"),
+        Engine(
+            "transformers4",
+            "transformers 4.x",
+            "decompressed",
+            "tokens",
+            "MLA decompressed to K/V per head; cache holds exactly the tokens",
+        ),
+    )
+}
+DEFAULT_ENGINE = "vllm"
+
+
+def engine(engine_id: str) -> Engine:
+    try:
+        return ENGINES[engine_id]
+    except KeyError:
+        raise ValueError(f"unknown engine {engine_id!r}; supported: {', '.join(ENGINES)}") from None
+
+
+def _decompressed(g: LayerGroup) -> LayerGroup:
+    return LayerGroup(
+        "mla_kv",
+        g.layer_indices,
+        kv_heads=g.mla_heads,
+        head_dim=g.qk_nope_head_dim + g.qk_rope_head_dim,
+        v_head_dim=g.v_head_dim or g.qk_nope_head_dim + g.qk_rope_head_dim,
+    )
+
+
+def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
+    """The model's cache as `engine_id` lays it out (only MLA models differ between engines)."""
+    e = engine(engine_id)
+    if e.mla_layout == "latent" or not spec.group("mla"):
+        return spec
+    g = spec.group("mla")
+    assert g is not None
+    if not (g.mla_heads and g.qk_nope_head_dim and g.v_head_dim):
+        raise ValueError(
+            "config.json: the decompressed MLA layout needs 'qk_nope_head_dim' and 'v_head_dim'. "
+            "Fix: add them or choose an engine that stores the latent"
+        )
+    groups = tuple(_decompressed(x) if x.kind == "mla" else x for x in spec.groups)
+    return dataclasses.replace(spec, groups=groups)
+
+
+def with_draft(spec: ModelSpec, draft: ModelSpec) -> ModelSpec:
+    """The target model plus a speculative-decoding draft model: the draft's weights are resident
+    too and its layers keep their own KV cache for every sequence (vLLM adds them to the KV-cache
+    groups; layers with the target's head shape share its groups). The draft runs at the same
+    tensor parallel size and KV dtype."""
+    offset = spec.num_layers
+    extra = tuple(
+        dataclasses.replace(g, layer_indices=tuple(i + offset for i in g.layer_indices), owner=f"draft {draft.name}")
+        for g in draft.groups
+    )
+    return dataclasses.replace(
+        spec,
+        groups=spec.groups + extra,
+        num_layers=spec.num_layers + draft.num_layers,
+        params_total=spec.params_total + draft.params_total,
+        params_active=spec.params_active + draft.params_active,
+        max_context=min(spec.max_context, draft.max_context),
+        params_note=f"{spec.params_note}; + draft {draft.name} {draft.params_total:,}",
+    )

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app import catalog
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 
 DEFAULT_CONFIG_PATH = "gateway.toml"
 DEFAULT_DATA_DIR = "data"

@@ -16,7 +16,8 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.routing.canary import Refreshing
-from app.simulator import FaultSettings, SimulatedProvider
+from app.simulator import SimulatedProvider
+from core.faults import FaultSettings
 
 FAULT_REFRESH_S = 0.5
 

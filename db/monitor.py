@@ -10,7 +10,7 @@ Time bucketing: a rollup's ``minute`` is the integer epoch second of the minute'
 is cut into buckets of ``step`` seconds (a whole number of minutes chosen by :func:`choose_step` so
 any window has at most :data:`MAX_POINTS` buckets); the bucket of a row is ``minute - minute % step``,
 computed in SQL, and the counters and histogram columns are summed per bucket and dimension there.
-Percentiles come from the summed histogram counts via :func:`app.telemetry.histogram.percentile`,
+Percentiles come from the summed histogram counts via :func:`core.histogram.percentile`,
 so they are accurate to the histogram's resolution (about 15 %, usually much better).
 
 Definitions used throughout (they follow the rollup's counters):
@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import BigInteger, Connection, Engine, and_, func, literal_column, select
 
-from app.telemetry.histogram import percentile
+from core.histogram import percentile
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
 MAX_POINTS = 300

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.dashboard.fmt import ratio_pct, when
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
 from db.faults import clear_faults, set_faults
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.config import Settings, key_state
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 
 # A provider is "failing recently" with at least this many attempts in the health window and at
 # least this share of them failed: one unlucky request does not paint it red.

@@ -32,8 +32,8 @@ from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
 from app.simulated import simulated_upstreams
 from app.simulator import SimulatedProvider, make_transport
-from app.telemetry.records import AttemptRecord
 from app.telemetry.writer import TelemetryWriter
+from core.records import AttemptRecord
 
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PROMPT_STORE_LIMIT = 20_000

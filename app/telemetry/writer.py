@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 
-from app.telemetry.records import AttemptRecord
+from core.records import AttemptRecord
 
 log = logging.getLogger(__name__)
 

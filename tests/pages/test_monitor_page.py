@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from app.telemetry.records import AttemptRecord
+from core.records import AttemptRecord
 from db import monitor as m
 from db.engine import dispose_all, get_engine
 from db.requests import insert_batch

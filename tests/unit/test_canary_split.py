@@ -118,7 +118,7 @@ def test_no_database_read_per_request(client_factory, sqlite_url):
 
 
 def test_refresh_applies_own_changes_at_once(client_factory, sqlite_url):
-    from app.simulator import FaultSettings
+    from core.faults import FaultSettings
     from db.faults import set_faults
 
     client = client_factory(sqlite_url)

@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, select, text
 
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from db import canary
 from db.canary import StaleCanaryError
 from db.engine import create_db_engine, dispose_all, get_engine

@@ -186,7 +186,7 @@ def test_session_id_header_and_cached_tokens_read_back(routed):
 
 
 def test_all_routes_failed_names_each_attempt(routed, sqlite_url):
-    from app.simulator import FaultSettings
+    from core.faults import FaultSettings
     from db.engine import get_engine
     from db.faults import set_faults
 

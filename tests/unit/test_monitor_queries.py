@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from app.telemetry.histogram import GROWTH
-from app.telemetry.records import AttemptRecord
+from core.histogram import GROWTH
+from core.records import AttemptRecord
 from db import monitor as m
 from db.requests import insert_batch
 

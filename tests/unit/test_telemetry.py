@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, select
 
-from app.telemetry.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
-from app.telemetry.records import AttemptRecord
 from app.telemetry.writer import TelemetryWriter
+from core.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
+from core.records import AttemptRecord
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # generous bound on waiting for a background thread; never a timing assertion
@@ -219,7 +219,7 @@ def test_interpreter_exit_flushes_a_writer_that_was_never_closed(sqlite_url: str
     proc = _run_script(
         """
         import os
-        from app.telemetry.records import AttemptRecord
+        from core.records import AttemptRecord
         from app.telemetry.writer import TelemetryWriter
         from db.engine import get_engine
         from db.requests import insert_batch

@@ -30,9 +30,9 @@ def _settings():
 
 def _engine(settings):
     from db.canary import ensure_setting
-    from db.engine import get_engine
+    from db.engine import DbTimeouts, get_engine
 
-    engine = get_engine(settings.database_url)
+    engine = get_engine(settings.database_url, timeouts=DbTimeouts(**settings.database.model_dump()))
     ensure_setting(engine, settings.routing.initial_ratio)
     return engine
 
@@ -42,9 +42,10 @@ def _ts(epoch: float) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from app.routing import RoutingClient
+    from app.gateway import build_gateway
 
-    client = RoutingClient(_settings(), source="cli")
+    gateway = build_gateway(_settings(), source="cli")
+    client = gateway.client
     try:
         messages = [{"role": "user", "content": args.prompt}]
         if args.stream:
@@ -74,7 +75,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             )
         return 0
     finally:
-        client.close()
+        gateway.close()
 
 
 def cmd_canary_show(args: argparse.Namespace) -> int:
@@ -113,25 +114,25 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
 def cmd_loadgen(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from app.gateway import build_gateway
     from app.loadgen import run_loadgen
-    from app.routing import RoutingClient
 
     if not args.rps > 0 or not args.duration > 0:
         raise CliError("--rps and --duration must be greater than 0")
-    client = RoutingClient(_settings(), source="loadgen")
+    gateway = build_gateway(_settings(), source="loadgen")
     try:
         with tqdm(
             total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr, disable=args.quiet
         ) as bar:
             report = run_loadgen(
-                client,
+                gateway.client,
                 rps=args.rps,
                 duration_s=args.duration,
                 seed=args.seed,
                 progress=lambda done, planned: bar.update(1),
             )
     finally:
-        client.close()
+        gateway.close()
     print(json.dumps(report.to_dict()))
     return 0
 
@@ -154,13 +155,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from app.simulated import simulated_upstreams
+    from app.gateway import build_gateway
     from app.simulator import serve
 
-    settings = _settings()
-    upstreams = simulated_upstreams(settings, _engine(settings))
-    providers = {u.provider.name: u.provider for u in upstreams.values()}
+    # The gateway keeps the simulators' fault settings current from the database; no guardrail here
+    # (the routers that send the traffic run it).
+    gateway = build_gateway(_settings(), source="simulate", guardrail=False)
+    providers = {u.provider.name: u.provider for u in gateway.upstreams.values()}
     if not providers:
+        gateway.close()
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))
     print(
@@ -168,7 +171,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers),
         file=sys.stderr,
     )
-    serve(providers, host=args.host, port=args.port)
+    try:
+        serve(providers, host=args.host, port=args.port)
+    finally:
+        gateway.close()
     return 0
 
 

@@ -150,6 +150,14 @@ class GuardrailConfig(_Strict):
     min_requests: int = Field(default=20, ge=1)
 
 
+class DatabaseConfig(_Strict):
+    """Bounded waits on the database (see :mod:`db.engine`): a hung database delays, never hangs."""
+
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    statement_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    lock_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+
+
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0)
 
@@ -165,6 +173,7 @@ class FileConfig(_Strict):
     simulator: SimulatorConfig = SimulatorConfig()
     guardrail: GuardrailConfig = GuardrailConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    database: DatabaseConfig = DatabaseConfig()
     database_url: str | None = None
 
     @model_validator(mode="after")
@@ -189,6 +198,7 @@ class Settings(BaseModel):
     simulator: SimulatorConfig
     guardrail: GuardrailConfig
     dashboard: DashboardConfig
+    database: DatabaseConfig = DatabaseConfig()
 
     @property
     def primary(self) -> ProviderConfig:
@@ -290,6 +300,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
         simulator=file_cfg.simulator,
         guardrail=file_cfg.guardrail,
         dashboard=file_cfg.dashboard,
+        database=file_cfg.database,
     )
 
 

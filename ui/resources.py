@@ -60,7 +60,9 @@ def engine() -> Engine:
 
 @st.cache_resource(show_spinner=False, on_release=lambda c: c.close())
 def _client(_key: tuple[str, str], _secrets: Mapping[str, str]) -> RoutingClient:
-    return RoutingClient(settings(), engine=engine(), source="playground", secrets=dict(_secrets))
+    from app.gateway import build_gateway
+
+    return build_gateway(settings(), engine=engine(), source="playground", secrets=dict(_secrets)).client
 
 
 def client() -> RoutingClient:

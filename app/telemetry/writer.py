@@ -60,6 +60,8 @@ class TelemetryWriter:
         self._queue.put(record, timeout=timeout)
 
     def submit_many(self, records: Sequence[AttemptRecord]) -> None:
+        if self._closed:
+            raise RuntimeError("telemetry writer is closed")
         for r in records:
             self.submit(r)
 

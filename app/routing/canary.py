@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+from functools import lru_cache
 from typing import Literal
 
 Side = Literal["primary", "fallback"]
 
 
+@lru_cache(maxsize=65_536)  # busy sessions come back turn after turn; skip re-hashing them
 def session_point(session_id: str) -> float:
     """A stable point in [0, 1) for a session id (first 64 bits of its SHA-256)."""
     digest = hashlib.sha256(session_id.encode("utf-8")).digest()

@@ -354,6 +354,7 @@ class RoutingClient:
         failure: Failure | None = None,
         usage: Usage | None = None,
         cost: float = 0.0,
+        final: bool = False,
     ) -> None:
         usage = usage or Usage()
         number = len(plan.records) + 1
@@ -380,7 +381,7 @@ class RoutingClient:
                 completion_tokens=usage.completion_tokens,
                 cost_usd=cost,
                 fallback=attempt.is_fallback,
-                final=False,
+                final=final,
                 substituted=attempt.substituted,
                 stream=plan.stream,
                 source=plan.source,
@@ -405,7 +406,8 @@ class RoutingClient:
     def _commit(self, plan: _Plan) -> None:
         if not plan.records:
             return
-        plan.records[-1] = replace(plan.records[-1], final=True)
+        if not plan.records[-1].final:  # a failed request: its last attempt closes it
+            plan.records[-1] = replace(plan.records[-1], final=True)
         self.telemetry.submit_many(plan.records)
 
     def _headers(self, plan: _Plan, with_hints: bool) -> dict[str, str] | None:
@@ -457,7 +459,7 @@ class RoutingClient:
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost)
+        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost, final=True)
         return ChatResult(
             text=text,
             provider=attempt.provider,

@@ -103,6 +103,43 @@ def test_many_queued_records_are_written_in_batches_of_bounded_size() -> None:
     assert w.written == 101
 
 
+def test_the_writer_wakes_per_full_batch_not_per_record() -> None:
+    sink = Sink()
+    two_batches = threading.Event()
+    inner = sink.__call__
+
+    def write(batch):
+        n = inner(batch)
+        if len(sink.batches) == 2:
+            two_batches.set()
+        return n
+
+    # A one-minute interval: only a full batch (or flush/close) may wake the writer.
+    w = TelemetryWriter(write, queue_size=1000, batch_size=10, flush_interval_s=60.0)
+    try:
+        for i in range(25):
+            w.submit_many([rec(i)])
+        assert two_batches.wait(WAIT_S)
+        assert [len(b) for b in sink.batches] == [10, 10] and w.pending == 5  # the rest waits for the interval
+        w.flush()
+        assert [len(b) for b in sink.batches] == [10, 10, 5] and w.pending == 0
+    finally:
+        w.close()
+    assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(25)]
+
+
+def test_a_request_group_larger_than_a_batch_is_split_in_order() -> None:
+    sink = Sink()
+    w = TelemetryWriter(sink, queue_size=4, batch_size=3, flush_interval_s=60.0)
+    try:
+        w.submit_many([rec(i) for i in range(7)])  # bigger than the queue: accepted when it is empty
+        w.flush()
+    finally:
+        w.close()
+    assert [len(b) for b in sink.batches] == [3, 3, 1]
+    assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(7)]
+
+
 def test_full_queue_applies_backpressure_instead_of_dropping() -> None:
     sink = Sink()
     sink.gate.clear()

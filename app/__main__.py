@@ -9,14 +9,22 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
+import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
+
+from app.config import ConfigError
+from core.errors import ConflictError, GatewayError, InvalidRequest
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-class CliError(Exception):
+class CliError(GatewayError):
+    """A bad command line (exit 2 unless ``code`` says otherwise)."""
+
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
         self.code = code
@@ -237,30 +245,44 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def main(argv: list[str] | None = None) -> int:
-    from app.catalog import UnknownModelError
-    from app.config import ConfigError
-    from app.routing import AllRoutesFailed, ProviderNotConfigured, StreamBrokenError
-    from db.canary import StaleCanaryError
+def exit_code(exc: GatewayError) -> int:
+    """2 for what the operator can fix in the command or the config, 1 when the gateway failed."""
+    if isinstance(exc, CliError):
+        return exc.code
+    if isinstance(exc, (InvalidRequest, ConflictError, ConfigError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
 
+
+def configure_logging(env: Mapping[str, str] | None = None) -> None:
+    """Once per process, at the entry point: level from ``LOG_LEVEL`` (default WARNING), to stderr."""
+    env = os.environ if env is None else env
+    name = (env.get("LOG_LEVEL") or "WARNING").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise CliError(f"LOG_LEVEL={name!r} is not a logging level; use DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        configure_logging()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (CliError, ConfigError, UnknownModelError, ValueError, StaleCanaryError) as exc:
+    except GatewayError as exc:
         if args.debug:
             raise
-        code = exc.code if isinstance(exc, CliError) else EXIT_USAGE
         print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return code
-    except (AllRoutesFailed, ProviderNotConfigured, StreamBrokenError) as exc:
+        return exit_code(exc)
+    except ValueError as exc:  # a library's refusal of a value (e.g. pydantic); the operator's to fix
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         if args.debug:
             raise

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app import catalog
+from core.errors import ConfigurationError
 from core.faults import FaultSettings
 
 DEFAULT_CONFIG_PATH = "gateway.toml"
@@ -25,11 +26,11 @@ SIM_SCHEME = "sim://"
 INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError, ValueError):
     """A configuration problem, phrased for the operator: file, key, what is allowed."""
 
 
-class ProviderNotConfigured(RuntimeError):
+class ProviderNotConfigured(ConfigurationError, RuntimeError):
     """A real provider was used but the environment variable holding its key is unset."""
 
     def __init__(self, provider: str, env_var: str):

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import httpx2
 import openai
@@ -31,6 +31,7 @@ from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
+from core.errors import InvalidRequest
 from core.records import AttemptRecord
 
 if TYPE_CHECKING:
@@ -60,16 +61,16 @@ class TelemetrySink(Protocol):
 
 def validate_messages(messages: object) -> list[dict]:
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        raise InvalidRequest("messages must be a non-empty list of {'role': ..., 'content': ...}")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
-            raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content'")
+            raise InvalidRequest(f"messages[{i}] must be a mapping with 'role' and 'content'")
         role = m.get("role")
         if role not in VALID_ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
+            raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
         if not isinstance(m.get("content"), (str, list)):
-            raise ValueError(f"messages[{i}].content must be text")
+            raise InvalidRequest(f"messages[{i}].content must be text")
         out.append(dict(m))
     return out
 
@@ -207,6 +208,51 @@ class RoutingClient:
         """Seconds since the canary ratio was last loaded from the database."""
         return self._ratio.age_s()
 
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: Literal[False] = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatResult: ...
+
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: Literal[True],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatStream: ...
+
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: bool = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatResult | ChatStream: ...
+
     def chat(
         self,
         messages: Sequence[dict],
@@ -274,10 +320,10 @@ class RoutingClient:
     ) -> _Plan:
         msgs = validate_messages(messages)
         if session_id is not None and not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
-            raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters")
+            raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters")
         source = source or self.source
         if not 0 < len(source) <= MAX_SOURCE:
-            raise ValueError(f"source must be 1 to {MAX_SOURCE} characters")
+            raise InvalidRequest(f"source must be 1 to {MAX_SOURCE} characters")
         if model in (None, "", "auto"):
             decision = classify_intent(msgs, self.settings.intents)
             chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
@@ -287,13 +333,13 @@ class RoutingClient:
             chosen, intent, requested = model, "explicit", model
             est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
         if temperature is not None and not 0.0 <= float(temperature) <= 2.0:
-            raise ValueError("temperature must be between 0 and 2")
+            raise InvalidRequest("temperature must be between 0 and 2")
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValueError("max_tokens must be a positive integer")
+            raise InvalidRequest("max_tokens must be a positive integer")
         r = self.settings.routing
         if route is not None:
             if route not in ("primary", "fallback"):
-                raise ValueError("route must be 'primary' or 'fallback'")
+                raise InvalidRequest("route must be 'primary' or 'fallback'")
             side: Side = route
             routes = [(getattr(r, route), False)]
         else:

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.refresh import Periodic
+from core.canary import GuardrailSettings
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
 from db.monitor import GuardrailReading, provider_error_rate
 
@@ -35,14 +36,9 @@ __all__ = [
 ]
 
 
-def guardrail_defaults(settings: Settings) -> dict:
-    g = settings.guardrail
-    return {
-        "enabled": g.enabled,
-        "error_rate_threshold": g.error_rate_threshold,
-        "window_minutes": g.window_minutes,
-        "min_requests": g.min_requests,
-    }
+def guardrail_defaults(settings: Settings) -> GuardrailSettings:
+    """The config's guardrail, which applies until the canary page saves one."""
+    return settings.guardrail
 
 
 def check_guardrail(engine: Engine, settings: Settings, now: float | None = None) -> float | None:

@@ -7,13 +7,13 @@ and its audit row commit in one transaction, so the audit never disagrees with t
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from core.canary import GuardrailSettings, ratio_in_range
 from core.errors import ConflictError, InvalidRequest
 from db.models import CanaryAudit, CanarySetting, GuardrailSetting
 
@@ -73,7 +73,7 @@ def validate_ratio(ratio: object) -> float:
         value = float(ratio)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InvalidRequest(f"canary ratio must be a number between 0 and 1, got {ratio!r}") from None
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+    if not ratio_in_range(value):
         raise InvalidRequest(f"canary ratio must be between 0 and 1 (0 % to 100 %), got {ratio!r}")
     return value
 
@@ -189,12 +189,12 @@ def audit_count(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(CanaryAudit)).scalar_one())
 
 
-def get_guardrail(engine: Engine, defaults: dict | None = None) -> GuardrailState:
+def get_guardrail(engine: Engine, defaults: GuardrailSettings | None = None) -> GuardrailState:
+    """The stored guardrail setting, or ``defaults`` (the config's) when none was saved."""
     with engine.connect() as conn:
         row = conn.execute(select(GuardrailSetting).where(GuardrailSetting.id == SETTING_ID)).mappings().first()
     if row is None:
-        d = {"enabled": False, "error_rate_threshold": 0.5, "window_minutes": 5, "min_requests": 20}
-        d.update(defaults or {})
+        d = (defaults or GuardrailSettings()).model_dump()
         return GuardrailState(updated_at=0.0, updated_by="config", **d)
     return GuardrailState(
         enabled=row["enabled"],
@@ -209,21 +209,14 @@ def get_guardrail(engine: Engine, defaults: dict | None = None) -> GuardrailStat
 def set_guardrail(
     engine: Engine, *, enabled: bool, error_rate_threshold: float, window_minutes: int, min_requests: int, actor: str
 ) -> GuardrailState:
-    if not 0.0 < float(error_rate_threshold) <= 1.0:
-        raise InvalidRequest("error-rate threshold must be above 0 % and at most 100 %")
-    if not 1 <= int(window_minutes) <= 60:
-        raise InvalidRequest("window must be 1 to 60 minutes")
-    if int(min_requests) < 1:
-        raise InvalidRequest("minimum requests must be at least 1")
-    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
-    values = dict(
-        enabled=bool(enabled),
-        error_rate_threshold=float(error_rate_threshold),
-        window_minutes=int(window_minutes),
-        min_requests=int(min_requests),
-        updated_at=time.time(),
-        updated_by=actor,
+    g = GuardrailSettings.checked(
+        enabled=enabled,
+        error_rate_threshold=error_rate_threshold,
+        window_minutes=window_minutes,
+        min_requests=min_requests,
     )
+    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
+    values = dict(**g.model_dump(), updated_at=time.time(), updated_by=actor)
     with engine.begin() as conn:
         res = conn.execute(update(GuardrailSetting).where(GuardrailSetting.id == SETTING_ID).values(**values))
         if res.rowcount == 0:

@@ -11,6 +11,7 @@ telemetry writer: a failing check must not make the writer re-write a batch it a
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from core.canary import GuardrailSettings
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
 from db.monitor import GuardrailReading, provider_error_rate
 
+log = logging.getLogger(__name__)
 ACTOR = "guardrail"
 CHECK_EVERY_S = 2.0
 __all__ = [
@@ -59,7 +61,9 @@ def check_guardrail(engine: Engine, settings: Settings, now: float | None = None
     try:
         set_ratio(engine, 0.0, expected_version=state.version, actor=ACTOR, reason=reason)
     except StaleCanaryError:
+        log.info("guardrail tripped but the canary changed meanwhile; leaving it as it is")
         return None  # someone acted at the same moment; their decision stands
+    log.warning("canary rolled back to 0 %%: %s", reason)
     return reading.error_rate
 
 

@@ -12,6 +12,7 @@ from the ``[database]`` table of the gateway config (see :class:`DbTimeouts` for
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ class DbTimeouts:
 
 DEFAULT_TIMEOUTS = DbTimeouts()
 
+log = logging.getLogger(__name__)
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
@@ -85,6 +87,7 @@ def get_engine(url: str, *, migrate: bool = True, timeouts: DbTimeouts | None = 
         engine = _engines.get(url)
         if engine is None:
             engine = create_db_engine(url, timeouts or DEFAULT_TIMEOUTS)
+            log.debug("engine for %s created", engine.url.render_as_string(hide_password=True))
             if migrate:
                 from db.migrate import upgrade
 

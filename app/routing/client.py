@@ -11,6 +11,7 @@ randomness are injectable so tests of timing take milliseconds.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import threading
@@ -37,6 +38,7 @@ from core.records import AttemptRecord
 if TYPE_CHECKING:
     from app.gateway import Gateway
 
+log = logging.getLogger(__name__)
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PROMPT_STORE_LIMIT = 20_000
 MAX_SESSION_ID = 128  # the width of request_log.session_id
@@ -480,15 +482,22 @@ class RoutingClient:
                 if failure is None:
                     return
                 if failure.hint_rejection and not hints_dropped:
+                    log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
                     with_hints, hints_dropped = False, True
                     continue
                 if failure.retryable and retries + 1 < self.settings.retry.max_attempts:
                     delay = backoff.next_delay(retries, failure.retry_after_s)
                     if delay is not None:
+                        log.info(
+                            "%s: %s; retry in %.2fs (request %s)", provider, failure.describe(), delay, plan.request_id
+                        )
                         self._sleep(delay)
                         retries += 1
                         continue
                 if failure.fallback:
+                    log.info(
+                        "%s: %s; trying the next route (request %s)", provider, failure.describe(), plan.request_id
+                    )
                     break
                 raise _Stop(f"request refused by {provider}")
         raise _Stop("all routes failed")

@@ -318,6 +318,9 @@ def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
     env.config.write_text(REAL_PRIMARY + "\n[simulator]\nlatency_scale = 0\n")
     at = open_app("pages/playground.py")
     set_ratio(engine(), 1.0, expected_version=None, actor="t", reason="primary first, then the fallback")
+    from ui import resources
+
+    resources.client().refresh()  # the background refresher would apply it within ratio_refresh_s
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
     err = at.chat_message[1].error[0].value
@@ -470,12 +473,11 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     assert first.side == "primary" and first.fallback_used  # the primary fails, the fallback answers
     for i in range(1, 6):
         r = client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
-        # Either the primary failed and the fallback answered, or the client's own guardrail check
-        # (after its telemetry writes) has already rolled the canary back and the request went
-        # straight to the fallback side.
+        # Either the primary failed and the fallback answered, or the gateway's guardrail timer has
+        # already rolled the canary back and the request went straight to the fallback side.
         assert r.provider == "direct" and (r.fallback_used or r.side == "fallback")
     client.flush()
-    check_guardrail(engine(), client.settings)  # the client checks too after its writes, at most every 2 s
+    check_guardrail(engine(), client.settings)  # the gateway's timer checks too, every 2 s
     state = get_state(engine())
     assert (state.ratio, state.updated_by) == (0.0, "guardrail")
 

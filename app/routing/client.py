@@ -116,7 +116,7 @@ class _Try:
 class ChatStream:
     """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
 
-    def __init__(self, gen_factory: Callable[[ChatStream], Iterator[str]], plan: _Plan):
+    def __init__(self, gen_factory: Callable[[ChatStream], Generator[str, None, None]], plan: _Plan):
         self.result: ChatResult | None = None
         self.request_id = plan.request_id
         self.intent = plan.intent
@@ -569,7 +569,7 @@ class RoutingClient:
             steps.close()
             self._commit(plan)
 
-    def _run_stream(self, plan: _Plan, holder: ChatStream) -> Iterator[str]:
+    def _run_stream(self, plan: _Plan, holder: ChatStream) -> Generator[str, None, None]:
         started = self._clock()
         steps = self._attempts(plan)
         try:

@@ -54,3 +54,9 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\n\ndef f():\n    from app.routing import RoutingClient\n    import ui.resources\n")
     assert imported_modules(module) == {"os", "app.routing", "ui.resources"}
+
+
+def test_simulated_upstreams_do_not_reach_into_routing() -> None:
+    """The simulators sit below the router: app.simulated and app.simulator never import app.routing."""
+    paths = [REPO / "app" / "simulated.py", *sorted((REPO / "app" / "simulator").rglob("*.py"))]
+    assert [str(p) for p in paths for m in imported_modules(p) if m.startswith("app.routing")] == []

@@ -2,10 +2,12 @@
 streaming, cost and telemetry out.
 
 Each provider is a real ``openai.OpenAI`` client with the SDK's own retries off (``max_retries=0``);
-its ``httpx2.Client`` gets the transport from the provider config: the built-in simulator's mock
-transport for ``sim://`` providers, a test's transport when one is injected, the network otherwise.
-The retry and fallback policy lives here and in :mod:`app.routing.errors`; clock, sleep and
-randomness are injectable so tests of timing take milliseconds.
+its ``httpx2.Client`` gets the transport it was handed (:func:`app.gateway.build_gateway` hands it
+the built-in simulator's mock transport for ``sim://`` providers, or a test's transport), the
+network otherwise. The retry and fallback policy lives here and in :mod:`app.routing.errors`; clock,
+sleep and randomness are injectable so tests of timing take milliseconds. The request path does no
+database I/O: the canary ratio is the last value the gateway's background refresher loaded, and the
+attempt records go to the telemetry writer in one hand-off.
 """
 
 from __future__ import annotations

@@ -48,3 +48,14 @@ def test_refused_input_is_an_invalid_request_and_still_a_value_error():
 )
 def test_cli_exit_codes_by_kind(exc, code):
     assert exit_code(exc) == code
+
+
+def test_log_level_comes_from_the_environment_and_a_bad_one_is_refused():
+    import logging
+
+    from app.__main__ import configure_logging
+
+    with pytest.raises(CliError, match="LOG_LEVEL='LOUD' is not a logging level"):
+        configure_logging({"LOG_LEVEL": "loud"})
+    configure_logging({"LOG_LEVEL": "info"})  # accepted, any case (basicConfig keeps pytest's handlers)
+    assert logging.getLevelName("INFO") == logging.INFO

@@ -9,14 +9,22 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
+import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
+
+from app.config import ConfigError
+from core.errors import ConflictError, GatewayError, InvalidRequest
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-class CliError(Exception):
+class CliError(GatewayError):
+    """A bad command line (exit 2 unless ``code`` says otherwise)."""
+
     def __init__(self, message: str, code: int = EXIT_USAGE):
         super().__init__(message)
         self.code = code
@@ -30,9 +38,9 @@ def _settings():
 
 def _engine(settings):
     from db.canary import ensure_setting
-    from db.engine import get_engine
+    from db.engine import DbTimeouts, get_engine
 
-    engine = get_engine(settings.database_url)
+    engine = get_engine(settings.database_url, timeouts=DbTimeouts(**settings.database.model_dump()))
     ensure_setting(engine, settings.routing.initial_ratio)
     return engine
 
@@ -42,9 +50,10 @@ def _ts(epoch: float) -> str:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from app.routing import RoutingClient
+    from app.gateway import build_gateway
 
-    client = RoutingClient(_settings(), source="cli")
+    gateway = build_gateway(_settings(), source="cli")
+    client = gateway.client
     try:
         messages = [{"role": "user", "content": args.prompt}]
         if args.stream:
@@ -74,7 +83,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             )
         return 0
     finally:
-        client.close()
+        gateway.close()
 
 
 def cmd_canary_show(args: argparse.Namespace) -> int:
@@ -113,25 +122,25 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
 def cmd_loadgen(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from app.gateway import build_gateway
     from app.loadgen import run_loadgen
-    from app.routing import RoutingClient
 
     if not args.rps > 0 or not args.duration > 0:
         raise CliError("--rps and --duration must be greater than 0")
-    client = RoutingClient(_settings(), source="loadgen")
+    gateway = build_gateway(_settings(), source="loadgen")
     try:
         with tqdm(
             total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr, disable=args.quiet
         ) as bar:
             report = run_loadgen(
-                client,
+                gateway.client,
                 rps=args.rps,
                 duration_s=args.duration,
                 seed=args.seed,
                 progress=lambda done, planned: bar.update(1),
             )
     finally:
-        client.close()
+        gateway.close()
     print(json.dumps(report.to_dict()))
     return 0
 
@@ -154,13 +163,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from app.simulated import simulated_upstreams
+    from app.gateway import build_gateway
     from app.simulator import serve
 
-    settings = _settings()
-    upstreams = simulated_upstreams(settings, _engine(settings))
-    providers = {u.provider.name: u.provider for u in upstreams.values()}
+    # The gateway keeps the simulators' fault settings current from the database; no guardrail here
+    # (the routers that send the traffic run it).
+    gateway = build_gateway(_settings(), source="simulate", guardrail=False)
+    providers = {u.provider.name: u.provider for u in gateway.upstreams.values()}
     if not providers:
+        gateway.close()
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))
     print(
@@ -168,7 +179,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers),
         file=sys.stderr,
     )
-    serve(providers, host=args.host, port=args.port)
+    try:
+        serve(providers, host=args.host, port=args.port)
+    finally:
+        gateway.close()
     return 0
 
 
@@ -261,30 +275,44 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def main(argv: list[str] | None = None) -> int:
-    from app.catalog import UnknownModelError
-    from app.config import ConfigError
-    from app.routing import AllRoutesFailed, ProviderNotConfigured, StreamBrokenError
-    from db.canary import StaleCanaryError
+def exit_code(exc: GatewayError) -> int:
+    """2 for what the operator can fix in the command or the config, 1 when the gateway failed."""
+    if isinstance(exc, CliError):
+        return exc.code
+    if isinstance(exc, (InvalidRequest, ConflictError, ConfigError)):
+        return EXIT_USAGE
+    return EXIT_FAILED
 
+
+def configure_logging(env: Mapping[str, str] | None = None) -> None:
+    """Once per process, at the entry point: level from ``LOG_LEVEL`` (default WARNING), to stderr."""
+    env = os.environ if env is None else env
+    name = (env.get("LOG_LEVEL") or "WARNING").upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise CliError(f"LOG_LEVEL={name!r} is not a logging level; use DEBUG, INFO, WARNING or ERROR")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        configure_logging()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (CliError, ConfigError, UnknownModelError, ValueError, StaleCanaryError) as exc:
+    except GatewayError as exc:
         if args.debug:
             raise
-        code = exc.code if isinstance(exc, CliError) else EXIT_USAGE
         print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
-        return code
-    except (AllRoutesFailed, ProviderNotConfigured, StreamBrokenError) as exc:
+        return exit_code(exc)
+    except ValueError as exc:  # a library's refusal of a value (e.g. pydantic); the operator's to fix
         if args.debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         if args.debug:
             raise

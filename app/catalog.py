@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.errors import InvalidRequest
+
 CATALOG_FILE = Path(__file__).parent / "data" / "models.toml"
 _PER_MILLION = Decimal(1_000_000)
 
@@ -30,7 +32,7 @@ class ModelInfo(BaseModel):
     source: str
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(InvalidRequest):
     """An explicit model name that is not in the catalog (refused before any network call)."""
 
     def __init__(self, model: str):

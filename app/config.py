@@ -17,7 +17,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app import catalog
-from app.simulator.faults import FaultSettings
+from core.canary import GuardrailSettings as GuardrailConfig
+from core.errors import ConfigurationError
+from core.faults import FaultSettings
 
 DEFAULT_CONFIG_PATH = "gateway.toml"
 DEFAULT_DATA_DIR = "data"
@@ -25,11 +27,11 @@ SIM_SCHEME = "sim://"
 INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
 
 
-class ConfigError(ValueError):
+class ConfigError(ConfigurationError, ValueError):
     """A configuration problem, phrased for the operator: file, key, what is allowed."""
 
 
-class ProviderNotConfigured(RuntimeError):
+class ProviderNotConfigured(ConfigurationError, RuntimeError):
     """A real provider was used but the environment variable holding its key is unset."""
 
     def __init__(self, provider: str, env_var: str):
@@ -143,11 +145,12 @@ class SimulatorConfig(_Strict):
     seed: int | None = None
 
 
-class GuardrailConfig(_Strict):
-    enabled: bool = False
-    error_rate_threshold: float = Field(default=0.5, gt=0, le=1)
-    window_minutes: int = Field(default=5, ge=1, le=60)
-    min_requests: int = Field(default=20, ge=1)
+class DatabaseConfig(_Strict):
+    """Bounded waits on the database (see :mod:`db.engine`): a hung database delays, never hangs."""
+
+    connect_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    statement_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    lock_timeout_s: float = Field(default=10.0, gt=0, le=3600)
 
 
 class DashboardConfig(_Strict):
@@ -165,6 +168,7 @@ class FileConfig(_Strict):
     simulator: SimulatorConfig = SimulatorConfig()
     guardrail: GuardrailConfig = GuardrailConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    database: DatabaseConfig = DatabaseConfig()
     database_url: str | None = None
 
     @model_validator(mode="after")
@@ -189,6 +193,7 @@ class Settings(BaseModel):
     simulator: SimulatorConfig
     guardrail: GuardrailConfig
     dashboard: DashboardConfig
+    database: DatabaseConfig = DatabaseConfig()
 
     @property
     def primary(self) -> ProviderConfig:
@@ -251,10 +256,34 @@ def _load_intents(path: str, raw: Mapping[str, Any] | None) -> IntentConfig:
         return IntentConfig.model_validate(tomllib.load(fh))
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate the configuration; raise :class:`ConfigError` with a clear message."""
+def lookup(
+    name: str,
+    env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    file_value: str | None = None,
+    default: str | None = None,
+) -> str | None:
+    """The one precedence rule for every setting read by name: the environment, then the Streamlit
+    secrets, then the config file, then the default (an empty value counts as unset)."""
     env = os.environ if env is None else env
-    cfg_path = Path(path if path is not None else env.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)
+    for value in (env.get(name), (secrets or {}).get(name), file_value, default):
+        if value:
+            return value
+    return None
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read and validate the configuration; raise :class:`ConfigError` with a clear message.
+
+    ``GATEWAY_CONFIG`` and ``DATABASE_URL`` follow :func:`lookup`'s precedence; an explicit
+    ``path`` wins over ``GATEWAY_CONFIG``.
+    """
+    env = os.environ if env is None else env
+    cfg_path = Path(path if path is not None else lookup("GATEWAY_CONFIG", env, secrets) or DEFAULT_CONFIG_PATH)
     shown = str(cfg_path)
     try:
         with cfg_path.open("rb") as fh:
@@ -273,7 +302,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
         raise _explain(shown, exc) from None
     intents = _load_intents(shown, intents_raw)
 
-    database_url = env.get("DATABASE_URL") or file_cfg.database_url or _default_database_url(Path.cwd())
+    database_url = lookup("DATABASE_URL", env, secrets, file_cfg.database_url) or _default_database_url(Path.cwd())
     if not database_url.startswith(("sqlite:", "postgresql")):
         raise ConfigError(
             f"DATABASE_URL: unsupported database {database_url.split(':', 1)[0]!r}; "
@@ -290,6 +319,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, env: Mapping[str, 
         simulator=file_cfg.simulator,
         guardrail=file_cfg.guardrail,
         dashboard=file_cfg.dashboard,
+        database=file_cfg.database,
     )
 
 
@@ -305,9 +335,8 @@ def resolve_api_key(
     """
     if provider.is_simulated:
         return "sim"
-    env = os.environ if env is None else env
     var = provider.api_key_env or ""
-    key = env.get(var) or (secrets or {}).get(var)
+    key = lookup(var, env, secrets)
     if not key:
         raise ProviderNotConfigured(name, var)
     return key
@@ -319,6 +348,4 @@ def key_state(
     """``simulated``, ``set`` or ``missing``: what the UI may show about a key (never the key)."""
     if provider.is_simulated:
         return "simulated"
-    env = os.environ if env is None else env
-    var = provider.api_key_env or ""
-    return "set" if (env.get(var) or (secrets or {}).get(var)) else "missing"
+    return "set" if lookup(provider.api_key_env or "", env, secrets) else "missing"

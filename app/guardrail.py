@@ -4,28 +4,43 @@ The error rate is the primary provider's failed attempts over all its attempts i
 ``window_minutes`` (from the minute rollups), and the rollback only happens with at least
 ``min_requests`` attempts in the window, so one unlucky request cannot trip it. The rollback is an
 ordinary audited canary change with actor ``guardrail``.
+
+The check runs on its own timer (:func:`guardrail_timer`, started by the gateway), never inside the
+telemetry writer: a failing check must not make the writer re-write a batch it already committed.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
+
 from sqlalchemy import Engine
 
 from app.config import Settings
+from app.refresh import Periodic
+from core.canary import GuardrailSettings
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
 from db.monitor import GuardrailReading, provider_error_rate
 
+log = logging.getLogger(__name__)
 ACTOR = "guardrail"
-__all__ = ["ACTOR", "GuardrailReading", "check_guardrail", "guardrail_defaults", "provider_error_rate"]
+CHECK_EVERY_S = 2.0
+__all__ = [
+    "ACTOR",
+    "CHECK_EVERY_S",
+    "GuardrailReading",
+    "check_guardrail",
+    "guardrail_defaults",
+    "guardrail_timer",
+    "provider_error_rate",
+]
 
 
-def guardrail_defaults(settings: Settings) -> dict:
-    g = settings.guardrail
-    return {
-        "enabled": g.enabled,
-        "error_rate_threshold": g.error_rate_threshold,
-        "window_minutes": g.window_minutes,
-        "min_requests": g.min_requests,
-    }
+def guardrail_defaults(settings: Settings) -> GuardrailSettings:
+    """The config's guardrail, which applies until the canary page saves one."""
+    return settings.guardrail
 
 
 def check_guardrail(engine: Engine, settings: Settings, now: float | None = None) -> float | None:
@@ -46,5 +61,26 @@ def check_guardrail(engine: Engine, settings: Settings, now: float | None = None
     try:
         set_ratio(engine, 0.0, expected_version=state.version, actor=ACTOR, reason=reason)
     except StaleCanaryError:
+        log.info("guardrail tripped but the canary changed meanwhile; leaving it as it is")
         return None  # someone acted at the same moment; their decision stands
+    log.warning("canary rolled back to 0 %%: %s", reason)
     return reading.error_rate
+
+
+def guardrail_timer(
+    engine: Engine,
+    settings: Settings,
+    *,
+    on_rollback: Callable[[], None],
+    interval_s: float = CHECK_EVERY_S,
+    stop: threading.Event | None = None,
+    wall_clock: Callable[[], float] = time.time,
+) -> Periodic:
+    """A (not yet started) timer that checks the guardrail every ``interval_s`` seconds and calls
+    ``on_rollback`` (the gateway reloads its ratio) when it rolled the canary back."""
+
+    def check() -> None:
+        if check_guardrail(engine, settings, now=wall_clock()) is not None:
+            on_rollback()
+
+    return Periodic(check, interval_s, name="gateway-guardrail", stop=stop)

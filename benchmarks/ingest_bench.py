@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from app.config import load_settings
-from app.telemetry.records import AttemptRecord
 from app.telemetry.writer import TelemetryWriter
 from benchmarks.harness import row, say
+from core.records import AttemptRecord
 from db.engine import create_db_engine
 from db.migrate import upgrade
 from db.requests import insert_batch

@@ -57,7 +57,7 @@ def _url() -> str:
 def _records(rng: random.Random, start: float, first: int, count: int) -> list:
     """Requests ``first .. first+count-1``: each one ok attempt, some preceded by a failed one."""
     from app import catalog
-    from app.telemetry.records import AttemptRecord
+    from core.records import AttemptRecord
 
     out = []
     gap = SPAN_S / N_REQUESTS

@@ -49,8 +49,11 @@ KEYS = {"HOLYSHEEP_API_KEY": "bench-key", "OPENAI_API_KEY": "bench-key"}
 
 
 def build_router(settings: Settings, **kwargs) -> RoutingClient:
-    """The one place this benchmark constructs the router (public API only)."""
-    return RoutingClient(settings, **kwargs)
+    """The one place this benchmark constructs the router: through the composition root, as every
+    process does (no guardrail timer: the benchmark measures the request path)."""
+    from app.gateway import build_gateway
+
+    return build_gateway(settings, guardrail=False, **kwargs).client
 
 
 def _settings(toml: str, tmp: Path) -> Settings:

@@ -7,13 +7,14 @@ and its audit row commit in one transaction, so the audit never disagrees with t
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from core.canary import GuardrailSettings, ratio_in_range
+from core.errors import ConflictError, InvalidRequest
 from db.models import CanaryAudit, CanarySetting, GuardrailSetting
 
 SETTING_ID = 1
@@ -53,7 +54,7 @@ class GuardrailState:
     updated_by: str
 
 
-class StaleCanaryError(RuntimeError):
+class StaleCanaryError(ConflictError):
     """The ratio changed since the caller read it; nothing was written."""
 
     def __init__(self, current: CanaryState):
@@ -67,22 +68,22 @@ class StaleCanaryError(RuntimeError):
 def validate_ratio(ratio: object) -> float:
     """A ratio in 0..1 as float, or ``ValueError`` with a message fit for the operator."""
     if isinstance(ratio, bool):
-        raise ValueError("canary ratio must be a number between 0 and 1")
+        raise InvalidRequest("canary ratio must be a number between 0 and 1")
     try:
         value = float(ratio)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"canary ratio must be a number between 0 and 1, got {ratio!r}") from None
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"canary ratio must be between 0 and 1 (0 % to 100 %), got {ratio!r}")
+        raise InvalidRequest(f"canary ratio must be a number between 0 and 1, got {ratio!r}") from None
+    if not ratio_in_range(value):
+        raise InvalidRequest(f"canary ratio must be between 0 and 1 (0 % to 100 %), got {ratio!r}")
     return value
 
 
 def _validate_text(name: str, value: str, *, required: bool, max_len: int = MAX_REASON) -> str:
     value = (value or "").strip()
     if required and not value:
-        raise ValueError(f"{name} is required")
+        raise InvalidRequest(f"{name} is required")
     if len(value) > max_len:
-        raise ValueError(f"{name} is too long ({len(value)} characters, at most {max_len})")
+        raise InvalidRequest(f"{name} is too long ({len(value)} characters, at most {max_len})")
     return value
 
 
@@ -171,7 +172,7 @@ def set_ratio(
                 return CanaryState(ratio, base + 1, ts, actor, reason)
         if expected_version is not None:
             raise StaleCanaryError(get_state(engine))
-    raise RuntimeError("canary ratio is changing too fast to apply; try again")
+    raise ConflictError("canary ratio is changing too fast to apply; try again")
 
 
 def audit_log(engine: Engine, limit: int = 200, since: float | None = None) -> list[AuditEntry]:
@@ -188,12 +189,12 @@ def audit_count(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(CanaryAudit)).scalar_one())
 
 
-def get_guardrail(engine: Engine, defaults: dict | None = None) -> GuardrailState:
+def get_guardrail(engine: Engine, defaults: GuardrailSettings | None = None) -> GuardrailState:
+    """The stored guardrail setting, or ``defaults`` (the config's) when none was saved."""
     with engine.connect() as conn:
         row = conn.execute(select(GuardrailSetting).where(GuardrailSetting.id == SETTING_ID)).mappings().first()
     if row is None:
-        d = {"enabled": False, "error_rate_threshold": 0.5, "window_minutes": 5, "min_requests": 20}
-        d.update(defaults or {})
+        d = (defaults or GuardrailSettings()).model_dump()
         return GuardrailState(updated_at=0.0, updated_by="config", **d)
     return GuardrailState(
         enabled=row["enabled"],
@@ -208,21 +209,14 @@ def get_guardrail(engine: Engine, defaults: dict | None = None) -> GuardrailStat
 def set_guardrail(
     engine: Engine, *, enabled: bool, error_rate_threshold: float, window_minutes: int, min_requests: int, actor: str
 ) -> GuardrailState:
-    if not 0.0 < float(error_rate_threshold) <= 1.0:
-        raise ValueError("error-rate threshold must be above 0 % and at most 100 %")
-    if not 1 <= int(window_minutes) <= 60:
-        raise ValueError("window must be 1 to 60 minutes")
-    if int(min_requests) < 1:
-        raise ValueError("minimum requests must be at least 1")
-    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
-    values = dict(
-        enabled=bool(enabled),
-        error_rate_threshold=float(error_rate_threshold),
-        window_minutes=int(window_minutes),
-        min_requests=int(min_requests),
-        updated_at=time.time(),
-        updated_by=actor,
+    g = GuardrailSettings.checked(
+        enabled=enabled,
+        error_rate_threshold=error_rate_threshold,
+        window_minutes=window_minutes,
+        min_requests=min_requests,
     )
+    actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
+    values = dict(**g.model_dump(), updated_at=time.time(), updated_by=actor)
     with engine.begin() as conn:
         res = conn.execute(update(GuardrailSetting).where(GuardrailSetting.id == SETTING_ID).values(**values))
         if res.rowcount == 0:

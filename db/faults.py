@@ -10,7 +10,7 @@ import time
 
 from sqlalchemy import Engine, delete, insert, select, update
 
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from db.models import SimFault
 
 _FIELDS = list(FaultSettings.model_fields)

@@ -6,6 +6,7 @@ the loser of that race retries once after the winner has committed.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import DBAPIError
 
+log = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
 
@@ -37,6 +39,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         except DBAPIError:
             if attempt == 2:
                 raise
+            log.info("migration raced another process (attempt %d); retrying", attempt + 1)
             time.sleep(0.5 * (attempt + 1))
 
 

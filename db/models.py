@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from app.telemetry.histogram import N_BUCKETS
+from core.histogram import N_BUCKETS
 
 LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
 TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]

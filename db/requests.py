@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from app.telemetry.histogram import bucket_of
-from app.telemetry.records import FIELD_NAMES, AttemptRecord
+from core.histogram import bucket_of
+from core.records import FIELD_NAMES, AttemptRecord
 from db.models import LATENCY_BUCKETS, ROLLUP_KEY, ROLLUP_SUMS, ROLLUP_TABLES, TTFT_BUCKETS, RequestLog
 
 _COUNTERS = ROLLUP_SUMS + LATENCY_BUCKETS + TTFT_BUCKETS

@@ -90,15 +90,16 @@ def settings_factory(tmp_path: Path):
 
 @pytest.fixture
 def client_factory(settings_factory):
-    """Routing clients on the given database with an instant simulator; closed after the test."""
-    from app.routing import RoutingClient
+    """Routing clients built through the gateway on the given database with an instant simulator;
+    closed (gateway and all) after the test."""
+    from app.gateway import build_gateway
 
     made = []
 
     def make(database_url: str | None = None, toml: str | None = None, **kwargs):
         s = settings_factory(toml, database_url=database_url)
         kwargs.setdefault("sleep", lambda _s: None)
-        c = RoutingClient(s, **kwargs)
+        c = build_gateway(s, **kwargs).client
         made.append(c)
         return c
 

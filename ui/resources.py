@@ -62,7 +62,9 @@ def engine() -> Engine:
 @st.cache_resource(show_spinner=False, on_release=lambda c: c.close())
 def _client(key: tuple[str, str], secrets: tuple[tuple[str, str], ...]) -> RoutingClient:
     # ``secrets`` is part of the key too: a key added to secrets.toml gets a client that uses it.
-    return RoutingClient(settings(), engine=engine(), source="playground", secrets=dict(secrets))
+    from app.gateway import build_gateway
+
+    return build_gateway(settings(), engine=engine(), source="playground", secrets=dict(secrets)).client
 
 
 def client() -> RoutingClient:

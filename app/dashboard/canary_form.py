@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.dashboard.fmt import pct, ratio_pct, when
-from app.simulator.faults import FaultSettings
+from core.canary import GuardrailSettings, ratio_in_range
+from core.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
 from db.faults import clear_faults, set_faults
 from db.monitor import GuardrailReading
@@ -45,7 +46,7 @@ def parse_percent(value: object, *, name: str = "Canary ratio") -> float:
             number = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be a number between 0 and 100, got {value!r}") from None
-    if not math.isfinite(number) or not 0.0 <= number <= 100.0:
+    if not ratio_in_range(number / 100.0):  # the canary's one range check (core.canary)
         raise ValueError(f"{name} must be between 0 and 100 %, got {value!r}")
     return round(number / 100.0, 6)
 
@@ -105,18 +106,18 @@ def parse_guardrail(
     enabled: bool, threshold_pct: object, window_minutes: object, min_requests: object
 ) -> GuardrailInput:
     threshold = parse_percent(threshold_pct, name="Error-rate threshold")
-    if threshold <= 0:
-        raise ValueError("Error-rate threshold must be above 0 %")
     try:
         window = int(window_minutes)  # type: ignore[arg-type]
         minimum = int(min_requests)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise ValueError("Window and minimum requests must be whole numbers") from None
-    if not 1 <= window <= 60:
-        raise ValueError("Window must be 1 to 60 minutes")
-    if minimum < 1:
-        raise ValueError("Minimum requests must be at least 1")
-    return GuardrailInput(bool(enabled), threshold, window, minimum)
+    try:  # the bounds are the guardrail's own (core.canary), not restated here
+        g = GuardrailSettings.checked(
+            enabled=enabled, error_rate_threshold=threshold, window_minutes=window, min_requests=minimum
+        )
+    except ValueError as exc:
+        raise ValueError(str(exc)[:1].upper() + str(exc)[1:]) from None
+    return GuardrailInput(g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests)
 
 
 def save_guardrail(

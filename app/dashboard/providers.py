@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from app.config import Settings, key_state
 from app.dashboard.fmt import pct, ratio_pct
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings, effective_faults
 
 # A provider is "failing recently" with at least this many attempts in the health window and at
 # least this share of them failed: one unlucky request does not paint it red.
@@ -94,7 +94,7 @@ def provider_statuses(
         h = health.get(name)
         attempts = int(getattr(h, "attempts", 0) or 0)
         rate = float(h.error_rate) if h is not None and attempts else None
-        active_faults = describe_faults(faults.get(name) or p.faults) if p.is_simulated else None
+        active_faults = describe_faults(effective_faults(faults.get(name), p.faults)) if p.is_simulated else None
         if key == "missing":
             state, detail = "key missing", f"set {p.api_key_env} (environment or .streamlit/secrets.toml)"
         elif rate is not None and attempts >= FAILING_MIN_ATTEMPTS and rate >= FAILING_ERROR_RATE:

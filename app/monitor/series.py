@@ -4,7 +4,7 @@ cache of settled buckets so a live refresh re-reads only the newest ones.
 
 A window is cut into buckets of ``step`` seconds (a whole number of minutes chosen by
 :func:`choose_step` so any window has at most :data:`MAX_POINTS` buckets). Percentiles come from the
-summed histogram counts via :func:`app.telemetry.histogram.percentile`, so they are accurate to the
+summed histogram counts via :func:`core.histogram.percentile`, so they are accurate to the
 histogram's resolution (about 15 %, usually much better).
 
 Definitions used throughout (they follow the rollup's counters):
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from app.telemetry.histogram import percentile
+from core.histogram import percentile
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS
 from db.monitor import COUNT_COLUMNS, NO_FILTERS, BucketCells, MonitorFilters, SummedCell, bucket_cells
 

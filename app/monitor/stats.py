@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.monitor.series import bucket_axis, choose_step, ratio
-from app.telemetry.histogram import percentile
+from core.histogram import percentile
 from db.monitor import cost_between, last_error, minute_floor, provider_sums, side_counts, window_cell
 
 

@@ -5,12 +5,14 @@ from app.config import ProviderNotConfigured
 from app.routing.client import ChatStream, RoutingClient, validate_messages
 from app.routing.errors import StreamBrokenError
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
+from core.errors import GatewayError
 
 __all__ = [
     "AllRoutesFailed",
     "AttemptInfo",
     "ChatResult",
     "ChatStream",
+    "GatewayError",
     "ProviderNotConfigured",
     "RoutingClient",
     "StreamBrokenError",

@@ -2,21 +2,25 @@
 streaming, cost and telemetry out.
 
 Each provider is a real ``openai.OpenAI`` client with the SDK's own retries off (``max_retries=0``);
-its ``httpx2.Client`` gets the transport from the provider config: the built-in simulator's mock
-transport for ``sim://`` providers, a test's transport when one is injected, the network otherwise.
-The retry and fallback policy lives here and in :mod:`app.routing.errors`; clock, sleep and
-randomness are injectable so tests of timing take milliseconds.
+its ``httpx2.Client`` gets the transport it was handed (:func:`app.gateway.build_gateway` hands it
+the built-in simulator's mock transport for ``sim://`` providers, or a test's transport), the
+network otherwise. The retry and fallback policy lives here and in :mod:`app.routing.errors`; clock,
+sleep and randomness are injectable so tests of timing take milliseconds. The request path does no
+database I/O: the canary ratio is the last value the gateway's background refresher loaded, and the
+attempt records go to the telemetry writer in one hand-off.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import os
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import httpx2
 import openai
@@ -24,36 +28,53 @@ from sqlalchemy import Engine
 
 from app import catalog
 from app.config import Settings, load_settings, resolve_api_key
-from app.routing.canary import Refreshing, Side, assign_side
+from app.routing.canary import Side, assign_side
 from app.routing.errors import Failure, StreamBrokenError, classify
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
-from app.simulated import simulated_upstreams
-from app.simulator import SimulatedProvider, make_transport
-from app.telemetry.records import AttemptRecord
-from app.telemetry.writer import TelemetryWriter
+from core.errors import InvalidRequest
+from core.records import AttemptRecord
 
+if TYPE_CHECKING:
+    from app.gateway import Gateway
+
+log = logging.getLogger(__name__)
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PROMPT_STORE_LIMIT = 20_000
-GUARDRAIL_CHECK_EVERY_S = 2.0
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 
 
+class RatioSource(Protocol):
+    """The canary ratio as last loaded (:class:`app.refresh.Refreshed`): a plain attribute read."""
+
+    value: float
+
+    def age_s(self) -> float: ...
+
+
+class TelemetrySink(Protocol):
+    """Where a request's attempt records go (:class:`app.telemetry.writer.TelemetryWriter`)."""
+
+    def submit_many(self, records: Sequence[AttemptRecord]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 def validate_messages(messages: object) -> list[dict]:
     if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
-        raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...}")
+        raise InvalidRequest("messages must be a non-empty list of {'role': ..., 'content': ...}")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
-            raise ValueError(f"messages[{i}] must be a mapping with 'role' and 'content'")
+            raise InvalidRequest(f"messages[{i}] must be a mapping with 'role' and 'content'")
         role = m.get("role")
         if role not in VALID_ROLES:
-            raise ValueError(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
+            raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
         if not isinstance(m.get("content"), (str, list)):
-            raise ValueError(f"messages[{i}].content must be text")
+            raise InvalidRequest(f"messages[{i}].content must be text")
         out.append(dict(m))
     return out
 
@@ -97,7 +118,7 @@ class _Try:
 class ChatStream:
     """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
 
-    def __init__(self, gen_factory: Callable[[ChatStream], Iterator[str]], plan: _Plan):
+    def __init__(self, gen_factory: Callable[[ChatStream], Generator[str, None, None]], plan: _Plan):
         self.result: ChatResult | None = None
         self.request_id = plan.request_id
         self.intent = plan.intent
@@ -115,12 +136,22 @@ class ChatStream:
 
 
 class RoutingClient:
+    """Routes chat calls; built by :func:`app.gateway.build_gateway` (or :meth:`from_config`).
+
+    The constructor only stores what it is given: the settings, where each provider's HTTP goes
+    (``transports``; a provider without one uses the network), the telemetry sink, and the canary
+    ratio as a value the gateway's background refresher keeps current (read here without a lock or
+    I/O). ``reload`` re-reads the ratio and fault settings synchronously (see :meth:`refresh`).
+    """
+
     def __init__(
         self,
         settings: Settings,
         *,
-        engine: Engine | None = None,
+        telemetry: TelemetrySink,
+        ratio: RatioSource,
         transports: Mapping[str, httpx2.BaseTransport] | None = None,
+        reload: Callable[[], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.perf_counter,
         wall_clock: Callable[[], float] = time.time,
@@ -128,58 +159,103 @@ class RoutingClient:
         source: str = "api",
         env: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
-        telemetry: TelemetryWriter | None = None,
-        guardrail: bool = True,
     ):
-        from db.canary import ensure_setting, read_ratio_version
-        from db.engine import get_engine
-        from db.requests import insert_batch
-
         self.settings = settings
-        self.engine = engine if engine is not None else get_engine(settings.database_url)
-        ensure_setting(self.engine, settings.routing.initial_ratio)
+        self.telemetry = telemetry
         self.source = source
+        self._ratio = ratio
+        self._reload = reload
         self._sleep = sleep
         self._clock = clock
         self._wall = wall_clock
         self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
         self._env = env
         self._secrets = secrets
         self._transports = dict(transports or {})
         self._clients: dict[str, openai.OpenAI] = {}
         self._http_clients: list[httpx2.Client] = []
         self._clients_lock = threading.Lock()
-        self._ratio = Refreshing(lambda: read_ratio_version(self.engine)[0], settings.routing.ratio_refresh_s)
-        self._guardrail_enabled = guardrail
-        self._last_guardrail_check = 0.0
-
-        # Injected transports win; every other sim:// provider is served by the built-in simulator.
-        self._upstreams = simulated_upstreams(settings, self.engine, skip=self._transports)
-        self.simulators: dict[str, SimulatedProvider] = {n: u.provider for n, u in self._upstreams.items()}
-        for name, sim in self.simulators.items():
-            self._transports[name] = make_transport(sim)
-
-        def write(batch: Sequence[AttemptRecord]) -> int:
-            n = insert_batch(self.engine, batch)
-            self._maybe_guardrail()
-            return n
-
-        self._owns_telemetry = telemetry is None
-        self.telemetry = telemetry or TelemetryWriter(
-            write,
-            queue_size=settings.telemetry.queue_size,
-            batch_size=settings.telemetry.batch_size,
-            flush_interval_s=settings.telemetry.flush_interval_s,
-        )
+        self._gateway: Gateway | None = None
+        # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
+        self._id_prefix = os.urandom(8).hex()
+        self._ids = itertools.count(1)
 
     @classmethod
     def from_config(cls, path: str | None = None, **kwargs: Any) -> RoutingClient:
-        return cls(load_settings(path), **kwargs)
+        """A client on its own gateway, from ``GATEWAY_CONFIG`` (or ``path``) and ``DATABASE_URL``;
+        ``close()`` closes the gateway (timers, telemetry flush, HTTP clients). ``kwargs`` go to
+        :func:`app.gateway.build_gateway`."""
+        from app.gateway import build_gateway
+
+        return build_gateway(load_settings(path, env=kwargs.get("env")), **kwargs).client
+
+    def attach(self, gateway: Gateway) -> None:
+        """Called by the gateway that built this client: ``close()`` then closes the gateway."""
+        self._gateway = gateway
+
+    @property
+    def gateway(self) -> Gateway:
+        if self._gateway is None:
+            raise AttributeError("this RoutingClient was constructed directly, not by build_gateway()")
+        return self._gateway
+
+    @property
+    def engine(self) -> Engine:
+        return self.gateway.engine
 
     # -- public API ----------------------------------------------------------------------------
     def current_ratio(self) -> float:
-        return self._ratio.get()
+        """The last canary ratio the refresher loaded (no database read)."""
+        return self._ratio.value
+
+    def ratio_age_s(self) -> float:
+        """Seconds since the canary ratio was last loaded from the database."""
+        return self._ratio.age_s()
+
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: Literal[False] = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatResult: ...
+
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: Literal[True],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatStream: ...
+
+    @overload
+    def chat(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        stream: bool = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+    ) -> ChatResult | ChatStream: ...
 
     def chat(
         self,
@@ -204,20 +280,23 @@ class RoutingClient:
         return self._run(plan)
 
     def refresh(self) -> None:
-        """Re-read the canary ratio and fault settings on the next request instead of within 0.5 s
+        """Re-read the canary ratio and fault settings now instead of within ``ratio_refresh_s``
         (for a process that has just changed them itself)."""
-        self._ratio.invalidate()
-        for upstream in self._upstreams.values():
-            upstream.faults.invalidate()
+        if self._reload is not None:
+            self._reload()
 
     def flush(self) -> None:
         self.telemetry.flush()
 
     def close(self) -> None:
-        if self._owns_telemetry:
-            self.telemetry.close()
-        else:
-            self.telemetry.flush()
+        """Flush telemetry and close the HTTP clients; a client built by a gateway closes it."""
+        if self._gateway is not None:
+            self._gateway.close()  # calls close_http() and closes the telemetry writer
+            return
+        self.telemetry.flush()
+        self.close_http()
+
+    def close_http(self) -> None:
         with self._clients_lock:
             for hc in self._http_clients:
                 hc.close()
@@ -245,10 +324,10 @@ class RoutingClient:
     ) -> _Plan:
         msgs = validate_messages(messages)
         if session_id is not None and not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
-            raise ValueError(f"session_id must be 1 to {MAX_SESSION_ID} characters")
+            raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters")
         source = source or self.source
         if not 0 < len(source) <= MAX_SOURCE:
-            raise ValueError(f"source must be 1 to {MAX_SOURCE} characters")
+            raise InvalidRequest(f"source must be 1 to {MAX_SOURCE} characters")
         if model in (None, "", "auto"):
             decision = classify_intent(msgs, self.settings.intents)
             chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
@@ -258,18 +337,17 @@ class RoutingClient:
             chosen, intent, requested = model, "explicit", model
             est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
         if temperature is not None and not 0.0 <= float(temperature) <= 2.0:
-            raise ValueError("temperature must be between 0 and 2")
+            raise InvalidRequest("temperature must be between 0 and 2")
         if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValueError("max_tokens must be a positive integer")
+            raise InvalidRequest("max_tokens must be a positive integer")
         r = self.settings.routing
         if route is not None:
             if route not in ("primary", "fallback"):
-                raise ValueError("route must be 'primary' or 'fallback'")
+                raise InvalidRequest("route must be 'primary' or 'fallback'")
             side: Side = route
             routes = [(getattr(r, route), False)]
         else:
-            with self._rng_lock:
-                side = assign_side(self._ratio.get(), session_id, self._rng)
+            side = assign_side(self._ratio.value, session_id, self._rng)
             routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
             if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
                 routes.append((r.fallback, True))
@@ -279,7 +357,7 @@ class RoutingClient:
         if max_tokens is not None:
             params["max_tokens"] = max_tokens
         return _Plan(
-            request_id=uuid.uuid4().hex,
+            request_id=f"{self._id_prefix}{next(self._ids):016x}",
             messages=msgs,
             requested_model=requested,
             model=chosen,
@@ -326,6 +404,7 @@ class RoutingClient:
         failure: Failure | None = None,
         usage: Usage | None = None,
         cost: float = 0.0,
+        final: bool = False,
     ) -> None:
         usage = usage or Usage()
         number = len(plan.records) + 1
@@ -352,7 +431,7 @@ class RoutingClient:
                 completion_tokens=usage.completion_tokens,
                 cost_usd=cost,
                 fallback=attempt.is_fallback,
-                final=False,
+                final=final,
                 substituted=attempt.substituted,
                 stream=plan.stream,
                 source=plan.source,
@@ -377,7 +456,8 @@ class RoutingClient:
     def _commit(self, plan: _Plan) -> None:
         if not plan.records:
             return
-        plan.records[-1] = replace(plan.records[-1], final=True)
+        if not plan.records[-1].final:  # a failed request: its last attempt closes it
+            plan.records[-1] = replace(plan.records[-1], final=True)
         self.telemetry.submit_many(plan.records)
 
     def _headers(self, plan: _Plan, with_hints: bool) -> dict[str, str] | None:
@@ -404,15 +484,22 @@ class RoutingClient:
                 if failure is None:
                     return
                 if failure.hint_rejection and not hints_dropped:
+                    log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
                     with_hints, hints_dropped = False, True
                     continue
                 if failure.retryable and retries + 1 < self.settings.retry.max_attempts:
                     delay = backoff.next_delay(retries, failure.retry_after_s)
                     if delay is not None:
+                        log.info(
+                            "%s: %s; retry in %.2fs (request %s)", provider, failure.describe(), delay, plan.request_id
+                        )
                         self._sleep(delay)
                         retries += 1
                         continue
                 if failure.fallback:
+                    log.info(
+                        "%s: %s; trying the next route (request %s)", provider, failure.describe(), plan.request_id
+                    )
                     break
                 raise _Stop(f"request refused by {provider}")
         raise _Stop("all routes failed")
@@ -429,7 +516,7 @@ class RoutingClient:
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost)
+        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost, final=True)
         return ChatResult(
             text=text,
             provider=attempt.provider,
@@ -484,7 +571,7 @@ class RoutingClient:
             steps.close()
             self._commit(plan)
 
-    def _run_stream(self, plan: _Plan, holder: ChatStream) -> Iterator[str]:
+    def _run_stream(self, plan: _Plan, holder: ChatStream) -> Generator[str, None, None]:
         started = self._clock()
         steps = self._attempts(plan)
         try:
@@ -551,19 +638,6 @@ class RoutingClient:
         finally:
             steps.close()
             self._commit(plan)
-
-    # -- guardrail -----------------------------------------------------------------------------
-    def _maybe_guardrail(self) -> None:
-        if not self._guardrail_enabled:
-            return
-        now = time.monotonic()
-        if now - self._last_guardrail_check < GUARDRAIL_CHECK_EVERY_S:
-            return
-        self._last_guardrail_check = now
-        from app.guardrail import check_guardrail
-
-        if check_guardrail(self.engine, self.settings) is not None:
-            self._ratio.invalidate()
 
 
 class _Stop(Exception):

@@ -21,6 +21,7 @@ import httpx2
 import openai
 
 from app.config import ProviderNotConfigured
+from core.errors import UpstreamError
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 REQUEST_FAULT_STATUS = frozenset({400, 413, 422})
@@ -41,7 +42,7 @@ class Failure:
         return f"{self.error_class}{status}: {self.message}"
 
 
-class StreamBrokenError(RuntimeError):
+class StreamBrokenError(UpstreamError):
     """A streamed answer failed after text had been delivered; the answer is incomplete."""
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.config import IntentConfig
+from core.messages import messages_text
 
 
 @dataclass(frozen=True)
@@ -25,14 +26,8 @@ class IntentDecision:
 
 
 def message_text(messages: Sequence[dict]) -> str:
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
-            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
-    return "\n".join(parts)
+    """Every text piece of the conversation, one per line (see :mod:`core.messages`)."""
+    return messages_text(messages)
 
 
 def estimate_tokens(text: str, chars_per_token: int = 4) -> int:

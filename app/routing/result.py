@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from core.errors import UpstreamError
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -55,7 +57,7 @@ class ChatResult:
         return d
 
 
-class AllRoutesFailed(RuntimeError):
+class AllRoutesFailed(UpstreamError):
     """Every route failed (or a request error stopped routing); names each attempt and its cause."""
 
     def __init__(self, request_id: str, attempts: list[AttemptInfo], reason: str = "all routes failed"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.simulator.tokens import tokenize, truncate_to_tokens
+from core.messages import content_text
 
 __all__ = ["Answer", "compose_answer"]
 
@@ -47,19 +48,11 @@ class Answer:
     finish_reason: str  # "stop", or "length" when max_tokens cut it
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            part["text"] for part in content if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
 def _quote(messages: Sequence[Mapping[str, Any]]) -> str:
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    text = _SPACES.sub(" ", _UNSAFE.sub(" ", _text_of(last_user.get("content") if last_user else None))).strip()
+    text = _SPACES.sub(
+        " ", _UNSAFE.sub(" ", content_text(last_user.get("content") if last_user else None, sep=" "))
+    ).strip()
     words = text.split(" ")
     short = " ".join(words[:_QUOTE_WORDS])[:_QUOTE_CHARS].rstrip()
     if not short:

@@ -23,10 +23,10 @@ from typing import Any
 import httpx2
 
 from app.simulator.answers import Answer, compose_answer
-from app.simulator.faults import FaultSettings
 from app.simulator.prefix_cache import PrefixCache
 from app.simulator.profiles import LatencyProfile, load_profiles, profile_for
 from app.simulator.tokens import prompt_tokens, token_spans, tokenize
+from core.faults import FaultSettings
 
 __all__ = ["CACHE_HINT_HEADERS", "MAX_HOLD_S", "SimulatedProvider", "UpstreamTimeout"]
 

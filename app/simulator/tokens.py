@@ -9,8 +9,10 @@ words are cut into 4-character pieces.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from core.messages import content_text
 
 __all__ = ["PIECE_CHARS", "prompt_tokens", "token_spans", "tokenize", "truncate_to_tokens"]
 
@@ -47,16 +49,6 @@ def truncate_to_tokens(text: str, limit: int) -> str:
     return text[: spans[limit - 1][1]]
 
 
-def _content_text(content: Any) -> str:
-    # Content is a string, a list of typed parts (text, image_url, ...) or None (tool calls).
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
-        texts = [part.get("text", "") for part in content if isinstance(part, Mapping)]
-        return "\n".join(text for text in texts if isinstance(text, str))
-    return ""
-
-
 def prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """Role markers and contents of ``messages`` in order.
 
@@ -66,6 +58,6 @@ def prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     tokens: list[str] = []
     for message in messages:
         tokens.append(f"<|{message.get('role', 'user')}|>")
-        tokens.extend(tokenize(_content_text(message.get("content"))))
+        tokens.extend(tokenize(content_text(message.get("content"))))
         tokens.append("<|end|>")
     return tokens

@@ -338,6 +338,9 @@ def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
     env.config.write_text(REAL_PRIMARY + "\n[simulator]\nlatency_scale = 0\n")
     at = open_app("../pages/playground.py")
     set_ratio(engine(), 1.0, expected_version=None, actor="t", reason="primary first, then the fallback")
+    from ui import resources
+
+    resources.client().refresh()  # the background refresher would apply it within ratio_refresh_s
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
     err = at.chat_message[1].error[0].value
@@ -459,11 +462,17 @@ def test_canary_quick_actions_need_confirmation(env):
 
 
 def _client_without_background_guardrail():
-    """A routing client on the page's database and config, without the client-side guardrail check."""
+    """A routing client on the page's database and config, without a guardrail timer of its own; the
+    dashboard's own client (built by the page's writes) has its timer stopped too, so only the
+    explicit check in the test can roll the canary back."""
     from app.config import load_settings
-    from app.routing import RoutingClient
+    from app.gateway import build_gateway
+    from ui import resources
 
-    return RoutingClient(load_settings(), engine=engine(), guardrail=False)
+    dashboard_timer = resources.client().gateway.guardrail
+    if dashboard_timer is not None:
+        dashboard_timer.stop()
+    return build_gateway(load_settings(), engine=engine(), guardrail=False).client
 
 
 def test_guardrail_and_fault_injection_rehearse_an_outage(env):

@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from app import monitor as m
-from app.telemetry.records import AttemptRecord
+from core.records import AttemptRecord
 from db.engine import dispose_all, get_engine
 from db.requests import insert_batch
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import ConfigError, ProviderNotConfigured, key_state, load_settings, resolve_api_key
+from app.config import ConfigError, ProviderNotConfigured, key_state, load_settings, lookup, resolve_api_key
 
 BASE = Path("gateway.toml").read_text()
 
@@ -107,3 +107,22 @@ def test_bad_intent_rules(tmp_path):
     p = write(tmp_path, BASE + "\n[intents]\nfoo = 1\n")
     with pytest.raises(ConfigError, match=r"intents\.foo: unknown key; allowed: chars_per_token"):
         load_settings(p, env={})
+
+
+def test_one_precedence_environment_then_secrets_then_file_then_default():
+    assert lookup("X", {"X": "env"}, {"X": "secret"}, "file", "default") == "env"
+    assert lookup("X", {"X": ""}, {"X": "secret"}, "file", "default") == "secret"
+    assert lookup("X", {}, {}, "file", "default") == "file"
+    assert lookup("X", {}, None, None, "default") == "default"
+    assert lookup("X", {}, None) is None
+
+
+def test_database_url_from_secrets_when_the_environment_has_none(tmp_path):
+    cfg = tmp_path / "g.toml"
+    repo_cfg = Path(__file__).resolve().parents[2] / "gateway.toml"
+    cfg.write_text('database_url = "sqlite:///from-file.db"\n' + repo_cfg.read_text())  # top level: first
+    from_secrets = load_settings(cfg, env={}, secrets={"DATABASE_URL": "sqlite:///from-secrets.db"})
+    assert from_secrets.database_url == "sqlite:///from-secrets.db"
+    assert load_settings(cfg, env={}).database_url == "sqlite:///from-file.db"
+    env = {"DATABASE_URL": "sqlite:///from-env.db"}
+    assert load_settings(cfg, env=env, secrets={"DATABASE_URL": "x"}).database_url == "sqlite:///from-env.db"

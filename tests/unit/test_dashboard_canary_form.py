@@ -7,7 +7,7 @@ import math
 import pytest
 
 from app.dashboard import canary_form
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from db.canary import audit_count, ensure_setting, get_guardrail, get_state, set_ratio
 from db.faults import get_faults
 

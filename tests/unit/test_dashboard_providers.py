@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.dashboard.providers import describe_faults, provider_statuses, status_rows
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from tests.configs import two_providers
 
 REAL = two_providers(primary="real")

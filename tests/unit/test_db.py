@@ -14,7 +14,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, select, text
 
-from app.simulator.faults import FaultSettings
+from core.faults import FaultSettings
 from db import canary
 from db.canary import StaleCanaryError
 from db.engine import create_db_engine, dispose_all, get_engine
@@ -83,9 +83,9 @@ def test_models_and_migrated_schema_do_not_drift(engine) -> None:
 
 
 def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
-    from db.engine import SQLITE_BUSY_TIMEOUT_MS
+    from db.engine import DbTimeouts
 
-    engine = get_engine(sqlite_url)
+    engine = get_engine(sqlite_url, timeouts=DbTimeouts(lock_timeout_s=7.5))
     try:
         results: list[tuple] = []
 
@@ -108,8 +108,23 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(sqlite_url: str) -> None:
         assert len(results) == 4
         for mode, timeout in results:
             assert str(mode).lower() == "wal"
-            assert int(timeout) >= 1000
-            assert int(timeout) == SQLITE_BUSY_TIMEOUT_MS
+            assert int(timeout) == 7500
+    finally:
+        dispose_all()
+
+
+@pytest.mark.postgres
+def test_postgres_sessions_have_statement_and_lock_timeouts(pg_url: str) -> None:
+    from db.engine import DbTimeouts
+
+    engine = get_engine(pg_url, timeouts=DbTimeouts(statement_timeout_s=12, lock_timeout_s=3))
+    try:
+        with engine.connect() as conn:
+            statement = conn.exec_driver_sql("SHOW statement_timeout").scalar()
+            lock = conn.exec_driver_sql("SHOW lock_timeout").scalar()
+            path = conn.exec_driver_sql("SHOW search_path").scalar()
+        assert (statement, lock) == ("12s", "3s")
+        assert str(path).startswith("t_")  # the URL's own options (the test schema) are kept
     finally:
         dispose_all()
 

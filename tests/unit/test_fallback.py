@@ -74,7 +74,7 @@ def routed(client_factory, sqlite_url):
             sqlite_url, transports={"holysheep": httpx2.MockTransport(script)}, sleep=sleeps.append, **kwargs
         )
         set_ratio(client.engine, 1.0, expected_version=None, actor="test", reason="all to primary")
-        client._ratio.invalidate()
+        client.refresh()
         return client
 
     make.sleeps = sleeps
@@ -186,7 +186,7 @@ def test_session_id_header_and_cached_tokens_read_back(routed):
 
 
 def test_all_routes_failed_names_each_attempt(routed, sqlite_url):
-    from app.simulator import FaultSettings
+    from core.faults import FaultSettings
     from db.engine import get_engine
     from db.faults import set_faults
 
@@ -223,7 +223,7 @@ def test_missing_key_falls_back_with_clear_message(client_factory, sqlite_url):
     toml = two_providers(primary="real").replace("HOLYSHEEP_API_KEY", "NO_SUCH_KEY_FOR_TEST")
     client = client_factory(sqlite_url, toml=toml, env={})
     set_ratio(client.engine, 1.0, expected_version=None, actor="t", reason="r")
-    client._ratio.invalidate()
+    client.refresh()
     r = client.chat(MSG)
     assert r.provider == "direct" and r.fallback_used
     assert "not configured: set NO_SUCH_KEY_FOR_TEST" in r.attempt_log[0].error

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.guardrail import ACTOR, check_guardrail
-from app.telemetry.records import AttemptRecord
+from core.records import AttemptRecord
 from db.canary import audit_log, ensure_setting, get_state, set_guardrail, set_ratio
 from db.monitor import provider_error_rate
 from db.requests import insert_batch

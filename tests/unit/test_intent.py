@@ -112,3 +112,17 @@ def test_provider_without_the_model_uses_its_default_and_records_it(client_facto
 def test_intent_config_rejects_unknown_model():
     with pytest.raises(ValueError):
         IntentConfig(default_model="nope")
+
+
+def test_message_text_reads_strings_and_text_parts_only():
+    from core.messages import content_text, messages_text
+
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {}}]},
+        {"role": "assistant", "content": None},
+        {"role": "user", "content": [{"type": "text", "text": "here"}, {"type": "text", "text": 3}]},
+    ]
+    assert messages_text(msgs) == "be brief\nlook\nhere"
+    assert content_text(msgs[1]["content"], sep=" ") == "look"
+    assert content_text(b"raw") == "" and content_text({"text": "a mapping is not a part list"}) == ""

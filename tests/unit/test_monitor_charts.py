@@ -10,7 +10,7 @@ import pytest
 from app import monitor as m
 from app.monitor import charts
 from app.monitor.view import WINDOWS, MonitorState, filter_choices, monitor_view, window_seconds
-from app.telemetry.records import AttemptRecord
+from core.records import AttemptRecord
 from db.engine import dispose_all, get_engine
 from db.requests import insert_batch
 

@@ -12,8 +12,8 @@ import random
 import pytest
 
 from app import monitor as m
-from app.telemetry.histogram import GROWTH
-from app.telemetry.records import AttemptRecord
+from core.histogram import GROWTH
+from core.records import AttemptRecord
 from db import monitor as dbm
 from db.requests import insert_batch
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.simulator import FaultSettings, SimulatedProvider, make_server
+from app.simulator import SimulatedProvider, make_server
+from core.faults import FaultSettings
 from db.canary import set_ratio
 
 KEY = "sk-loopback-test-key"

@@ -13,7 +13,8 @@ import httpx2
 import openai
 import pytest
 
-from app.simulator import FaultSettings, SimulatedProvider, SimulatorHTTPServer, make_server
+from app.simulator import SimulatedProvider, SimulatorHTTPServer, make_server
+from core.faults import FaultSettings
 
 HELLO = [{"role": "user", "content": "Say hello over a real socket."}]
 

@@ -10,9 +10,10 @@ import httpx2
 import openai
 import pytest
 
-from app.simulator import FaultSettings, PrefixCache, SimulatedProvider, make_transport
+from app.simulator import PrefixCache, SimulatedProvider, make_transport
 from app.simulator.profiles import LatencyProfile
 from app.simulator.tokens import tokenize
+from core.faults import FaultSettings
 
 MODELS = ["deepseek-chat-v3.2", "gpt-4.1"]
 HELLO = [{"role": "user", "content": "Explain prefix caching in one paragraph, please."}]

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from app.simulator import FaultSettings, PrefixCache, load_profiles
+from app.simulator import PrefixCache, load_profiles
 from app.simulator.answers import compose_answer
 from app.simulator.profiles import profile_for
 from app.simulator.tokens import prompt_tokens, tokenize, truncate_to_tokens
+from core.faults import FaultSettings
 
 
 def test_tokenize_splits_words_punctuation_and_long_words() -> None:

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, select
 
-from app.telemetry.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
-from app.telemetry.records import AttemptRecord
 from app.telemetry.writer import TelemetryWriter
+from core.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
+from core.records import AttemptRecord
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # generous bound on waiting for a background thread; never a timing assertion
@@ -101,6 +101,43 @@ def test_many_queued_records_are_written_in_batches_of_bounded_size() -> None:
     assert len(sizes) <= 1 + math.ceil(100 / 25) + 1
     assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(101)]
     assert w.written == 101
+
+
+def test_the_writer_wakes_per_full_batch_not_per_record() -> None:
+    sink = Sink()
+    two_batches = threading.Event()
+    inner = sink.__call__
+
+    def write(batch):
+        n = inner(batch)
+        if len(sink.batches) == 2:
+            two_batches.set()
+        return n
+
+    # A one-minute interval: only a full batch (or flush/close) may wake the writer.
+    w = TelemetryWriter(write, queue_size=1000, batch_size=10, flush_interval_s=60.0)
+    try:
+        for i in range(25):
+            w.submit_many([rec(i)])
+        assert two_batches.wait(WAIT_S)
+        assert [len(b) for b in sink.batches] == [10, 10] and w.pending == 5  # the rest waits for the interval
+        w.flush()
+        assert [len(b) for b in sink.batches] == [10, 10, 5] and w.pending == 0
+    finally:
+        w.close()
+    assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(25)]
+
+
+def test_a_request_group_larger_than_a_batch_is_split_in_order() -> None:
+    sink = Sink()
+    w = TelemetryWriter(sink, queue_size=4, batch_size=3, flush_interval_s=60.0)
+    try:
+        w.submit_many([rec(i) for i in range(7)])  # bigger than the queue: accepted when it is empty
+        w.flush()
+    finally:
+        w.close()
+    assert [len(b) for b in sink.batches] == [3, 3, 1]
+    assert [r.request_id for r in sink.written] == [f"r{i:06d}" for i in range(7)]
 
 
 def test_full_queue_applies_backpressure_instead_of_dropping() -> None:
@@ -219,7 +256,7 @@ def test_interpreter_exit_flushes_a_writer_that_was_never_closed(sqlite_url: str
     proc = _run_script(
         """
         import os
-        from app.telemetry.records import AttemptRecord
+        from core.records import AttemptRecord
         from app.telemetry.writer import TelemetryWriter
         from db.engine import get_engine
         from db.requests import insert_batch

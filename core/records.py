@@ -33,14 +33,6 @@ class AttemptRecord:
     session_id: str | None = None
     prompt_text: str | None = None
 
-    def to_row(self) -> dict:
-        # Hand-rolled rather than dataclasses.asdict, which deep-copies every value and was 75 %
-        # of the log ingest time.
-        row = {name: getattr(self, name) for name in FIELD_NAMES}
-        if row["error_message"]:
-            row["error_message"] = row["error_message"][:500]
-        return row
-
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""
         values = [getattr(self, name) for name in FIELD_NAMES]

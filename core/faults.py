@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["FaultSettings"]
+__all__ = ["FaultSettings", "effective_faults"]
 
 
 class FaultSettings(BaseModel):
@@ -22,3 +22,11 @@ class FaultSettings(BaseModel):
     latency_multiplier: float = Field(1.0, gt=0.0, description="scales time to first token and generation")
     reject_cache_hints: bool = Field(False, description="answer 400 to requests carrying cache-hint headers")
     stream_break_rate: float = Field(0.0, ge=0.0, le=1.0, description="share of streams cut after the first chunk")
+
+
+def effective_faults(stored: FaultSettings | None, configured: FaultSettings) -> FaultSettings:
+    """The fault settings in force: the database's override when one is stored, else the config's.
+
+    The one statement of that rule, for the simulator, the provider table and the canary page.
+    """
+    return stored if stored is not None else configured

@@ -242,7 +242,6 @@ def test_3_any_unicode_session_id_reaches_the_primary_as_an_ascii_header(router,
 
 # -- 4. the request path waits on the database -------------------------------------------------------
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="issue 7 #4: chat() re-reads the canary ratio from the database")
 def test_4_chat_is_served_while_the_canary_table_is_locked(router, up, pg_url):
     client = router(pg_url)
     client.chat(HI)  # warm: clients built, ratio read once
@@ -262,7 +261,6 @@ def test_4_chat_is_served_while_the_canary_table_is_locked(router, up, pg_url):
 
 
 # -- 5. duplicate rows -------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #5: a failed guardrail check after the insert re-writes the batch")
 def test_5_a_failing_guardrail_check_does_not_duplicate_rows(router, up):
     client = router()
     with client.engine.begin() as conn:  # the guardrail's read now fails after the insert has committed

@@ -124,6 +124,7 @@ def decide(
     *,
     alternatives: Sequence[str] = (),
     forced: bool = False,
+    by_intent: bool = False,
     price: Callable[[str], Decimal] = blended_price,
 ) -> RouteDecision:
     """The routes a request for ``model`` may take under ``policy``.
@@ -131,10 +132,15 @@ def decide(
     ``routes`` is the canary plan (the side's provider first, then any failure fallback);
     ``alternatives`` are the other configured providers a ``"route"`` policy may move the request
     to when the side's provider cannot answer within the policy; ``forced`` (a caller pinned the
-    side) forbids moving. Raises :class:`SubstitutionRefused` when no route is left.
+    side) forbids moving. ``by_intent``: an intent rule picked the model, not the caller; when no
+    provider in ``offers`` serves it at all, the rule's choice cannot be honoured anywhere and the
+    planned routes answer with their defaults (flagged), except under ``"refuse"``. Raises
+    :class:`SubstitutionRefused` when no route is left.
     """
     if not routes:
         raise ValueError("decide() needs at least one planned route")
+    if by_intent and policy.mode != "refuse" and not any(model in o.models for o in offers.values()):
+        return RouteDecision(list(routes), rerouted=False, dropped=[])
     verdicts = [served(p, offers[p], model, policy, price) for p, _ in routes]
     kept = [route for route, v in zip(routes, verdicts, strict=True) if v.allowed]
     dropped = [v for v in verdicts if not v.allowed]

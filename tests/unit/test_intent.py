@@ -96,8 +96,11 @@ def test_unknown_model_refused_before_any_network_call(client_factory, sqlite_ur
 
 
 def test_provider_without_the_model_uses_its_default_and_records_it(client_factory, sqlite_url):
+    # direct does not serve Claude; its default gpt-4.1 costs less (0.56x blended), which the
+    # default substitution policy allows, flagged. (deepseek on direct, at 14x, is refused: see
+    # tests/unit/test_substitution_routing.py.)
     client = client_factory(sqlite_url)
-    r = client.chat(user("hi"), model="deepseek-chat-v3.2", route="fallback")
+    r = client.chat(user("hi"), model="claude-sonnet-4-20250514", route="fallback")
     assert r.provider == "direct" and r.model == "gpt-4.1" and r.substituted_model
     client.flush()
     from sqlalchemy import select
@@ -106,7 +109,7 @@ def test_provider_without_the_model_uses_its_default_and_records_it(client_facto
 
     with client.engine.connect() as conn:
         row = conn.execute(select(RequestLog.model, RequestLog.requested_model, RequestLog.substituted)).one()
-    assert tuple(row) == ("gpt-4.1", "deepseek-chat-v3.2", True)
+    assert tuple(row) == ("gpt-4.1", "claude-sonnet-4-20250514", True)
 
 
 def test_intent_config_rejects_unknown_model():

@@ -228,3 +228,25 @@ def test_bad_policy_values_are_refused_at_load(tmp_path, body, needle):
     with pytest.raises(ConfigError) as info:
         load_settings(_with_policy(tmp_path, body), env={})
     assert needle in str(info.value)
+
+
+GPT_ONLY = {name: Offer(frozenset({GPT}), GPT) for name in (P, F)}
+
+
+def test_an_intent_model_no_provider_serves_answers_with_the_defaults():
+    # A config whose providers all serve only gpt-4.1: an intent rule's gemini cannot be honoured
+    # anywhere, so auto requests keep their canary routes (each answer flagged as substituted).
+    d = decide(GEM, [(P, False), (F, True)], GPT_ONLY, DEFAULT, alternatives=[F], by_intent=True)
+    assert d.routes == [(P, False), (F, True)] and not d.rerouted and not d.dropped
+    assert served(P, GPT_ONLY[P], GEM, DEFAULT).substituted
+
+
+@pytest.mark.parametrize(("by_intent", "mode"), [(False, "route"), (True, "refuse")])
+def test_an_unserved_model_is_refused_when_the_caller_chose_it_or_the_mode_is_refuse(by_intent, mode):
+    with pytest.raises(SubstitutionRefused):
+        decide(GEM, [(P, False), (F, True)], GPT_ONLY, Policy(mode), alternatives=[F], by_intent=by_intent)
+
+
+def test_an_intent_model_served_somewhere_is_held_to_the_policy():
+    with pytest.raises(SubstitutionRefused):
+        decide(DS, [(F, False)], OFFERS, Policy("substitute"), alternatives=[P], by_intent=True)

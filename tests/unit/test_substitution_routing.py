@@ -154,3 +154,17 @@ def test_a_cheaper_substitute_within_the_factor_still_answers_on_the_fallback_si
     )
     # requested_model keeps what the caller asked for ("auto"); the intent picked Claude.
     assert [(req, model, sub) for _s, _p, model, req, sub, _fb in rows(client)] == [("auto", GPT, True)]
+
+
+def test_the_korean_equation_prompt_is_math_answered_by_deepseek_on_every_side(client_factory, sqlite_url):
+    client = client_factory(sqlite_url)
+    results = [client.chat(user("이 방정식을 풀어줘: x^2-5x+6=0"), session_id=s) for s in SESSIONS[:40]]
+    assert {r.side for r in results} == {"primary", "fallback"}
+    assert {(r.intent, r.provider, r.model, r.substituted_model) for r in results} == {("math", "holysheep", DS, False)}
+
+
+def test_a_refused_stream_raises_before_any_chunk(client_factory, sqlite_url):
+    client = client_factory(sqlite_url)
+    with pytest.raises(SubstitutionRefused):
+        client.chat(user(CODING), stream=True, route="fallback")
+    assert rows(client) == []

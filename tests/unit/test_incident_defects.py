@@ -91,6 +91,8 @@ seed = 1
 {extra.pop("simulator", "latency_scale = 0")}
 [telemetry]
 {extra.pop("telemetry", "")}
+[breaker]
+{extra.pop("breaker", "")}
 """
     assert not extra, f"unknown sections {sorted(extra)}"
     path.write_text(toml)

@@ -389,6 +389,9 @@ class RoutingClient:
         msgs = [_sendable_message(m) for m in validate_messages(messages)]
         header = None
         if session_id is not None:
+            if not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
+                got = f"{len(session_id)} characters" if isinstance(session_id, str) else type(session_id).__name__
+                raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters, got {got}")
             try:
                 header = session_header_value(validate_session_id(session_id))
             except ValueError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import random
 import threading
@@ -823,9 +824,11 @@ class _Truncated(Exception):
 
 def _int(v: object) -> int:
     """A token count from an upstream: a finite non-negative number, else 0 (never raises)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
-        return 0
-    return max(int(v), 0)
+    if type(v) is int:
+        return v if v > 0 else 0
+    if type(v) is float and math.isfinite(v):
+        return int(v) if v > 0 else 0
+    return 0
 
 
 def _usage(u: Any) -> Usage:

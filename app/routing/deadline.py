@@ -131,7 +131,7 @@ class DeadlineTransport(httpx2.BaseTransport):
         # The body is read after this returns: its reads get what is left now.
         _cap(request, deadline.time_left(deadline.clock(), body=True), ("read",))
         stream = response.stream
-        if isinstance(stream, httpx2.SyncByteStream):
+        if isinstance(stream, httpx2.SyncByteStream) and not isinstance(stream, httpx2.ByteStream):  # not in memory
             response.stream = _DeadlineStream(stream, deadline, request)
         return response
 

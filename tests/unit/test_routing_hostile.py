@@ -13,10 +13,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.routing import AllRoutesFailed, ClientClosedError, GatewayError, RoutingClient
+from app.routing import AllRoutesFailed, ClientClosedError, GatewayError, RoutingClient, StreamBrokenError
 from core.errors import InvalidRequest
 from core.session import session_header_value
-from tests.support.chaos_upstream import ChaosUpstream, hang, ok, rate_limited, server_error, unavailable
+from tests.support.chaos_upstream import (
+    ChaosUpstream,
+    Fault,
+    _stream_events,
+    hang,
+    ok,
+    rate_limited,
+    server_error,
+    unavailable,
+)
 from tests.unit.test_incident_defects import HI, KEY, KEY_ENV, OK_TEXT, chaos_requests, flushed, log_rows, make_router
 
 
@@ -87,6 +96,34 @@ def test_a_hanging_stream_is_cut_at_the_first_token_deadline(router, up):
     # time to first token counts from the caller's request; the attempt's own figure is kept beside it
     last = result.attempt_log[-1]
     assert result.ttft_ms == last.ttft_ms and last.attempt_ttft_ms <= last.ttft_ms
+
+
+def first_token_then_stall() -> Fault:
+    """A stream that sends its first words, then nothing until the server stops."""
+
+    def serve(h, req) -> None:
+        h.start_chunked(200, "text/event-stream")
+        for event in _stream_events(req.model, "first words then silence", 5)[:2]:
+            h.write_chunk(event)
+        h.server.stopping.wait()
+        h.abort(reset=False)
+
+    return Fault("first_token_then_stall", serve)
+
+
+def test_a_stream_that_stalls_after_its_first_token_is_cut_at_the_idle_gap(router, up):
+    up.set_default(first_token_then_stall(), provider="chaos")
+    client = router(sections={"retry": "stream_idle_timeout_s = 0.2"})
+    got: list[str] = []
+
+    def run():
+        for piece in client.chat(HI, stream=True):
+            got.append(piece)
+
+    ended, outcome = in_thread(run, 3.0, up)
+    assert ended and isinstance(outcome[0], StreamBrokenError) and got == ["first"]
+    assert flushed(client)
+    assert [r["error_class"] for r in log_rows(client)] == ["stream_broken"]
 
 
 def test_the_request_deadline_bounds_all_attempts_together(router, up):

@@ -398,8 +398,9 @@ class RoutingClient:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
         source = source or self.source
-        if not 0 < len(source) <= MAX_SOURCE:
+        if not (isinstance(source, str) and 0 < len(source) <= MAX_SOURCE):
             raise InvalidRequest(f"source must be 1 to {MAX_SOURCE} characters")
+        source = storable(source, MAX_SOURCE) or "api"  # a caller's label: NUL or a lone surrogate cannot be stored
         if model in (None, "", "auto"):
             decision = classify_intent(msgs, self.settings.intents)
             chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens

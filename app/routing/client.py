@@ -213,7 +213,8 @@ class RoutingClient:
             cooldown_s=b.cooldown_s,
             enabled=b.enabled,
         )
-        #: Called as ``hook(provider, old_state, new_state, why)`` on every breaker state change.
+        #: Called as ``hook(provider, old_state, new_state, why)`` on every breaker state change, on
+        #: the request's thread and under that breaker's lock: keep hooks quick (enqueue, count).
         self.on_breaker_change: list[Callable[[str, State, State, str], None]] = []
         self._breakers = {
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers

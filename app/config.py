@@ -51,6 +51,9 @@ class ProviderConfig(_Strict):
     models: list[str] = Field(min_length=1)
     default_model: str
     timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Attempts per request on this provider; 1 when the provider is itself a retrying gateway (a
+    # LiteLLM proxy retries each call itself). Unset: [retry] max_attempts.
+    max_attempts: int | None = Field(default=None, ge=1, le=10)
     # Initial fault injection for a simulated provider; the database overrides it at run time.
     faults: FaultSettings = FaultSettings()
 
@@ -166,6 +169,20 @@ class RetryConfig(_Strict):
     long_prompt_tokens: int = Field(default=8000, ge=1)  # prompts above this get long_timeout_s
     long_timeout_s: float = Field(default=60.0, gt=0)
     timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0)  # timeout grows with prompt size
+    # One request ends within this, whatever the upstreams do: all attempts, backoff and fallback.
+    request_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    # A stream that sends nothing for this long (after its first token) is cut.
+    stream_idle_timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+
+class BreakerConfig(_Strict):
+    """Circuit breaker per provider (see :mod:`app.routing.breaker`)."""
+
+    enabled: bool = True
+    window_s: int = Field(default=30, ge=1, le=3600)  # sliding window of attempt outcomes
+    min_attempts: int = Field(default=10, ge=1, le=1_000_000)  # in the window before it may open
+    failure_rate: float = Field(default=0.5, gt=0, le=1)  # share of provider-health failures that opens it
+    cooldown_s: float = Field(default=15.0, gt=0, le=3600)  # open this long, then one probe
 
 
 class TelemetryConfig(_Strict):
@@ -199,6 +216,7 @@ class FileConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(min_length=1)
     intents: IntentConfig | None = None
     retry: RetryConfig = RetryConfig()
+    breaker: BreakerConfig = BreakerConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     simulator: SimulatorConfig = SimulatorConfig()
     guardrail: GuardrailConfig = GuardrailConfig()
@@ -229,6 +247,7 @@ class Settings(BaseModel):
     guardrail: GuardrailConfig
     dashboard: DashboardConfig
     database: DatabaseConfig = DatabaseConfig()
+    breaker: BreakerConfig = BreakerConfig()
 
     @property
     def primary(self) -> ProviderConfig:
@@ -355,6 +374,7 @@ def load_settings(
         guardrail=file_cfg.guardrail,
         dashboard=file_cfg.dashboard,
         database=file_cfg.database,
+        breaker=file_cfg.breaker,
     )
 
 

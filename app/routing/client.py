@@ -95,6 +95,7 @@ class _Plan:
     cache_hints: bool
     stream: bool
     records: list[AttemptRecord] = field(default_factory=list)
+    key_name: str | None = None  # the server's gateway key, carried into the records
     infos: list[AttemptInfo] = field(default_factory=list)
 
 
@@ -225,6 +226,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult: ...
 
     @overload
@@ -240,6 +242,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatStream: ...
 
     @overload
@@ -255,6 +258,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult | ChatStream: ...
 
     def chat(
@@ -269,12 +273,14 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult | ChatStream:
         """Send one chat request through the router.
 
         ``route`` forces one side with no fallback (the playground's compare mode).
         """
         plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route, cache_hints)
+        plan.key_name = key_name
         if stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
@@ -437,6 +443,7 @@ class RoutingClient:
                 source=plan.source,
                 session_id=plan.session_id,
                 prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
+                key_name=plan.key_name,
             )
         )
         plan.infos.append(

@@ -124,6 +124,10 @@ class ChatStream:
         self.request_id = plan.request_id
         self.intent = plan.intent
         self.side = plan.side
+        # The attempt being streamed right now (the server names it in its response headers).
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.attempts = 0
         self._gen = gen_factory(self)
 
     def __iter__(self) -> Iterator[str]:
@@ -585,6 +589,7 @@ class RoutingClient:
             attempt = next(steps)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
+                holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
                 pieces: list[str] = []
                 ttft_ms: float | None = None
                 usage: Usage | None = None

@@ -72,8 +72,13 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     from app import keys
+    from core.errors import InvalidRequest
+    from db.keys import UnknownKeyError
 
-    record = keys.revoke(_engine(), args.name)
+    try:
+        record = keys.revoke(_engine(), args.name)
+    except UnknownKeyError as exc:
+        raise InvalidRequest(str(exc)) from None  # exit 2: the operator's to fix
     when = datetime.fromtimestamp(record.revoked_at or 0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     print(f"revoked gateway key {record.name!r} at {when} (running servers stop accepting it within seconds)")
     return 0

@@ -8,6 +8,7 @@ finish (up to ``graceful_s``); then :meth:`Gateway.close` flushes the request lo
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -172,9 +173,18 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: flo
     userver = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     print(f"gateway server on http://{shown}:{port}/v1 (Ctrl-C stops it)", flush=True)
+    # uvicorn handles SIGTERM itself (graceful shutdown), then re-raises it with the handler it found
+    # installed. This one turns it into a normal exit, so the finally below flushes the log (the
+    # default handler would kill the process first).
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         userver.run(sockets=[sock])
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.gateway.close()  # flushes the request log after the in-flight requests finished
         sock.close()
         log.info("gateway server stopped; request log flushed")
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from app.config import Settings
 from db import keys as db_keys
 from db import limits
 from db.keys import KeyRecord
@@ -83,4 +84,73 @@ def rows(engine: Engine, *, now: float | None = None) -> list[KeyRow]:
                 created_by=k.created_by,
             )
         )
+    return out
+
+
+@dataclass(frozen=True)
+class CreateOutcome:
+    """What the Keys page shows after Create: the key (once) or why nothing was created."""
+
+    ok: bool
+    message: str
+    key: str | None = None
+
+
+def create_from_form(
+    engine: Engine,
+    *,
+    name: str,
+    models: list[str],
+    rpm: int,
+    tpm: int,
+    budget_usd: float,
+    period: str,
+    actor: str,
+) -> CreateOutcome:
+    """The Keys page's Create: 0 means "no limit" for rpm, tpm and budget; an empty model list, every model."""
+    try:
+        record, key = create(
+            engine,
+            name.strip(),
+            models=",".join(models) or None,
+            rpm=rpm or None,
+            tpm=tpm or None,
+            budget_usd=budget_usd or None,
+            period=period if budget_usd else None,
+            created_by=actor or "dashboard",
+        )
+    except ValueError as exc:  # KeyValidationError, DuplicateKeyNameError: messages say how to fix
+        return CreateOutcome(False, str(exc))
+    return CreateOutcome(
+        True,
+        f"Created key '{record.name}'. Copy it now: it is shown only this once and cannot be retrieved.",
+        key,
+    )
+
+
+def revoke_from_form(engine: Engine, name: str | None) -> tuple[bool, str]:
+    if not name:
+        return False, "Choose a key to revoke."
+    try:
+        record = revoke(engine, name)
+    except LookupError as exc:
+        return False, str(exc)
+    return True, f"Revoked '{record.name}'. Running servers refuse it within a few seconds."
+
+
+def usage_lines(base_url: str) -> list[str]:
+    """The curl and openai-SDK lines a newcomer needs for a first call."""
+    return [
+        f'curl {base_url}/chat/completions -H "Authorization: Bearer $GATEWAY_KEY" '
+        '-H "Content-Type: application/json" '
+        '-d \'{"model": "auto", "messages": [{"role": "user", "content": "hi"}]}\'',
+        f'OpenAI(base_url="{base_url}", api_key=os.environ["GATEWAY_KEY"])',
+    ]
+
+
+def servable_models(settings: Settings) -> list[str]:
+    """Every model some provider routes, in configuration order (the allow-list choices)."""
+    out: list[str] = []
+    for p in settings.providers.values():
+        out += [m for m in p.models if m not in out]
     return out

@@ -84,9 +84,11 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
-    from app.server.serve import DEFAULT_HOST, DEFAULT_PORT
+DEFAULT_HOST = "127.0.0.1"  # local only unless the operator says otherwise
+DEFAULT_PORT = 8000
 
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
     sv = sub.add_parser("serve", help="the OpenAI-compatible gateway server")
     sv.add_argument("--host", default=DEFAULT_HOST, help=f"default {DEFAULT_HOST} (local only)")
     sv.add_argument("--port", type=int, default=DEFAULT_PORT)

@@ -21,6 +21,7 @@ from app.config import ProviderNotConfigured, resolve_api_key
 from app.gateway import Gateway, build_gateway
 from app.server.asgi import GatewayApp
 from app.server.auth import KeyAuthenticator
+from app.server.cli import DEFAULT_HOST, DEFAULT_PORT
 from app.server.handler import DEFAULT_WORKERS, ChatHandler
 from app.server.metrics import GatewayMetrics
 from core.errors import ConfigurationError
@@ -28,8 +29,6 @@ from core.records import AttemptRecord
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
 GRACEFUL_S = 30.0
 
 
@@ -90,10 +89,9 @@ class MeteredSink:
 
 def served_models(gateway: Gateway) -> list[str]:
     """Every model some provider routes, in configuration order."""
-    out: list[str] = []
-    for p in gateway.settings.providers.values():
-        out += [m for m in p.models if m not in out]
-    return out
+    from app.keys import servable_models
+
+    return servable_models(gateway.settings)
 
 
 @dataclass

@@ -140,7 +140,9 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
 def check_port(host: str, port: int) -> socket.socket:
     """Bind now, so a taken port is one clear error instead of a uvicorn traceback; uvicorn then
     serves on this very socket (no window for another process to take it)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+    # without it every response written in two parts waits 40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

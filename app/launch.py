@@ -74,18 +74,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     problems = [
-        f"{what} port: {p}. Fix: stop what listens there, or choose another, e.g. make run {var}={port + 100}"
+        f"{what} port: {problem}. Fix: stop what listens there, or choose another, e.g. make run {var}={port + 100}"
         for what, var, port in (
             ("dashboard", "DASHBOARD_PORT", args.dashboard_port),
             ("gateway", "GATEWAY_PORT", args.gateway_port),
         )
-        if (p := port_problem(port)) is not None
+        if (problem := port_problem(port)) is not None
     ]
     if args.dashboard_port == args.gateway_port:
         problems.append("the dashboard and the gateway need two different ports")
     if problems:
-        for p in problems:
-            print(f"error: {p}", file=sys.stderr)
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
         return 2
 
     kids = children(args.dashboard_port, args.gateway_port)
@@ -111,16 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(0.2)  # supervising two children; nothing to wake us sooner portably
     except KeyboardInterrupt:
         pass  # the terminal sent SIGINT to the children as well
-    for p in procs:  # one child ended (or Ctrl-C): stop the other gracefully
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+    for proc in procs:  # one child ended (or Ctrl-C): stop the other gracefully
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
-    for p in procs:
+    for proc in procs:
         try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            proc.kill()
+            proc.wait()
     codes = {k.name: p.returncode for k, p in zip(kids, procs, strict=True)}
     print("stopped: " + ", ".join(f"{n} (exit {c})" for n, c in codes.items()), file=sys.stderr)
     return 0

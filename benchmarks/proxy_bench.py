@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import openai
 
@@ -37,7 +38,7 @@ from benchmarks.harness import Dist, quantile, row, say
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "gpt-4.1"
-MESSAGES = [{"role": "user", "content": "Say hello in one short sentence."}]
+MESSAGES: list[Any] = [{"role": "user", "content": "Say hello in one short sentence."}]
 STREAM_CHUNKS = 200
 ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "6"))
 PER_ROUND = int(os.environ.get("BENCH_PROXY_PER_ROUND", "60"))
@@ -97,7 +98,7 @@ class _Upstream(asyncio.Protocol):
     stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n" + _sse()
     models = b'{"object":"list","data":[{"id":"' + MODEL.encode() + b'","object":"model"}]}'
 
-    def connection_made(self, transport):  # type: ignore[no-untyped-def]
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self.buf = b""
         sock = transport.get_extra_info("socket")

@@ -29,7 +29,7 @@ from core.records import AttemptRecord
 
 log = logging.getLogger(__name__)
 
-GRACEFUL_S = 30.0
+GRACEFUL_S = 30
 
 
 class PortInUse(ConfigurationError):
@@ -154,7 +154,7 @@ def check_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: float = GRACEFUL_S) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int = GRACEFUL_S) -> None:
     import uvicorn
 
     sock = check_port(host, port)

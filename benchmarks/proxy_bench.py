@@ -331,7 +331,7 @@ async def _throughput_once(base_url: str, key: str, seconds: float) -> tuple[flo
 
 def _throughput(targets: dict[str, tuple[str, str]]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {n: [] for n in targets}
-    for n, (url, key) in targets.items():  # warm-up: 64 connections each
+    for url, key in targets.values():  # warm-up: 64 connections each
         asyncio.run(_throughput_once(url, key, 0.5))
     names = list(targets)
     for r in range(TPUT_ROUNDS):

@@ -31,7 +31,7 @@ import anyio
 import anyio.to_thread
 
 from app import catalog
-from app.routing.client import ChatStream, RoutingClient
+from app.routing.client import MAX_SESSION_ID, ChatStream, RoutingClient
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
@@ -189,8 +189,9 @@ class ChatHandler:
     def _chat_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
         return {
             "model": req.model,
-            # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it.
-            "session_id": req.user or None,
+            # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it
+            # (one longer than a log session id still routes, without stickiness).
+            "session_id": req.user if req.user and len(req.user) <= MAX_SESSION_ID else None,
             "temperature": req.temperature,
             "max_tokens": req.max_tokens,
             "source": SOURCE,

@@ -364,8 +364,10 @@ class _Pipe:
         self._cancelled = threading.Event()
 
     def put(self, item: tuple[str, Any, Any]) -> bool:
+        if self._cancelled.is_set():
+            return False
         if item[0] == "chunk":
-            self._room.acquire()
+            self._room.acquire()  # one producer: cancel()'s single release wakes it if it waits here
         if self._cancelled.is_set():
             return False
         try:

@@ -1,18 +1,20 @@
-# Two entry points: `make run` (dashboard on the embedded default) and `make test` (the whole suite).
+# Two entry points: `make run` (dashboard + gateway server on the embedded default) and `make test` (the whole suite).
 # Both build a local virtual environment in .venv from the hashed locks (requirements*.txt), which
 # `make lock` regenerates from the direct dependencies declared in pyproject.toml.
 
 PYTHON ?= python3
 VENV := .venv
+DASHBOARD_PORT ?= 8501
+GATEWAY_PORT ?= 8000
 PY := $(VENV)/bin/python
 
 .PHONY: run test lint unit e2e bench lock clean
 
 $(VENV)/.runtime: requirements.txt
-	@echo "installing the runtime dependencies into $(VENV) (first run: about a minute)"
+	@echo "installing the runtime dependencies into $(VENV) (first run: about a minute; progress below)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --progress-bar on --require-hashes -r requirements.txt
+	$(PY) -m pip install --progress-bar on --require-hashes -r requirements.txt
 	touch $@
 
 $(VENV)/.dev: requirements-dev.txt requirements.txt $(VENV)/.runtime
@@ -31,8 +33,9 @@ lock:
 	uv pip compile pyproject.toml --generate-hashes --python-version 3.11 -o requirements.txt -q --custom-compile-command "make lock"
 	uv pip compile pyproject.toml --extra dev --generate-hashes --python-version 3.11 -o requirements-dev.txt -q --custom-compile-command "make lock"
 
+# The dashboard and the gateway server together (both 127.0.0.1); Ctrl-C stops both.
 run: $(VENV)/.runtime
-	$(PY) -m app dashboard
+	$(PY) -m app.launch --dashboard-port $(DASHBOARD_PORT) --gateway-port $(GATEWAY_PORT)
 
 test: $(VENV)/.dev
 	bash scripts/test.sh

@@ -1,4 +1,4 @@
-"""Command line: ``python -m app chat|canary|loadgen|simulate``.
+"""Command line: ``python -m app chat|canary|loadgen|simulate|dashboard|serve|keys``.
 
 Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
 configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
@@ -258,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dash.add_argument("streamlit_args", nargs=argparse.REMAINDER, help="e.g. --server.port 8600")
     dash.set_defaults(func=cmd_dashboard)
+
+    from app.server.cli import add_commands
+
+    add_commands(sub)  # serve, keys
     return parser
 
 

@@ -32,6 +32,7 @@ class AttemptRecord:
     source: str = "api"
     session_id: str | None = None
     prompt_text: str | None = None
+    key_name: str | None = None  # the gateway key that sent it (server requests only)
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""

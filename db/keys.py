@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, insert, select, update
+from sqlalchemy import Engine, case, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from db.models import GatewayKey
@@ -280,3 +280,22 @@ def lookup_key(engine: Engine, presented: str | None) -> KeyRecord | None:
     if row is None or not hmac.compare_digest(row.key_hash, digest) or row.revoked_at is not None:
         return None
     return _record(row)
+
+
+def spend_by_key(engine: Engine, *, since: float) -> dict[str, tuple[int, float]]:
+    """{key name: (requests, cost in USD)} logged in ``request_log`` since ``since`` (epoch seconds);
+    a request counts once (its final attempt), its cost is the sum over its attempts."""
+    from sqlalchemy import func
+
+    from db.models import RequestLog
+
+    log = RequestLog.__table__.c
+    q = (
+        select(
+            log.key_name, func.sum(case((log.final.is_(True), 1), else_=0)), func.coalesce(func.sum(log.cost_usd), 0.0)
+        )
+        .where(log.key_name.is_not(None), log.ts >= since)
+        .group_by(log.key_name)
+    )
+    with engine.connect() as conn:
+        return {row[0]: (int(row[1] or 0), float(row[2] or 0.0)) for row in conn.execute(q)}

@@ -77,6 +77,7 @@ class RequestLog(Base):
     source: Mapped[str] = mapped_column(String(32))  # playground | loadgen | api | cli ...
     session_id: Mapped[str | None] = mapped_column(String(128))
     prompt_text: Mapped[str | None] = mapped_column(Text)  # only with store_prompts = true
+    key_name: Mapped[str | None] = mapped_column(String(64))  # gateway key (server requests), for spend per key
 
 
 class _RollupColumns:

@@ -23,6 +23,8 @@ right.markdown(
     f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {canary.reason}"
 )
 
+st.caption(resources.gateway_server().line())
+
 st.subheader("Last 15 minutes")
 stats = resources.overview()
 cols = st.columns(6)

@@ -198,3 +198,28 @@ def refresh() -> None:
         client().refresh()
     except Exception:  # noqa: BLE001 - a broken configuration is reported by the page itself
         pass
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _gateway_server(url: str):
+    from app.server.probe import server_status
+
+    return server_status(url)
+
+
+def gateway_server():
+    """The gateway server's address and whether it answers (probed at most every few seconds)."""
+    from app.server.probe import server_url
+
+    return _gateway_server(server_url())
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _key_rows(key: tuple[str, str]):
+    from app.keys import rows
+
+    return rows(engine())
+
+
+def key_rows():
+    return _key_rows(_config_key())

@@ -118,6 +118,7 @@ class _Plan:
     prompt_text: str | None = None  # cleaned, when store_prompts is on
     deadline: Deadline = NO_DEADLINE  # set when the request starts
     records: list[AttemptRecord] = field(default_factory=list)
+    key_name: str | None = None  # the server's gateway key, carried into the records
     infos: list[AttemptInfo] = field(default_factory=list)
 
 
@@ -146,6 +147,10 @@ class ChatStream:
         self.request_id = plan.request_id
         self.intent = plan.intent
         self.side = plan.side
+        # The attempt being streamed right now (the server names it in its response headers).
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.attempts = 0
         self._gen = gen_factory(self)
 
     def __iter__(self) -> Iterator[str]:
@@ -287,6 +292,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult: ...
 
     @overload
@@ -302,6 +308,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatStream: ...
 
     @overload
@@ -317,6 +324,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult | ChatStream: ...
 
     def chat(
@@ -331,6 +339,7 @@ class RoutingClient:
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
+        key_name: str | None = None,
     ) -> ChatResult | ChatStream:
         """Send one chat request through the router.
 
@@ -340,6 +349,7 @@ class RoutingClient:
         if self._closed:
             raise ClientClosedError("this RoutingClient is closed: build a new one (RoutingClient.from_config())")
         plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route, cache_hints)
+        plan.key_name = key_name
         if stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
@@ -559,6 +569,7 @@ class RoutingClient:
                 source=plan.source,
                 session_id=plan.session_id,
                 prompt_text=plan.prompt_text,
+                key_name=plan.key_name,
             )
         )
         plan.infos.append(
@@ -772,6 +783,7 @@ class RoutingClient:
             attempt = next(steps)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
+                holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
                 pieces: list[str] = []
                 ttft_ms: float | None = None
                 attempt_ttft_ms: float | None = None

@@ -1,0 +1,190 @@
+"""``python -m app serve``: the gateway built through :func:`app.gateway.build_gateway`, its
+:class:`ChatHandler` injected into :class:`GatewayApp`, served by uvicorn.
+
+Shutdown: on SIGTERM or Ctrl-C uvicorn stops accepting connections and lets in-flight requests
+finish (up to ``graceful_s``); then :meth:`Gateway.close` flushes the request log.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+from sqlalchemy import text
+
+from app.config import ProviderNotConfigured, resolve_api_key
+from app.gateway import Gateway, build_gateway
+from app.server.asgi import GatewayApp
+from app.server.auth import KeyAuthenticator
+from app.server.cli import DEFAULT_HOST, DEFAULT_PORT
+from app.server.handler import DEFAULT_WORKERS, ChatHandler
+from app.server.metrics import GatewayMetrics
+from core.errors import ConfigurationError
+from core.records import AttemptRecord
+
+log = logging.getLogger(__name__)
+
+GRACEFUL_S = 30
+
+
+class PortInUse(ConfigurationError):
+    def __init__(self, host: str, port: int):
+        super().__init__(
+            f"{host}:{port} is already in use. Fix: stop what listens there, or pick another port "
+            f"(python -m app serve --port N)"
+        )
+
+
+class ServerMetrics(GatewayMetrics):
+    """GatewayMetrics whose gauges read the gateway's live state at each scrape."""
+
+    def __init__(self, gateway: Gateway, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.gateway = gateway
+
+    def exposition(self) -> bytes:
+        g = self.gateway
+        self.set_canary_ratio(g.ratio.value)
+        self.set_log_depths(queue=_depth(g.telemetry, "pending"), journal=_depth(g.telemetry, "journal_depth"))
+        return super().exposition()
+
+
+def _depth(writer: Any, name: str) -> int:
+    """A writer's depth gauge, property or method (0 when this writer has no such figure)."""
+    value = getattr(writer, name, 0)
+    try:
+        return int(value() if callable(value) else value)
+    except Exception:  # noqa: BLE001 - a gauge must never break the scrape
+        return 0
+
+
+class MeteredSink:
+    """The gateway's telemetry sink with every record also observed in the metrics: each attempt,
+    and each request (its final attempt), exactly as the router logs them."""
+
+    def __init__(self, inner: Any, metrics: GatewayMetrics):
+        self.inner = inner
+        self.metrics = metrics
+
+    def submit_many(self, records: Iterable[AttemptRecord]) -> None:
+        records = list(records)
+        for r in records:
+            try:
+                self.metrics.observe_record(r)
+            except Exception as exc:  # noqa: BLE001 - a metrics bug must never lose the log row
+                log.warning("metrics: %s", type(exc).__name__)
+        self.inner.submit_many(records)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def served_models(gateway: Gateway) -> list[str]:
+    """Every model some provider routes, in configuration order."""
+    from app.keys import servable_models
+
+    return servable_models(gateway.settings)
+
+
+@dataclass
+class Server:
+    gateway: Gateway
+    app: GatewayApp
+    handler: ChatHandler
+
+
+def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKERS) -> Server:
+    gateway = gateway if gateway is not None else build_gateway(source="server")
+    models = served_models(gateway)
+    metrics = ServerMetrics(gateway, providers=list(gateway.settings.providers), models=models)
+    gateway.client.telemetry = MeteredSink(gateway.client.telemetry, metrics)
+    handler = ChatHandler(gateway.client, engine=gateway.engine, metrics=metrics, workers=workers)
+
+    def check_ready() -> dict[str, bool]:
+        checks: dict[str, bool] = {}
+        try:
+            with gateway.engine.connect() as conn:
+                conn.execute(text("select 1"))
+            checks["database"] = True
+        except Exception:  # noqa: BLE001 - reported as not ready
+            checks["database"] = False
+        for name, p in gateway.settings.providers.items():
+            try:
+                resolve_api_key(name, p)
+                checks[f"provider:{name}"] = True
+            except ProviderNotConfigured:
+                checks[f"provider:{name}"] = False
+        return checks
+
+    async def ready() -> dict[str, bool]:
+        return await anyio.to_thread.run_sync(check_ready)
+
+    app = GatewayApp(
+        chat_handler=handler,
+        models=models,
+        authenticate=KeyAuthenticator(gateway.engine),
+        ready=ready,
+        metrics=metrics,
+    )
+    return Server(gateway, app, handler)
+
+
+def check_port(host: str, port: int) -> socket.socket:
+    """Bind now, so a taken port is one clear error instead of a uvicorn traceback; uvicorn then
+    serves on this very socket (no window for another process to take it)."""
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
+    # without it every response written in two parts waits 40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise PortInUse(host, port) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int = GRACEFUL_S) -> None:
+    import uvicorn
+
+    sock = check_port(host, port)
+    server = build_server()
+    # The default thread limiter bounds the auth and admission lookups; size it with the workers.
+    config = uvicorn.Config(
+        server.app,
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,
+        lifespan="off",
+        timeout_graceful_shutdown=graceful_s,
+        server_header=False,
+        date_header=False,
+    )
+    userver = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"gateway server on http://{shown}:{port}/v1 (Ctrl-C stops it)", flush=True)
+    # uvicorn handles SIGTERM itself (graceful shutdown), then re-raises it with the handler it found
+    # installed. This one turns it into a normal exit, so the finally below flushes the log (the
+    # default handler would kill the process first).
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        userver.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.gateway.close()  # flushes the request log after the in-flight requests finished
+        sock.close()
+        log.info("gateway server stopped; request log flushed")
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)

@@ -1,0 +1,320 @@
+"""The gateway server as a real process (``python -m app serve``) in front of a scripted chaos upstream:
+the openai SDK (sync, async, streamed) and raw HTTP against every endpoint and error status, keys and
+limits, client disconnect, SIGTERM with requests in flight, the request log's key column."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import httpx2
+import openai
+import pytest
+from sqlalchemy import select
+
+from db.engine import get_engine
+from db.keys import create_key
+from db.models import RequestLog
+from tests.support import serve_process as sp
+from tests.support.chaos_upstream import ChaosUpstream, bad_request, ok, server_error, trickle, unavailable
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with ChaosUpstream() as up:
+        yield up
+
+
+@pytest.fixture(scope="module")
+def server(upstream, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    cfg = tmp / "gateway.toml"
+    cfg.write_text(sp.chaos_config(upstream.url))
+    db_url = f"sqlite:///{tmp / 'gw.db'}"
+    proc = sp.start(cfg, db_url)
+    proc.db_url = db_url  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+
+
+@pytest.fixture(scope="module")
+def engine(server):
+    return get_engine(server.db_url)
+
+
+@pytest.fixture(scope="module")
+def key(server):
+    """An unrestricted key, created through the CLI (printed once, as JSON)."""
+    out = sp.cli(server.env, "keys", "create", "--name", "main", "--json")
+    assert out.returncode == 0, out.stderr
+    created = json.loads(out.stdout)
+    assert created["name"] == "main" and created["key"].startswith("gw-")
+    return created["key"]
+
+
+@pytest.fixture()
+def fresh(upstream):
+    """Every request answered ok unless the test scripts otherwise; scripts left over are dropped."""
+    upstream.set_default(ok())
+    yield upstream
+    upstream.set_default(ok())
+    with upstream._lock:
+        upstream._queues.clear()
+
+
+def post(server, key, body, **kw):
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx2.post(f"{server.base_url}/chat/completions", json=body, headers=headers, timeout=30, **kw)
+
+
+# ---------------------------------------------------------------------------------------- openai SDK
+
+
+def test_openai_sdk_sync_call_and_gateway_headers(server, key, fresh):
+    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4.1", messages=HELLO)
+    r = raw.parse()
+    assert r.choices[0].message.content == "chaos says hello"
+    assert r.model == "gpt-4.1" and r.usage.prompt_tokens == 5
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
+    h = raw.headers
+    assert h["x-gateway-provider"] == "direct" and h["x-gateway-model"] == "gpt-4.1"
+    assert h["x-gateway-intent"] == "explicit" and h["x-gateway-canary-side"] == "fallback"
+    assert h["x-gateway-attempts"] == "1" and h["x-request-id"]
+    # The upstream got our provider key, never the gateway key.
+    sent = fresh.requests[-1]
+    assert sent.headers["authorization"] == f"Bearer {sp.UPSTREAM_KEY}"
+    assert key not in json.dumps(sent.headers)
+
+
+def test_openai_sdk_async_calls(server, key, fresh):
+    async def main():
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+        rs = await asyncio.gather(*[client.chat.completions.create(model="auto", messages=HELLO) for _ in range(5)])
+        await client.close()
+        return rs
+
+    rs = asyncio.run(main())
+    assert [r.choices[0].message.content for r in rs] == ["chaos says hello"] * 5
+    assert len({r.id for r in rs}) == 5
+
+
+def test_openai_sdk_stream_with_usage(server, key, fresh):
+    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4.1", messages=HELLO, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "chaos says hello"
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 5
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_raw_stream_ends_with_done(server, key, fresh):
+    with httpx2.stream(
+        "POST",
+        f"{server.base_url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["x-gateway-provider"] == "direct"
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+
+
+# ---------------------------------------------------------------------------------------- endpoints
+
+
+def test_health_ready_models_metrics(server, key):
+    assert httpx2.get(f"{server.url}/healthz").json() == {"status": "ok"}
+    ready = httpx2.get(f"{server.url}/readyz").json()
+    assert ready["status"] == "ok"
+    assert ready["checks"] == {"database": True, "provider:holysheep": True, "provider:direct": True}
+    models = httpx2.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {key}"}).json()
+    assert [m["id"] for m in models["data"]] == ["auto", "gpt-4.1", "gemini-2.5-flash"]
+    assert httpx2.get(f"{server.base_url}/models").status_code == 401
+    metrics = httpx2.get(f"{server.url}/metrics")
+    assert metrics.status_code == 200 and "gateway_canary_ratio 0.0" in metrics.text
+
+
+def error_of(r: httpx2.Response) -> dict:
+    body = r.json()
+    assert set(body) == {"error"} and {"message", "type", "code"} <= set(body["error"])
+    assert "Traceback" not in r.text
+    return body["error"]
+
+
+def test_auth_errors(server, key):
+    assert error_of(post(server, None, {"model": "gpt-4.1", "messages": HELLO}))["code"] == "invalid_api_key"
+    r = post(server, "gw-not-a-real-key", {"model": "gpt-4.1", "messages": HELLO})
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.base_url, api_key="sk-wrong", max_retries=0).chat.completions.create(
+            model="gpt-4.1", messages=HELLO
+        )
+
+
+def test_request_errors_400_404_413(server, key):
+    r = httpx2.post(
+        f"{server.base_url}/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 400 and error_of(r)["type"] == "invalid_request_error"
+    r = post(server, key, {"model": "gpt-4.1", "messages": []})
+    assert r.status_code == 400 and error_of(r)["param"] == "messages"
+    r = post(server, key, {"model": "nope", "messages": HELLO})
+    assert r.status_code == 404 and error_of(r)["code"] == "model_not_found"
+    r = post(server, key, {"model": "deepseek-chat-v3.2", "messages": HELLO})  # a catalog model nobody routes
+    assert r.status_code == 404
+    assert httpx2.get(f"{server.url}/v1/nothing").status_code == 404
+    big = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]}
+    r = post(server, key, big)
+    assert r.status_code == 413 and error_of(r)["code"] == "request_too_large"
+
+
+def test_key_model_allow_list_403(server, engine, fresh):
+    _, k = create_key(engine, "only-gpt", models="gpt-4.1")
+    assert post(server, k, {"model": "gpt-4.1", "messages": HELLO}).status_code == 200
+    r = post(server, k, {"model": "gemini-2.5-flash", "messages": HELLO})
+    assert r.status_code == 403 and error_of(r)["code"] == "model_not_allowed"
+    with pytest.raises(openai.PermissionDeniedError):
+        openai.OpenAI(base_url=server.base_url, api_key=k, max_retries=0).chat.completions.create(
+            model="gemini-2.5-flash", messages=HELLO
+        )
+
+
+def test_rpm_limit_429_with_retry_after(server, engine, fresh):
+    _, k = create_key(engine, "rpm-two", rpm=2)
+    codes = [post(server, k, {"model": "gpt-4.1", "messages": HELLO}).status_code for _ in range(2)]
+    assert codes == [200, 200]
+    r = post(server, k, {"model": "gpt-4.1", "messages": HELLO})
+    assert r.status_code == 429 and error_of(r)["code"] == "rate_limit_exceeded"
+    assert 1 <= int(r.headers["retry-after"]) <= 60
+    assert len(fresh.requests_for("direct")) >= 2
+
+
+def test_budget_exceeded_429(server, engine, fresh):
+    _, k = create_key(engine, "tiny-budget", budget_usd=0.000001, period="day")
+    r = post(server, k, {"model": "gpt-4.1", "messages": HELLO})
+    assert r.status_code == 429
+    err = error_of(r)
+    assert err["code"] == "budget_exceeded" and err["type"] == "insufficient_quota"
+
+
+def test_upstream_failures_map_to_502_503_400(server, key, fresh):
+    fresh.script(server_error(), provider="direct")
+    r = post(server, key, {"model": "gpt-4.1", "messages": HELLO})
+    assert r.status_code == 502 and "request id" in error_of(r)["message"]
+    fresh.script(unavailable(), provider="direct")
+    assert post(server, key, {"model": "gpt-4.1", "messages": HELLO}).status_code == 503
+    fresh.script(bad_request("This model's maximum context length is 10 tokens"), provider="direct")
+    r = post(server, key, {"model": "gpt-4.1", "messages": HELLO})
+    assert r.status_code == 400 and "maximum context length" in error_of(r)["message"]
+    with pytest.raises(openai.InternalServerError):
+        fresh.script(server_error(), provider="direct")
+        openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0).chat.completions.create(
+            model="gpt-4.1", messages=HELLO
+        )
+
+
+def test_spend_is_logged_per_key(server, engine, fresh):
+    _, k = create_key(engine, "spender")
+    for _ in range(3):
+        assert post(server, k, {"model": "gpt-4.1", "messages": HELLO}).status_code == 200
+
+    def rows():
+        with engine.connect() as conn:
+            return conn.execute(
+                select(RequestLog.cost_usd, RequestLog.source).where(RequestLog.key_name == "spender")
+            ).all()
+
+    got = sp.wait_for(lambda: rows() if len(rows()) == 3 else None, timeout_s=10, what="3 log rows")
+    assert all(r.cost_usd > 0 and r.source == "server" for r in got)
+    listed = json.loads(sp.cli(server.env, "keys", "list", "--json").stdout)
+    spender = next(x for x in listed if x["name"] == "spender")
+    assert spender["requests_month"] == 3
+    assert spender["cost_month_usd"] == pytest.approx(sum(r.cost_usd for r in got))
+
+
+def test_keys_revoke_cli(server, engine, fresh):
+    _, k = create_key(engine, "to-revoke")
+    out = sp.cli(server.env, "keys", "revoke", "to-revoke")
+    assert out.returncode == 0 and "revoked" in out.stdout
+    # The server's key cache holds a lookup for at most 2 s; this key was never looked up.
+    assert post(server, k, {"model": "gpt-4.1", "messages": HELLO}).status_code == 401
+    assert sp.cli(server.env, "keys", "revoke", "no-such-key").returncode == 2
+
+
+# ---------------------------------------------------------------------------------------- disconnect
+
+
+def test_client_disconnect_closes_the_upstream_stream(server, key, fresh):
+    """A client that goes away mid-stream: the worker stops at the next upstream chunk and closes
+    the upstream response, so the upstream's connection is closed long before its answer ends."""
+    fresh.script(trickle(0.005, text="word " * 400), provider="direct")
+    before = len(fresh.requests)
+    with httpx2.stream(
+        "POST",
+        f"{server.base_url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if '"content":"word' in line:
+                break  # leaving the block closes our connection mid-stream
+    fresh.wait_for_requests(before + 1)
+    # The trickle would take ~60 s to finish; its connection closes within seconds of ours.
+    sp.wait_for(lambda: not fresh._server._open, timeout_s=20, what="the upstream connection to close")
+
+
+# ---------------------------------------------------------------------------------------- SIGTERM
+
+
+def test_sigterm_lets_in_flight_requests_finish_and_flushes_the_log(upstream, tmp_path):
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(sp.chaos_config(upstream.url))
+    db_url = f"sqlite:///{tmp_path / 'gw.db'}"
+    proc = sp.start(cfg, db_url)
+    engine = get_engine(db_url)
+    _, k = create_key(engine, "term")
+    n = 4
+    upstream.script(*[trickle(0.002, text="finishing in flight") for _ in range(n)], provider="direct")
+    before = len(upstream.requests)
+    results: list[int] = []
+
+    def one():
+        results.append(post(proc, k, {"model": "gpt-4.1", "messages": HELLO}).status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        upstream.wait_for_requests(before + n, timeout_s=20)
+        rc = proc.terminate()
+    finally:
+        for t in threads:
+            t.join(timeout=60)
+    assert results == [200] * n
+    assert rc == 0
+    with engine.connect() as conn:
+        logged = conn.execute(select(RequestLog.status).where(RequestLog.key_name == "term")).all()
+    assert [r.status for r in logged] == ["ok"] * n  # flushed before the process exited
+
+
+def test_port_taken_is_one_clear_error(server):
+    out = sp.cli(server.env, "serve", "--port", str(server.port))
+    assert out.returncode != 0
+    assert "already in use" in out.stderr and "Traceback" not in out.stderr

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Engine, and_, func, literal_column, select
+from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true, union_all
 
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
@@ -210,13 +210,156 @@ def bucket_cells(engine: Engine, *, since: int, until: float, step: int, filters
     return out
 
 
-def window_cell(engine: Engine, *, since: float, until: float) -> SummedCell:
-    """Every provider and model summed over ``[since, until]`` (whole rollup minutes)."""
+def window_cell(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None) -> SummedCell:
+    """Every provider and model (that passed ``filters``) summed over ``[since, until]`` (whole
+    rollup minutes)."""
     q = select(*_sum_cols((*COUNT_COLUMNS, "cost_usd")), *_sum_cols(LATENCY_BUCKETS), *_sum_cols(TTFT_BUCKETS)).where(
-        _rollup_range(since, until, None)
+        _rollup_range(since, until, filters)
     )
     with engine.connect() as conn:
         return _full_cell(conn.execute(q).one(), 0)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Whole-window cells for the monitor's level table.
+
+    ``by_provider_side`` is keyed by ``(provider, canary side)`` and ignores the provider filter
+    (the requests a provider started and lost to the fallback are counted on the fallback
+    provider's rows, so a provider filter would hide exactly them); ``by_model`` honours every
+    filter."""
+
+    by_provider_side: dict[tuple[str, str], SummedCell]
+    by_model: dict[str, SummedCell]
+
+
+def span_parts(lo: int, hi: int, spans: Sequence[int] = (3600, 300, 60)) -> list[tuple[int, int, int]]:
+    """Cut the minutes ``[lo, hi)`` (whole minutes) into ``(span, start, end)`` pieces, each aligned
+    to its table's span, coarsest first: a 24-hour window is 23 hourly rows plus at most a few
+    dozen five-minute and one-minute rows per combination, instead of 1,440 minutes."""
+    span, rest = spans[0], spans[1:]
+    if not rest:
+        return [(span, lo, hi)] if lo < hi else []
+    a, b = -(-lo // span) * span, hi // span * span
+    if a >= b:
+        return span_parts(lo, hi, rest)
+    return [*span_parts(lo, a, rest), (span, a, b), *span_parts(b, hi, rest)]
+
+
+def _span_union(since: float, until: float, filters: MonitorFilters | None, keys: Sequence[str]):
+    lo, hi = minute_floor(since), minute_floor(until) + 60
+    cols = (*keys, *COUNT_COLUMNS, "cost_usd", *LATENCY_BUCKETS, *TTFT_BUCKETS)
+    parts = []
+    for span, a, b in span_parts(lo, hi):
+        t = rollup_table_for(span)
+        parts.append(
+            select(*(t.c[c] for c in cols)).where(t.c.minute >= a, t.c.minute < b, *_dimension_filter(filters, t))
+        )
+    if not parts:
+        return None
+    sub = union_all(*parts).subquery() if len(parts) > 1 else parts[0].subquery()
+    return select(*(sub.c[k] for k in keys), *(func.sum(sub.c[c]) for c in cols[len(keys) :])).group_by(
+        *(sub.c[k] for k in keys)
+    )
+
+
+def breakdown_cells(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None) -> Breakdown:
+    """Whole-window cells over the minutes from ``since`` to ``until`` (each piece from the
+    coarsest rollup table that fits, see :func:`span_parts`): by (provider, side) and by model."""
+    f = filters or NO_FILTERS
+    unfiltered_provider = MonitorFilters(models=f.models, intents=f.intents, sources=f.sources)
+    q_side = _span_union(since, until, unfiltered_provider, ("provider", "side"))
+    q_model = _span_union(since, until, f, ("model",))
+    if q_side is None or q_model is None:
+        return Breakdown({}, {})
+    with engine.connect() as conn:
+        sides = {(r[0], r[1]): _full_cell(r, 2) for r in conn.execute(q_side)}
+        models = {r[0]: _full_cell(r, 1) for r in conn.execute(q_model)}
+    return Breakdown(sides, models)
+
+
+@dataclass(frozen=True)
+class RecentCounts:
+    """One provider's attempts in the last seconds, read from the raw log: ``requests`` are final
+    attempts, ``request_errors`` failed final attempts, ``fallbacks`` final attempts on the
+    fallback route."""
+
+    attempts: int
+    errors: int
+    requests: int
+    request_errors: int
+    fallbacks: int
+
+
+def recent_counts(
+    engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
+) -> dict[str, RecentCounts]:
+    """Attempts per provider with ``since <= ts <= until`` (a ``ts``-indexed range of the raw log:
+    the rollups are per minute, too coarse for "the last minute" to mean sixty seconds)."""
+    log = RequestLog.__table__
+    failed = case((log.c.status != "ok", 1), else_=0)
+    final = case((log.c.final.is_(true()), 1), else_=0)
+    q = (
+        select(
+            log.c.provider,
+            func.count(),
+            func.sum(failed),
+            func.sum(final),
+            func.sum(case((and_(log.c.final.is_(true()), log.c.status != "ok"), 1), else_=0)),
+            func.sum(case((and_(log.c.final.is_(true()), log.c.fallback.is_(true())), 1), else_=0)),
+        )
+        .where(log.c.ts >= since, log.c.ts <= until, *_dimension_filter(filters, log))
+        .group_by(log.c.provider)
+    )
+    with engine.connect() as conn:
+        return {r[0]: RecentCounts(*(_i(v) for v in r[1:])) for r in conn.execute(q)}
+
+
+@dataclass(frozen=True)
+class SubstitutionSums:
+    """Final substituted requests of one (provider, model served, model asked for, intent)."""
+
+    provider: str
+    model: str
+    requested_model: str
+    intent: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+
+def substitution_sums(
+    engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
+) -> list[SubstitutionSums]:
+    """Substituted final requests in ``[since, until]`` with their tokens and cost, grouped. Reads
+    the partial index on substituted rows (migration 0006), so the window's other rows cost
+    nothing."""
+    log = RequestLog.__table__
+    q = (
+        select(
+            log.c.provider,
+            log.c.model,
+            log.c.requested_model,
+            log.c.intent,
+            func.count(),
+            func.sum(log.c.prompt_tokens),
+            func.sum(log.c.cached_tokens),
+            func.sum(log.c.completion_tokens),
+            func.sum(log.c.cost_usd),
+        )
+        .where(
+            log.c.substituted.is_(true()),
+            log.c.ts >= since,
+            log.c.ts <= until,
+            log.c.final.is_(true()),
+            *_dimension_filter(filters, log),
+        )
+        .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
+    )
+    with engine.connect() as conn:
+        return [SubstitutionSums(r[0], r[1], r[2], r[3], *(_i(v) for v in r[4:8]), _f(r[8])) for r in conn.execute(q)]
 
 
 def cost_between(engine: Engine, *, since: float, until: float) -> float:

@@ -1,0 +1,50 @@
+"""ops_event (fault-injection changes, circuit-breaker transitions) and drill-down indexes
+
+Revision ID: 0006
+Revises: 0005
+Create Date: 2026-11-30
+
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0006"
+# 0004 and 0005 are written on other branches; the lead fixes the chain at merge.
+# TEMPORARY on branch w2-mon: points at 0003 so this branch's tests run. Set it to "0005".
+down_revision: str | Sequence[str] | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "ops_event",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False),
+        sa.Column("ts", sa.Float(), nullable=False),
+        sa.Column("kind", sa.String(length=32), nullable=False),
+        sa.Column("provider", sa.String(length=64), nullable=True),
+        sa.Column("detail", sa.String(length=500), nullable=False),
+        sa.Column("actor", sa.String(length=128), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_ops_event_ts", "ops_event", ["ts"])
+    # The drill-down searches by session id; the monitor sums substituted requests of a window
+    # (a partial index: substitutions are rare, so it stays small).
+    op.create_index("ix_request_log_session_id", "request_log", ["session_id"])
+    op.create_index(
+        "ix_request_log_substituted_ts",
+        "request_log",
+        ["ts"],
+        sqlite_where=sa.text("substituted IS 1"),
+        postgresql_where=sa.text("substituted IS true"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_request_log_substituted_ts", table_name="request_log")
+    op.drop_index("ix_request_log_session_id", table_name="request_log")
+    op.drop_index("ix_ops_event_ts", table_name="ops_event")
+    op.drop_table("ops_event")

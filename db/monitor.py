@@ -436,6 +436,7 @@ def recent_rows(
     filters: MonitorFilters | None = None,
     include_prompt: bool = False,
     since: float | None = None,
+    until: float | None = None,
 ) -> list[dict]:
     """The newest attempt rows of ``request_log`` (at most :data:`RECENT_LIMIT_MAX`), newest
     first, as dicts keyed by :data:`RECENT_LOG_COLUMNS` (plus ``prompt_text`` only when
@@ -448,6 +449,8 @@ def recent_rows(
     conds = _dimension_filter(filters, log)
     if since is not None:
         conds.append(log.c.ts >= since)
+    if until is not None:
+        conds.append(log.c.ts <= until)
     q = select(*cols).where(*conds).order_by(log.c.ts.desc(), log.c.id.desc()).limit(limit)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings().all()]

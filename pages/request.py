@@ -1,0 +1,64 @@
+"""Request drill-down: find requests by request id, session id or gateway key name, and read one
+request's attempts (provider, model, status, error, latency, TTFT, the wait before each retry),
+tokens, cost, canary side, intent, substitution and the prompt when stored. Every text that came
+from a caller or an upstream is shown as plain text."""
+
+import streamlit as st
+
+from app.monitor import intent_models, load_story, search
+from app.monitor.drilldown import PARAMS, query_from_params
+from db.drilldown import SEARCH_KINDS
+from ui import resources
+
+LABELS = {"request": "Request id", "session": "Session id", "key": "Gateway key name"}
+engine = resources.engine()
+INTENT_MODELS = intent_models(resources.settings().intents)
+
+st.title("Request drill-down")
+asked = query_from_params(st.query_params.to_dict())
+with st.form("request_search"):
+    cols = st.columns([1, 3, 1], vertical_alignment="bottom")
+    kind = cols[0].selectbox(
+        "Search by",
+        SEARCH_KINDS,
+        index=SEARCH_KINDS.index(asked[0]) if asked else 0,
+        format_func=LABELS.get,
+    )
+    value = cols[1].text_input("Value (exact match)", value=asked[1] if asked else "", max_chars=256)
+    submitted = cols[2].form_submit_button("Search")
+if submitted:
+    st.query_params.from_dict({PARAMS[kind]: value} if value.strip() else {})
+    asked = (kind, value) if value.strip() else None
+
+if asked is None:
+    st.info("Enter a request id, a session id or a gateway key name. The Monitor links every row here.")
+    st.stop()
+
+kind, value = asked
+if kind == "request":
+    view = load_story(engine, value.strip(), INTENT_MODELS)
+    if view is None:
+        st.warning("No request with that id is logged (ids are exact; records are written within seconds).")
+        st.stop()
+    st.subheader("Request")
+    st.dataframe(view.facts(), hide_index=True, width="stretch", key="request_facts")
+    st.subheader("Attempt timeline")
+    st.dataframe(view.timeline_rows(), hide_index=True, width="stretch", key="request_timeline")
+    st.subheader("Prompt")
+    if view.prompt_text:
+        st.text(view.prompt_text)  # plain text: a prompt is caller data
+    else:
+        st.caption("Not stored (prompts are kept only with telemetry.store_prompts = true).")
+else:
+    result = search(engine, kind, value)
+    if result.error:
+        st.error(result.error)
+        st.stop()
+    st.caption(f"{len(result.matches)} requests, newest first.")
+    st.dataframe(
+        result.rows(),
+        hide_index=True,
+        width="stretch",
+        column_config={"open": st.column_config.LinkColumn("open", display_text="open", width="small")},
+        key="request_matches",
+    )

@@ -349,3 +349,14 @@ def test_recent_rows_link_to_their_drilldown(eng):
     view = monitor_view(eng, "15m", None, now=T0)
     assert view.recent[0]["open"] == "/request?id=linked"
     assert "open" not in view.recent_csv.splitlines()[0].split(",")
+
+
+def test_fault_save_and_clear_are_recorded_as_events(eng):
+    from app.dashboard import canary_form
+
+    assert canary_form.save_faults(eng, "holysheep", 70, 0, 1, actor="carol").ok
+    assert not canary_form.save_faults(eng, "holysheep", 150, 0, 1, actor="carol").ok  # refused: no event
+    assert canary_form.reset_faults(eng, "holysheep", actor="carol").ok
+    events = events_between(eng, since=0, until=4e9)
+    assert [(e.kind, e.provider, e.actor) for e in events] == [("fault", "holysheep", "carol")] * 2
+    assert "70" in events[0].detail and "cleared" in events[1].detail

@@ -16,19 +16,19 @@ INTENT_MODELS = intent_models(resources.settings().intents)
 
 st.title("Request drill-down")
 asked = query_from_params(st.query_params.to_dict())
+# The form's widgets keep their keys across searches; a new address (a link followed) fills them.
+if asked and st.session_state.get("request_asked") != asked:
+    st.session_state["request_asked"] = asked
+    st.session_state["request_kind"], st.session_state["request_value"] = asked
 with st.form("request_search"):
     cols = st.columns([1, 3, 1], vertical_alignment="bottom")
-    kind = cols[0].selectbox(
-        "Search by",
-        SEARCH_KINDS,
-        index=SEARCH_KINDS.index(asked[0]) if asked else 0,
-        format_func=LABELS.get,
-    )
-    value = cols[1].text_input("Value (exact match)", value=asked[1] if asked else "", max_chars=256)
+    kind = cols[0].selectbox("Search by", SEARCH_KINDS, format_func=LABELS.get, key="request_kind")
+    value = cols[1].text_input("Value (exact match)", max_chars=256, key="request_value")
     submitted = cols[2].form_submit_button("Search")
 if submitted:
-    st.query_params.from_dict({PARAMS[kind]: value} if value.strip() else {})
-    asked = (kind, value) if value.strip() else None
+    asked = (kind, value.strip()) if value.strip() else None
+    st.session_state["request_asked"] = asked
+    st.query_params.from_dict({PARAMS[kind]: value.strip()} if asked else {})
 
 if asked is None:
     st.info("Enter a request id, a session id or a gateway key name. The Monitor links every row here.")

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true, union_all
+from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true
 
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
@@ -225,9 +225,7 @@ class Breakdown:
     """Whole-window cells for the monitor's level table.
 
     ``by_provider_side`` is keyed by ``(provider, canary side)`` and ignores the provider filter
-    (the requests a provider started and lost to the fallback are counted on the fallback
-    provider's rows, so a provider filter would hide exactly them); ``by_model`` honours every
-    filter."""
+    (see :func:`side_filters`); ``by_model`` honours every filter."""
 
     by_provider_side: dict[tuple[str, str], SummedCell]
     by_model: dict[str, SummedCell]
@@ -246,36 +244,43 @@ def span_parts(lo: int, hi: int, spans: Sequence[int] = (3600, 300, 60)) -> list
     return [*span_parts(lo, a, rest), (span, a, b), *span_parts(b, hi, rest)]
 
 
-def _span_union(since: float, until: float, filters: MonitorFilters | None, keys: Sequence[str]):
-    lo, hi = minute_floor(since), minute_floor(until) + 60
-    cols = (*keys, *COUNT_COLUMNS, "cost_usd", *LATENCY_BUCKETS, *TTFT_BUCKETS)
-    parts = []
-    for span, a, b in span_parts(lo, hi):
-        t = rollup_table_for(span)
-        parts.append(
-            select(*(t.c[c] for c in cols)).where(t.c.minute >= a, t.c.minute < b, *_dimension_filter(filters, t))
-        )
-    if not parts:
-        return None
-    sub = union_all(*parts).subquery() if len(parts) > 1 else parts[0].subquery()
-    return select(*(sub.c[k] for k in keys), *(func.sum(sub.c[c]) for c in cols[len(keys) :])).group_by(
-        *(sub.c[k] for k in keys)
+# Columns of a level cell: counters, cost and the latency histogram (no TTFT: the level table
+# shows attempt latency only).
+_LEVEL_COLUMNS = (*COUNT_COLUMNS, "cost_usd", *LATENCY_BUCKETS)
+
+
+def _lat_cell(row: Sequence, first: int) -> SummedCell:
+    # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS
+    nc = len(COUNT_COLUMNS)
+    return SummedCell(
+        counts=tuple(_i(v) for v in row[first : first + nc]),
+        cost=_f(row[first + nc]),
+        lat=_hist(row[first + nc + 1 :]),
     )
 
 
-def breakdown_cells(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None) -> Breakdown:
-    """Whole-window cells over the minutes from ``since`` to ``until`` (each piece from the
-    coarsest rollup table that fits, see :func:`span_parts`): by (provider, side) and by model."""
-    f = filters or NO_FILTERS
-    unfiltered_provider = MonitorFilters(models=f.models, intents=f.intents, sources=f.sources)
-    q_side = _span_union(since, until, unfiltered_provider, ("provider", "side"))
-    q_model = _span_union(since, until, f, ("model",))
-    if q_side is None or q_model is None:
-        return Breakdown({}, {})
+def part_cells(
+    engine: Engine, *, span: int, start: int, end: int, filters: MonitorFilters | None, keys: Sequence[str]
+) -> dict[tuple, SummedCell]:
+    """One piece of :func:`span_parts`: the ``span`` rollup table's minutes ``[start, end)`` summed
+    by ``keys`` (``("provider", "side")`` or ``("model",)``), keyed by the tuple of key values."""
+    t = rollup_table_for(span)
+    q = (
+        select(*(t.c[k] for k in keys), *_sum_cols(_LEVEL_COLUMNS, t))
+        .where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
+        .group_by(*(t.c[k] for k in keys))
+    )
+    n = len(keys)
     with engine.connect() as conn:
-        sides = {(r[0], r[1]): _full_cell(r, 2) for r in conn.execute(q_side)}
-        models = {r[0]: _full_cell(r, 1) for r in conn.execute(q_model)}
-    return Breakdown(sides, models)
+        return {tuple(r[:n]): _lat_cell(r, n) for r in conn.execute(q)}
+
+
+def side_filters(filters: MonitorFilters | None) -> MonitorFilters:
+    """``filters`` without the provider filter: the by-(provider, side) cells keep every provider,
+    because the requests a provider started and lost to the fallback are counted on the fallback
+    provider's rows (a provider filter would hide exactly them)."""
+    f = filters or NO_FILTERS
+    return MonitorFilters(models=f.models, intents=f.intents, sources=f.sources)
 
 
 @dataclass(frozen=True)

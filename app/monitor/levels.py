@@ -19,12 +19,28 @@ delta: the actual cost minus the cost of the same tokens at the chosen model's c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from sqlalchemy import Engine
+
 from app import catalog
-from app.monitor.series import quantiles, ratio
-from db.monitor import COUNT_COLUMNS, Breakdown, RecentCounts, SubstitutionSums, SummedCell
+from app.monitor.series import SettledCache, quantiles, ratio
+from db.monitor import (
+    COUNT_COLUMNS,
+    Breakdown,
+    MonitorFilters,
+    RecentCounts,
+    SubstitutionSums,
+    SummedCell,
+    minute_floor,
+    part_cells,
+    side_filters,
+    span_parts,
+)
 
 RECENT_S = 60.0
 ALL = "all"
@@ -64,6 +80,89 @@ def _add(cells: Iterable[SummedCell]) -> SummedCell:
         if c.ttft:
             ttft = c.ttft if ttft is None else tuple(a + b for a, b in zip(ttft, c.ttft, strict=True))
     return SummedCell(tuple(counts), cost, lat, ttft)
+
+
+class PartCache:
+    """Summed cells of settled pieces of a window (:func:`db.monitor.span_parts`), so a live
+    refresh re-reads only the pieces near its end: a 24-hour window's 23 hourly pieces are read
+    once. Entries expire ``TTL_S`` seconds of ``clock`` after they were read (a late write or a
+    cleared database shows up), and their number is bounded."""
+
+    TTL_S = 300.0
+    MAX_ENTRIES = 2048
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple, tuple[float, dict]] = OrderedDict()
+
+    def get(self, key: tuple) -> dict | None:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is None or self._clock() - hit[0] > self.TTL_S:
+                self._entries.pop(key, None)
+                return None
+            self._entries.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: tuple, cells: dict) -> None:
+        with self._lock:
+            self._entries[key] = (self._clock(), cells)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.MAX_ENTRIES:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_PARTS = PartCache()
+
+
+def clear_part_cache() -> None:
+    _PARTS.clear()
+
+
+def breakdown(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    by_model: bool = True,
+    cache: PartCache | None = _PARTS,
+) -> Breakdown:
+    """Whole-window cells over the minutes from ``since`` to ``until``: by (provider, side) without
+    the provider filter (:func:`db.monitor.side_filters`) and, unless ``by_model`` is false, by
+    model. Each aligned piece is read from the coarsest rollup table that fits; pieces that ended
+    :attr:`SettledCache.SETTLE_S` before ``until`` come from ``cache`` when there."""
+    lo, hi = minute_floor(since), minute_floor(until) + 60
+    settled_before = until - SettledCache.SETTLE_S
+    url = engine.url.render_as_string(hide_password=True)
+    wanted = [(("provider", "side"), side_filters(filters))]
+    if by_model:
+        wanted.append((("model",), filters or MonitorFilters()))
+    # Cut at the last whole hour that is settled: the pieces before it change only when the
+    # window's start crosses an hour, so they stay cached between refreshes.
+    cut = min(max(int(settled_before) // 3600 * 3600, lo), hi)
+    pieces = span_parts(lo, cut) + span_parts(cut, hi)
+    out: list[dict[tuple, SummedCell]] = []
+    for keys, f in wanted:
+        acc: dict[tuple, list[SummedCell]] = {}
+        for span, a, b in pieces:
+            key = (url, keys, f, span, a, b)
+            cells = cache.get(key) if cache is not None and b <= settled_before else None
+            if cells is None:
+                cells = part_cells(engine, span=span, start=a, end=b, filters=f, keys=keys)
+                if cache is not None and b <= settled_before:
+                    cache.put(key, cells)
+            for k, c in cells.items():
+                acc.setdefault(k, []).append(c)
+        out.append({k: _add(cs) for k, cs in acc.items()})
+    sides = out[0]
+    models = {k[0]: c for k, c in out[1].items()} if by_model else {}
+    return Breakdown({(k[0], k[1]): c for k, c in sides.items()}, models)
 
 
 def _recent(rows: Iterable[RecentCounts]) -> RecentCounts:

@@ -23,12 +23,11 @@ from app.dashboard.fmt import ms, pct, usd, utc_time
 from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
 from app.monitor.drilldown import request_link
 from app.monitor.export import recent_requests, requests_csv
-from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, levels, substitutions
+from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakdown, levels, substitutions
 from app.monitor.series import WindowSeries, window_series
 from db.events import Event, events_between
 from db.monitor import (
     MonitorFilters,
-    breakdown_cells,
     filter_options,
     recent_counts,
     substitution_sums,
@@ -300,7 +299,7 @@ def monitor_view(
     series = window_series(engine, since=since, until=until, filters=filters)
     first = series.buckets[0]
     cur = levels(
-        breakdown_cells(engine, since=first, until=until, filters=filters),
+        breakdown(engine, since=first, until=until, filters=filters),
         recent_counts(engine, since=until - RECENT_S, until=until, filters=filters),
         providers=filters.providers,
         routes=routes,
@@ -309,7 +308,7 @@ def monitor_view(
     if compare:
         length = until - first
         prev = levels(
-            breakdown_cells(engine, since=first - length, until=first - 1, filters=filters),
+            breakdown(engine, since=first - length, until=first - 1, filters=filters, by_model=False),
             {},
             providers=filters.providers,
             routes=routes,

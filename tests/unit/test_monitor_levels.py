@@ -13,13 +13,13 @@ from sqlalchemy import text
 from app import catalog
 from app import monitor as m
 from app.monitor.drilldown import query_from_params, request_link, search, search_link
-from app.monitor.levels import chosen_model, intent_models
+from app.monitor.levels import breakdown, chosen_model, intent_models
 from app.monitor.view import CUSTOM, RangeError, custom_range, monitor_view
 from core.records import AttemptRecord
 from db import canary
 from db.drilldown import forget_columns, request_attempts
 from db.events import events_between, record_breaker_change, record_fault_change
-from db.monitor import breakdown_cells, bucket_cells, span_parts
+from db.monitor import bucket_cells, span_parts
 from db.requests import insert_batch
 
 T0 = 1_700_006_400 + 12 * 3600  # a whole hour
@@ -136,7 +136,7 @@ def test_breakdown_over_mixed_tables_equals_the_minute_sums(eng):
     records = [rec(T0 - 5 * 3600 + k * 97, request_id=f"s{k}", model=("a", "b")[k % 2]) for k in range(200)]
     insert_batch(eng, records)
     since, until = T0 - 5 * 3600 + 13 * 60, T0 - 600.0
-    bd = breakdown_cells(eng, since=since, until=until)
+    bd = breakdown(eng, since=since, until=until, cache=None)
     cells = bucket_cells(eng, since=since, until=until, step=60, filters=m.MonitorFilters())
     expected = sum(c.count("requests") for per_p, _ in cells.values() for c in per_p.values())
     assert sum(c.count("requests") for c in bd.by_provider_side.values()) == expected > 0
@@ -360,3 +360,20 @@ def test_fault_save_and_clear_are_recorded_as_events(eng):
     events = events_between(eng, since=0, until=4e9)
     assert [(e.kind, e.provider, e.actor) for e in events] == [("fault", "holysheep", "carol")] * 2
     assert "70" in events[0].detail and "cleared" in events[1].detail
+
+
+def test_settled_pieces_are_cached_and_the_recent_end_is_reread(eng):
+    from app.monitor.levels import PartCache
+
+    insert_batch(eng, [rec(T0 - 3 * 3600 + k * 60, request_id=f"c{k}") for k in range(170)])
+    cache = PartCache()
+    until = T0 - 60.0
+    first = breakdown(eng, since=T0 - 3 * 3600, until=until, cache=cache)
+    total = sum(c.count("requests") for c in first.by_provider_side.values())
+    assert total == 170
+    insert_batch(eng, [rec(T0 - 2 * 3600 + 5, request_id="late"), rec(until - 5, request_id="fresh")])
+    again = breakdown(eng, since=T0 - 3 * 3600, until=until, cache=cache)
+    # The late write into a settled hour is not seen until the cache entry expires; the fresh one is.
+    assert sum(c.count("requests") for c in again.by_provider_side.values()) == total + 1
+    uncached = breakdown(eng, since=T0 - 3 * 3600, until=until, cache=None)
+    assert sum(c.count("requests") for c in uncached.by_provider_side.values()) == total + 2

@@ -110,13 +110,17 @@ def live() -> None:
             key="monitor_levels_model",
         )
     if view.substitutions and view.substitutions.by_pair:
+        st.caption(
+            "Substituted requests: the provider did not serve the chosen model. Cost delta = actual "
+            "cost minus the same tokens at the chosen model's price."
+        )
         st.dataframe(
             [
                 {"chosen model": c, "answered by": m, "requests": n, "cost delta USD": d}
                 for c, m, n, d in view.substitutions.by_pair
             ],
             hide_index=True,
-            column_config={"cost delta USD": st.column_config.NumberColumn(format="$%+.4f")},
+            column_config={"cost delta USD": st.column_config.NumberColumn(format="%+.4f")},
             key="monitor_substitutions",
         )
     figures = list(view.figures.items())

@@ -10,6 +10,7 @@ from app.monitor.drilldown import PARAMS, query_from_params
 from db.drilldown import SEARCH_KINDS
 from ui import resources
 
+MS = st.column_config.NumberColumn(format="%.1f")
 LABELS = {"request": "Request id", "session": "Session id", "key": "Gateway key name"}
 engine = resources.engine()
 INTENT_MODELS = intent_models(resources.settings().intents)
@@ -41,9 +42,16 @@ if kind == "request":
         st.warning("No request with that id is logged (ids are exact; records are written within seconds).")
         st.stop()
     st.subheader("Request")
-    st.dataframe(view.facts(), hide_index=True, width="stretch", key="request_facts")
+    facts = view.facts()
+    st.dataframe(facts, hide_index=True, width="stretch", height=35 * (len(facts) + 1) + 3, key="request_facts")
     st.subheader("Attempt timeline")
-    st.dataframe(view.timeline_rows(), hide_index=True, width="stretch", key="request_timeline")
+    st.dataframe(
+        view.timeline_rows(),
+        hide_index=True,
+        width="stretch",
+        column_config={name: MS for name in ("latency ms", "TTFT ms", "wait before ms")},
+        key="request_timeline",
+    )
     st.subheader("Prompt")
     if view.prompt_text:
         st.text(view.prompt_text)  # plain text: a prompt is caller data

@@ -7,7 +7,7 @@ request-drilldown.png."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_no_exception, open_page, screenshot, start_server, stop_server, wait_ready
+from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
 from playwright.sync_api import expect
 
 
@@ -62,6 +62,12 @@ def test_monitor_tells_the_truth_mid_incident(incident_server, new_page):
     # The fault change and the canary change are marked on the charts (hover text is plain).
     legend = page.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
     assert "fault injection" in legend and "canary change" in legend
+    with rerun(page):
+        page.get_by_test_id("stSelectbox").first.click()
+        page.get_by_role("option", name="Last 15 minutes").click()
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(8, timeout=30_000)
+    wait_ready(page)
+    assert_no_exception(page)
     screenshot(page, "monitor-incident")
 
     rid = server.query("select request_id from request_log where fallback and final order by ts desc limit 1")[0][0]

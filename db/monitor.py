@@ -364,7 +364,10 @@ def substitution_sums(
         .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
     )
     with engine.connect() as conn:
-        return [SubstitutionSums(r[0], r[1], r[2], r[3], *(_i(v) for v in r[4:8]), _f(r[8])) for r in conn.execute(q)]
+        return [
+            SubstitutionSums(r[0], r[1], r[2], r[3], _i(r[4]), _i(r[5]), _i(r[6]), _i(r[7]), _f(r[8]))
+            for r in conn.execute(q)
+        ]
 
 
 def cost_between(engine: Engine, *, since: float, until: float) -> float:

@@ -23,13 +23,13 @@ if asked and st.session_state.get("request_asked") != asked:
     st.session_state["request_kind"], st.session_state["request_value"] = asked
 with st.form("request_search"):
     cols = st.columns([1, 3, 1], vertical_alignment="bottom")
-    kind = cols[0].selectbox("Search by", SEARCH_KINDS, format_func=LABELS.get, key="request_kind")
-    value = cols[1].text_input("Value (exact match)", max_chars=256, key="request_value")
+    kind: str = cols[0].selectbox("Search by", list(SEARCH_KINDS), format_func=LABELS.__getitem__, key="request_kind")
+    value: str = cols[1].text_input("Value (exact match)", max_chars=256, key="request_value")
     submitted = cols[2].form_submit_button("Search")
 if submitted:
     asked = (kind, value.strip()) if value.strip() else None
     st.session_state["request_asked"] = asked
-    st.query_params.from_dict({PARAMS[kind]: value.strip()} if asked else {})
+    st.query_params.from_dict({PARAMS[kind]: value.strip()} if asked else {})  # the address follows the search
 
 if asked is None:
     st.info("Enter a request id, a session id or a gateway key name. The Monitor links every row here.")

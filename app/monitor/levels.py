@@ -140,7 +140,7 @@ def breakdown(
     lo, hi = minute_floor(since), minute_floor(until) + 60
     settled_before = until - SettledCache.SETTLE_S
     url = engine.url.render_as_string(hide_password=True)
-    wanted = [(("provider", "side"), side_filters(filters))]
+    wanted: list[tuple[tuple[str, ...], MonitorFilters]] = [(("provider", "side"), side_filters(filters))]
     if by_model:
         wanted.append((("model",), filters or MonitorFilters()))
     # Cut at the last whole hour that is settled: the pieces before it change only when the

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import plotly.graph_objects as go
 from sqlalchemy import Engine
@@ -107,7 +107,7 @@ class Kpi:
     value: str
     help: str
     delta: str | None = None  # change against the previous period, signed ("+2.5 pp")
-    delta_color: str = "normal"  # "inverse" where a rise is bad (errors, latency, cost)
+    delta_color: Literal["normal", "inverse", "off"] = "normal"  # "inverse" where a rise is bad
 
 
 @dataclass(frozen=True)

@@ -140,29 +140,30 @@ def breakdown(
     lo, hi = minute_floor(since), minute_floor(until) + 60
     settled_before = until - SettledCache.SETTLE_S
     url = engine.url.render_as_string(hide_password=True)
-    wanted: list[tuple[tuple[str, ...], MonitorFilters]] = [(("provider", "side"), side_filters(filters))]
-    if by_model:
-        wanted.append((("model",), filters or MonitorFilters()))
+    # One scan per piece, grouped by (provider, side, model) without the provider filter; the
+    # by-model cells then keep the selected providers only.
+    keys, f = ("provider", "side", "model"), side_filters(filters)
     # Cut at the last whole hour that is settled: the pieces before it change only when the
     # window's start crosses an hour, so they stay cached between refreshes.
     cut = min(max(int(settled_before) // 3600 * 3600, lo), hi)
-    pieces = span_parts(lo, cut) + span_parts(cut, hi)
-    out: list[dict[tuple, SummedCell]] = []
-    for keys, f in wanted:
-        acc: dict[tuple, list[SummedCell]] = {}
-        for span, a, b in pieces:
-            key = (url, keys, f, span, a, b)
-            cells = cache.get(key) if cache is not None and b <= settled_before else None
-            if cells is None:
-                cells = part_cells(engine, span=span, start=a, end=b, filters=f, keys=keys)
-                if cache is not None and b <= settled_before:
-                    cache.put(key, cells)
-            for k, c in cells.items():
-                acc.setdefault(k, []).append(c)
-        out.append({k: _add(cs) for k, cs in acc.items()})
-    sides = out[0]
-    models = {k[0]: c for k, c in out[1].items()} if by_model else {}
-    return Breakdown({(k[0], k[1]): c for k, c in sides.items()}, models)
+    acc: dict[tuple, list[SummedCell]] = {}
+    for span, a, b in span_parts(lo, cut) + span_parts(cut, hi):
+        key = (url, keys, f, span, a, b)
+        cells = cache.get(key) if cache is not None and b <= settled_before else None
+        if cells is None:
+            cells = part_cells(engine, span=span, start=a, end=b, filters=f, keys=keys)
+            if cache is not None and b <= settled_before:
+                cache.put(key, cells)
+        for k, c in cells.items():
+            acc.setdefault(k, []).append(c)
+    selected = set((filters or MonitorFilters()).providers)
+    sides: dict[tuple[str, str], list[SummedCell]] = {}
+    models: dict[str, list[SummedCell]] = {}
+    for (provider, side, model), cs in acc.items():
+        sides.setdefault((provider, side), []).extend(cs)
+        if by_model and (not selected or provider in selected):
+            models.setdefault(model, []).extend(cs)
+    return Breakdown({k: _add(cs) for k, cs in sides.items()}, {k: _add(cs) for k, cs in models.items()})
 
 
 def _recent(rows: Iterable[RecentCounts]) -> RecentCounts:

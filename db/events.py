@@ -9,6 +9,7 @@ logged and dropped (a breaker transition must not fail the request that caused i
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -67,6 +68,17 @@ def record_fault_change(engine: Engine, provider: str, detail: str, *, actor: st
 def record_breaker_change(engine: Engine, provider: str, old: str, new: str, why: str) -> bool:
     """A circuit-breaker transition, for the router's ``on_change`` hook: ``old -> new`` and why."""
     return record_event(engine, kind="breaker", provider=provider, detail=f"{old} -> {new}: {why}", actor="breaker")
+
+
+def record_breaker_change_later(engine: Engine, provider: str, old: str, new: str, why: str) -> threading.Thread:
+    """:func:`record_breaker_change` on a daemon thread, for a hook called on the request path: the
+    insert may wait on the database's write lock, the request must not. Returns the started thread
+    (tests join it)."""
+    t = threading.Thread(
+        target=record_breaker_change, args=(engine, provider, old, new, why), name="breaker-event", daemon=True
+    )
+    t.start()
+    return t
 
 
 def events_between(engine: Engine, *, since: float, until: float, limit: int = MAX_EVENTS) -> list[Event]:

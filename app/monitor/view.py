@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from sqlalchemy import Engine
 
 from app.dashboard.fmt import ms, pct, usd, utc_time
-from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
 from app.monitor.drilldown import request_link
 from app.monitor.export import recent_requests, requests_csv
 from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakdown, levels, substitutions
@@ -421,7 +421,11 @@ class MonitorState:
 
 def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.Figure]:
     """The Overview page's two glanceable charts for the last hour: requests per second and
-    latency percentiles per provider (the Monitor page has the rest)."""
+    latency percentiles per provider (the Monitor page has the rest), with the hour's events marked."""
     now = time.time() if now is None else now
     series = window_series(engine, since=now - window_seconds("1h"), until=now)
-    return {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}
+    events = events_between(engine, since=series.buckets[0], until=now)
+    figures = {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}
+    for fig in figures.values():
+        add_event_markers(fig, events)
+    return figures

@@ -377,3 +377,23 @@ def test_settled_pieces_are_cached_and_the_recent_end_is_reread(eng):
     assert sum(c.count("requests") for c in again.by_provider_side.values()) == total + 1
     uncached = breakdown(eng, since=T0 - 3 * 3600, until=until, cache=None)
     assert sum(c.count("requests") for c in uncached.by_provider_side.values()) == total + 2
+
+
+def test_breaker_change_can_be_recorded_off_the_request_path(eng):
+    from db.events import record_breaker_change_later
+
+    record_breaker_change_later(eng, "direct", "open", "half_open", "cool-down over").join(timeout=30)
+    (event,) = events_between(eng, since=0, until=4e9)
+    assert (event.kind, event.provider, event.detail) == ("breaker", "direct", "open -> half_open: cool-down over")
+
+
+def test_overview_charts_carry_the_markers_too(eng):
+    from app.monitor.view import overview_figures
+
+    insert_batch(eng, [rec(T0 - 30, request_id="o")])
+    record_breaker_change(eng, "holysheep", "closed", "open", "errors")
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE ops_event SET ts = :ts"), {"ts": T0 - 20})
+    figures = overview_figures(eng, now=T0)
+    for fig in figures.values():
+        assert [t.name for t in fig.data if t.yaxis == "y9"] == ["circuit breaker"]

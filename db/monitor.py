@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true
 
@@ -259,17 +260,21 @@ def _lat_cell(row: Sequence, first: int) -> SummedCell:
     )
 
 
+@lru_cache(maxsize=16)
+def _level_select(span: int, keys: tuple[str, ...]):
+    # Built once per table and grouping: constructing 40-odd SUM expressions costs more than the
+    # query over a settled piece.
+    t = rollup_table_for(span)
+    return select(*(t.c[k] for k in keys), *_sum_cols(_LEVEL_COLUMNS, t)).group_by(*(t.c[k] for k in keys))
+
+
 def part_cells(
     engine: Engine, *, span: int, start: int, end: int, filters: MonitorFilters | None, keys: Sequence[str]
 ) -> dict[tuple, SummedCell]:
     """One piece of :func:`span_parts`: the ``span`` rollup table's minutes ``[start, end)`` summed
-    by ``keys`` (``("provider", "side")`` or ``("model",)``), keyed by the tuple of key values."""
+    by ``keys`` (e.g. ``("provider", "side", "model")``), keyed by the tuple of key values."""
     t = rollup_table_for(span)
-    q = (
-        select(*(t.c[k] for k in keys), *_sum_cols(_LEVEL_COLUMNS, t))
-        .where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
-        .group_by(*(t.c[k] for k in keys))
-    )
+    q = _level_select(span, tuple(keys)).where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
     n = len(keys)
     with engine.connect() as conn:
         return {tuple(r[:n]): _lat_cell(r, n) for r in conn.execute(q)}

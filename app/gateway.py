@@ -29,6 +29,7 @@ from app.routing.client import RoutingClient
 from app.simulated import SimulatedUpstream, simulated_upstreams
 from app.simulator import make_transport
 from app.telemetry.writer import TelemetryWriter
+from db.events import record_breaker_change_later
 
 log = logging.getLogger(__name__)
 RATIO = "canary_ratio"
@@ -169,6 +170,9 @@ def build_gateway(
         owns_telemetry=owns_telemetry,
     )
     client.attach(gateway)
+    # Breaker transitions become ops events (markers on the monitor's charts); written off the request
+    # thread, since the hook runs on it under the breaker's lock.
+    client.on_breaker_change.append(partial(record_breaker_change_later, engine))
     refresher.start()
     if timer is not None:
         timer.start()

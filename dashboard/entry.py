@@ -27,6 +27,7 @@ def pages() -> list[st.Page]:
         st.Page(PAGES_DIR / "canary.py", title="Canary control", url_path="canary"),
         st.Page(PAGES_DIR / "monitor.py", title="Monitor", url_path="monitor"),
         st.Page(PAGES_DIR / "kv_calculator.py", title="KV-cache calculator", url_path="kv-calculator"),
+        st.Page(PAGES_DIR / "request.py", title="Request drill-down", url_path="request"),
         st.Page(PAGES_DIR / "keys.py", title="Gateway keys", url_path="keys"),
     ]
 

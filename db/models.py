@@ -12,9 +12,11 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Float,
+    Index,
     Integer,
     String,
     Text,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -50,6 +52,16 @@ class RequestLog(Base):
     """One row per attempt (a request retried twice then served by the fallback has 3+ rows)."""
 
     __tablename__ = "request_log"
+    __table_args__ = (
+        Index("ix_request_log_session_id", "session_id"),
+        # Substitutions are rare: a partial index lets the monitor sum a window's without a scan.
+        Index(
+            "ix_request_log_substituted_ts",
+            "ts",
+            sqlite_where=text("substituted IS 1"),
+            postgresql_where=text("substituted IS true"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     request_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -198,6 +210,20 @@ class SimFault(Base):
     stream_break_rate: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(128))
+
+
+class OpsEvent(Base):
+    """Something an operator or the gateway did that explains a chart: a fault-injection change, a
+    circuit-breaker transition. Canary changes and guardrail rollbacks live in ``canary_audit``."""
+
+    __tablename__ = "ops_event"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    kind: Mapped[str] = mapped_column(String(32))  # fault | breaker
+    provider: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(String(500))
+    actor: Mapped[str] = mapped_column(String(128))
 
 
 class DashboardUser(Base):

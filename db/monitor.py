@@ -20,8 +20,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from sqlalchemy import BigInteger, Engine, and_, func, literal_column, select
+from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true
 
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
@@ -210,13 +211,168 @@ def bucket_cells(engine: Engine, *, since: int, until: float, step: int, filters
     return out
 
 
-def window_cell(engine: Engine, *, since: float, until: float) -> SummedCell:
-    """Every provider and model summed over ``[since, until]`` (whole rollup minutes)."""
+def window_cell(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None) -> SummedCell:
+    """Every provider and model (that passed ``filters``) summed over ``[since, until]`` (whole
+    rollup minutes)."""
     q = select(*_sum_cols((*COUNT_COLUMNS, "cost_usd")), *_sum_cols(LATENCY_BUCKETS), *_sum_cols(TTFT_BUCKETS)).where(
-        _rollup_range(since, until, None)
+        _rollup_range(since, until, filters)
     )
     with engine.connect() as conn:
         return _full_cell(conn.execute(q).one(), 0)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Whole-window cells for the monitor's level table.
+
+    ``by_provider_side`` is keyed by ``(provider, canary side)`` and ignores the provider filter
+    (see :func:`side_filters`); ``by_model`` honours every filter."""
+
+    by_provider_side: dict[tuple[str, str], SummedCell]
+    by_model: dict[str, SummedCell]
+
+
+def span_parts(lo: int, hi: int, spans: Sequence[int] = (3600, 300, 60)) -> list[tuple[int, int, int]]:
+    """Cut the minutes ``[lo, hi)`` (whole minutes) into ``(span, start, end)`` pieces, each aligned
+    to its table's span, coarsest first: a 24-hour window is 23 hourly rows plus at most a few
+    dozen five-minute and one-minute rows per combination, instead of 1,440 minutes."""
+    span, rest = spans[0], spans[1:]
+    if not rest:
+        return [(span, lo, hi)] if lo < hi else []
+    a, b = -(-lo // span) * span, hi // span * span
+    if a >= b:
+        return span_parts(lo, hi, rest)
+    return [*span_parts(lo, a, rest), (span, a, b), *span_parts(b, hi, rest)]
+
+
+# Columns of a level cell: counters, cost and the latency histogram (no TTFT: the level table
+# shows attempt latency only).
+_LEVEL_COLUMNS = (*COUNT_COLUMNS, "cost_usd", *LATENCY_BUCKETS)
+
+
+def _lat_cell(row: Sequence, first: int) -> SummedCell:
+    # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS
+    nc = len(COUNT_COLUMNS)
+    return SummedCell(
+        counts=tuple(_i(v) for v in row[first : first + nc]),
+        cost=_f(row[first + nc]),
+        lat=_hist(row[first + nc + 1 :]),
+    )
+
+
+@lru_cache(maxsize=16)
+def _level_select(span: int, keys: tuple[str, ...]):
+    # Built once per table and grouping: constructing 40-odd SUM expressions costs more than the
+    # query over a settled piece.
+    t = rollup_table_for(span)
+    return select(*(t.c[k] for k in keys), *_sum_cols(_LEVEL_COLUMNS, t)).group_by(*(t.c[k] for k in keys))
+
+
+def part_cells(
+    engine: Engine, *, span: int, start: int, end: int, filters: MonitorFilters | None, keys: Sequence[str]
+) -> dict[tuple, SummedCell]:
+    """One piece of :func:`span_parts`: the ``span`` rollup table's minutes ``[start, end)`` summed
+    by ``keys`` (e.g. ``("provider", "side", "model")``), keyed by the tuple of key values."""
+    t = rollup_table_for(span)
+    q = _level_select(span, tuple(keys)).where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
+    n = len(keys)
+    with engine.connect() as conn:
+        return {tuple(r[:n]): _lat_cell(r, n) for r in conn.execute(q)}
+
+
+def side_filters(filters: MonitorFilters | None) -> MonitorFilters:
+    """``filters`` without the provider filter: the by-(provider, side) cells keep every provider,
+    because the requests a provider started and lost to the fallback are counted on the fallback
+    provider's rows (a provider filter would hide exactly them)."""
+    f = filters or NO_FILTERS
+    return MonitorFilters(models=f.models, intents=f.intents, sources=f.sources)
+
+
+@dataclass(frozen=True)
+class RecentCounts:
+    """One provider's attempts in the last seconds, read from the raw log: ``requests`` are final
+    attempts, ``request_errors`` failed final attempts, ``fallbacks`` final attempts on the
+    fallback route."""
+
+    attempts: int
+    errors: int
+    requests: int
+    request_errors: int
+    fallbacks: int
+
+
+def recent_counts(
+    engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
+) -> dict[str, RecentCounts]:
+    """Attempts per provider with ``since <= ts <= until`` (a ``ts``-indexed range of the raw log:
+    the rollups are per minute, too coarse for "the last minute" to mean sixty seconds)."""
+    log = RequestLog.__table__
+    failed = case((log.c.status != "ok", 1), else_=0)
+    final = case((log.c.final.is_(true()), 1), else_=0)
+    q = (
+        select(
+            log.c.provider,
+            func.count(),
+            func.sum(failed),
+            func.sum(final),
+            func.sum(case((and_(log.c.final.is_(true()), log.c.status != "ok"), 1), else_=0)),
+            func.sum(case((and_(log.c.final.is_(true()), log.c.fallback.is_(true())), 1), else_=0)),
+        )
+        .where(log.c.ts >= since, log.c.ts <= until, *_dimension_filter(filters, log))
+        .group_by(log.c.provider)
+    )
+    with engine.connect() as conn:
+        return {r[0]: RecentCounts(*(_i(v) for v in r[1:])) for r in conn.execute(q)}
+
+
+@dataclass(frozen=True)
+class SubstitutionSums:
+    """Final substituted requests of one (provider, model served, model asked for, intent)."""
+
+    provider: str
+    model: str
+    requested_model: str
+    intent: str
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cost_usd: float
+
+
+def substitution_sums(
+    engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
+) -> list[SubstitutionSums]:
+    """Substituted final requests in ``[since, until]`` with their tokens and cost, grouped. Reads
+    the partial index on substituted rows (migration 0006), so the window's other rows cost
+    nothing."""
+    log = RequestLog.__table__
+    q = (
+        select(
+            log.c.provider,
+            log.c.model,
+            log.c.requested_model,
+            log.c.intent,
+            func.count(),
+            func.sum(log.c.prompt_tokens),
+            func.sum(log.c.cached_tokens),
+            func.sum(log.c.completion_tokens),
+            func.sum(log.c.cost_usd),
+        )
+        .where(
+            log.c.substituted.is_(true()),
+            log.c.ts >= since,
+            log.c.ts <= until,
+            log.c.final.is_(true()),
+            *_dimension_filter(filters, log),
+        )
+        .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
+    )
+    with engine.connect() as conn:
+        return [
+            SubstitutionSums(r[0], r[1], r[2], r[3], _i(r[4]), _i(r[5]), _i(r[6]), _i(r[7]), _f(r[8]))
+            for r in conn.execute(q)
+        ]
 
 
 def cost_between(engine: Engine, *, since: float, until: float) -> float:
@@ -293,6 +449,7 @@ def recent_rows(
     filters: MonitorFilters | None = None,
     include_prompt: bool = False,
     since: float | None = None,
+    until: float | None = None,
 ) -> list[dict]:
     """The newest attempt rows of ``request_log`` (at most :data:`RECENT_LIMIT_MAX`), newest
     first, as dicts keyed by :data:`RECENT_LOG_COLUMNS` (plus ``prompt_text`` only when
@@ -305,6 +462,8 @@ def recent_rows(
     conds = _dimension_filter(filters, log)
     if since is not None:
         conds.append(log.c.ts >= since)
+    if until is not None:
+        conds.append(log.c.ts <= until)
     q = select(*cols).where(*conds).order_by(log.c.ts.desc(), log.c.id.desc()).limit(limit)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings().all()]

@@ -1,20 +1,49 @@
-"""Monitor: live latency, traffic, errors, cost and tokens for a chosen window (times in UTC),
-filtered by provider, model, intent and source, with the newest requests and a CSV export."""
+"""Monitor: what the upstreams did (attempt errors), what the router did about it (fallbacks) and
+what callers saw (final failures), per provider and model, over a chosen window or custom range
+(times in UTC), with events marked on every chart, the newest requests linked to their drill-down,
+and a CSV export."""
+
+from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
-from app.monitor import WINDOWS, MonitorState, clear_cache, monitor_view, refresh_intervals, window_label
+from app.monitor import (
+    CUSTOM,
+    WINDOWS,
+    MonitorState,
+    RangeError,
+    clear_cache,
+    intent_models,
+    level_table,
+    monitor_view,
+    refresh_intervals,
+    window_label,
+)
 from ui import resources
 
 K = MonitorState.key
 engine = resources.engine()
-refresh_s = resources.settings().dashboard.refresh_s  # [dashboard] refresh_s: the default interval
+settings = resources.settings()
+refresh_s = settings.dashboard.refresh_s  # [dashboard] refresh_s: the default interval
+ROUTES = {"primary": settings.routing.primary, "fallback": settings.routing.fallback}
+INTENT_MODELS = intent_models(settings.intents)
+RATE = st.column_config.NumberColumn(format="percent")
+LEVEL_COLUMNS = {
+    "attempt errors": RATE,
+    "fallback": RATE,
+    "final failures": RATE,
+    "attempt errors last min": RATE,
+    "p50 ms": st.column_config.NumberColumn(format="%.0f"),
+    "p95 ms": st.column_config.NumberColumn(format="%.0f"),
+    "p99 ms": st.column_config.NumberColumn(format="%.0f"),
+    "cost USD": st.column_config.NumberColumn(format="$%.4f"),
+    "req/s last min": st.column_config.NumberColumn(format="%.2f"),
+}
 
 st.title("Monitor")
 controls = st.columns([3, 2, 1, 1], vertical_alignment="bottom")
-controls[0].selectbox(
-    "Time window", list(WINDOWS), index=list(WINDOWS).index("1h"), format_func=window_label, key=K("window")
-)
+windows = [*WINDOWS, CUSTOM]
+controls[0].selectbox("Time window", windows, index=windows.index("1h"), format_func=window_label, key=K("window"))
 intervals = refresh_intervals(refresh_s)
 controls[1].selectbox(
     "Auto-refresh every",
@@ -28,6 +57,12 @@ if controls[3].button("Refresh", key="monitor_refresh", help="Re-read everything
     resources.refresh()
     clear_cache()
 
+if st.session_state.get(K("window")) == CUSTOM:
+    now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+    span_cols = st.columns(2)
+    span_cols[0].datetime_input("Start (UTC)", value=now - timedelta(hours=3), key=K("start"), step=60)
+    span_cols[1].datetime_input("End (UTC)", value=now, key=K("end"), step=60)
+
 state = MonitorState.from_session(st.session_state, refresh_s)
 choices = resources.monitor_filter_choices(state.window, state.filters)
 with st.expander("Filters (empty = all)", expanded=state.filters.active):
@@ -37,12 +72,18 @@ with st.expander("Filters (empty = all)", expanded=state.filters.active):
     cols[2].multiselect("Intent", choices["intents"], key=K("intents"))
     cols[3].multiselect("Source", choices["sources"], key=K("sources"))
 state = MonitorState.from_session(st.session_state, refresh_s)
+try:
+    span = state.span()
+except RangeError as exc:
+    st.error(f"Time range refused: {exc}")
+    st.stop()
 
 
 @st.fragment(run_every=state.run_every)
 def live() -> None:
-    view = monitor_view(engine, state.window, state.filters)
-    st.caption(view.caption + (" · paused" if state.paused else f" · refreshing every {state.interval_s:g} s"))
+    view = monitor_view(engine, state.window, state.filters, span=span, routes=ROUTES, intent_models=INTENT_MODELS)
+    refreshing = " · paused" if state.run_every is None else f" · refreshing every {state.interval_s:g} s"
+    st.caption(view.caption + refreshing)
     if not view.has_data:
         st.info(
             "No requests in this window. Send some from the Playground, or run "
@@ -50,7 +91,38 @@ def live() -> None:
         )
     for row in (view.kpis[:5], view.kpis[5:]):
         for col, kpi in zip(st.columns(5), row, strict=False):
-            col.metric(kpi.label, kpi.value, help=kpi.help)
+            col.metric(kpi.label, kpi.value, kpi.delta, delta_color=kpi.delta_color, help=kpi.help)
+    if view.levels is not None:
+        st.subheader("Attempts, fallbacks and final failures")
+        tabs = st.tabs(["By provider", "By model"])
+        tabs[0].dataframe(
+            level_table((view.levels.total, *view.levels.providers)),
+            hide_index=True,
+            width="stretch",
+            column_config=LEVEL_COLUMNS,
+            key="monitor_levels_provider",
+        )
+        tabs[1].dataframe(
+            level_table(view.levels.models, first="model"),
+            hide_index=True,
+            width="stretch",
+            column_config=LEVEL_COLUMNS,
+            key="monitor_levels_model",
+        )
+    if view.substitutions and view.substitutions.by_pair:
+        st.caption(
+            "Substituted requests: the provider did not serve the chosen model. Cost delta = actual "
+            "cost minus the same tokens at the chosen model's price."
+        )
+        st.dataframe(
+            [
+                {"chosen model": c, "answered by": m, "requests": n, "cost delta USD": d}
+                for c, m, n, d in view.substitutions.by_pair
+            ],
+            hide_index=True,
+            column_config={"cost delta USD": st.column_config.NumberColumn(format="%+.4f")},
+            key="monitor_substitutions",
+        )
     figures = list(view.figures.items())
     for left, right in zip(figures[::2], figures[1::2], strict=False):
         cols = st.columns(2)
@@ -58,7 +130,14 @@ def live() -> None:
             col.plotly_chart(fig, key=f"monitor_chart_{name}", width="stretch")
     st.subheader("Recent requests")
     st.caption(f"Newest {len(view.recent)} attempts in the window, newest first (time_utc is UTC).")
-    st.dataframe(view.recent, hide_index=True, width="stretch")
+    st.dataframe(
+        view.recent,
+        hide_index=True,
+        width="stretch",
+        column_order=("open", *(c for c in (view.recent[0] if view.recent else {}) if c != "open")),
+        column_config={"open": st.column_config.LinkColumn("open", display_text="open", width="small")},
+        key="monitor_recent",
+    )
     st.download_button(
         "Download CSV", view.recent_csv, file_name=f"requests-{state.window}.csv", mime="text/csv", key="monitor_csv"
     )

@@ -15,6 +15,7 @@ from app.dashboard.fmt import pct, ratio_pct, when
 from core.canary import GuardrailSettings, ratio_in_range
 from core.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
+from db.events import record_fault_change
 from db.faults import clear_faults, set_faults
 from db.monitor import GuardrailReading
 
@@ -174,16 +175,19 @@ def save_faults(
     except ValueError as exc:
         return Outcome(False, f"{exc}. Nothing was written.")
     set_faults(engine, provider, faults, actor=actor or "dashboard")
-    return Outcome(
-        True,
+    message = (
         f"Fault injection for {provider}: {ratio_pct(faults.error_rate)} errors, "
-        f"{ratio_pct(faults.rate_limit_rate)} 429s, latency x{faults.latency_multiplier:g}.",
+        f"{ratio_pct(faults.rate_limit_rate)} 429s, latency x{faults.latency_multiplier:g}."
     )
+    record_fault_change(engine, provider, message, actor=actor or "dashboard")  # a Monitor chart marker
+    return Outcome(True, message)
 
 
-def reset_faults(engine: Engine, provider: str) -> Outcome:
+def reset_faults(engine: Engine, provider: str, *, actor: str = "dashboard") -> Outcome:
     clear_faults(engine, provider)
-    return Outcome(True, f"Fault injection for {provider} cleared: back to the configuration's values.")
+    message = f"Fault injection for {provider} cleared: back to the configuration's values."
+    record_fault_change(engine, provider, message, actor=actor)  # a Monitor chart marker
+    return Outcome(True, message)
 
 
 # -- what the page's inputs show -------------------------------------------------------------------

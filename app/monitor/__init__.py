@@ -1,10 +1,14 @@
 """The monitor's logic: series built from the rollup sums of :mod:`db.monitor`
 (:mod:`app.monitor.series`, with its settled-bucket cache), the Overview's KPIs, provider health and
 the observed canary split (:mod:`app.monitor.stats`), the recent-requests table and its CSV
-(:mod:`app.monitor.export`), Plotly figures (:mod:`app.monitor.charts`) and one call that builds a
-monitor refresh (:mod:`app.monitor.view`)."""
+(:mod:`app.monitor.export`), Plotly figures with event markers (:mod:`app.monitor.charts`), the
+three failure levels per provider and model and substitution costs (:mod:`app.monitor.levels`), the
+request drill-down (:mod:`app.monitor.drilldown`) and one call that builds a monitor refresh
+(:mod:`app.monitor.view`)."""
 
+from app.monitor.drilldown import RequestStory, load_story, request_link, search, search_link
 from app.monitor.export import RECENT_COLUMNS, recent_requests, requests_csv, time_utc
+from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels
 from app.monitor.series import (
     MAX_POINTS,
     QUANTILES,
@@ -28,13 +32,17 @@ from app.monitor.stats import (
     provider_health,
 )
 from app.monitor.view import (
+    CUSTOM,
     DEFAULT_INTERVAL_S,
     DEFAULT_WINDOW,
+    MAX_RANGE_S,
     REFRESH_INTERVALS_S,
     WINDOWS,
     Kpi,
     MonitorState,
     MonitorView,
+    RangeError,
+    custom_range,
     filter_choices,
     monitor_view,
     overview_figures,
@@ -45,14 +53,18 @@ from app.monitor.view import (
 from db.monitor import MonitorFilters
 
 __all__ = [
+    "CUSTOM",
     "DEFAULT_INTERVAL_S",
     "DEFAULT_WINDOW",
     "MAX_POINTS",
+    "MAX_RANGE_S",
     "QUANTILES",
     "RECENT_COLUMNS",
     "REFRESH_INTERVALS_S",
     "WINDOWS",
     "Kpi",
+    "LevelRow",
+    "Levels",
     "ModelSeries",
     "MonitorFilters",
     "MonitorState",
@@ -61,14 +73,22 @@ __all__ = [
     "Percentiles",
     "ProviderHealth",
     "ProviderSeries",
+    "RangeError",
+    "RequestStory",
     "SettledCache",
     "SplitPoint",
+    "Substitutions",
     "Totals",
     "WindowSeries",
     "bucket_axis",
     "choose_step",
     "clear_cache",
+    "custom_range",
     "filter_choices",
+    "intent_models",
+    "level_table",
+    "levels",
+    "load_story",
     "monitor_view",
     "observed_split",
     "overview_figures",
@@ -76,7 +96,10 @@ __all__ = [
     "provider_health",
     "recent_requests",
     "refresh_intervals",
+    "request_link",
     "requests_csv",
+    "search",
+    "search_link",
     "time_utc",
     "window_label",
     "window_seconds",

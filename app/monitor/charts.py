@@ -11,6 +11,7 @@ the whole database read.
 
 from __future__ import annotations
 
+import html
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -18,6 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app.monitor.series import WindowSeries
+from db.events import Event
 
 EMPTY_TEXT = "No requests in this window"
 TIME_ZONE = "UTC"  # every time axis is UTC; hover labels say so
@@ -272,8 +274,91 @@ def tokens_per_s_figure(series: WindowSeries) -> go.Figure:
     )
 
 
-def monitor_figures(series: WindowSeries) -> Mapping[str, go.Figure]:
-    """Every monitor chart, in page order, keyed by a stable name."""
+# Marker colour and label per event kind.
+EVENT_STYLE = {
+    "canary": ("#0072B2", "canary change"),
+    "guardrail": ("#D55E00", "guardrail rollback"),
+    "fault": ("#CC79A7", "fault injection"),
+    "breaker": ("#E69F00", "circuit breaker"),
+}
+EVENT_TEXT_MAX = 300
+
+
+def inert(text: object, limit: int = EVENT_TEXT_MAX) -> str:
+    """``text`` as Plotly shows it literally: Plotly's labels understand a subset of HTML (links,
+    line breaks, styles), so every ``<``, ``>`` and ``&`` is escaped; long text is cut."""
+    s = str(text)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return html.escape(s, quote=False)
+
+
+def event_label(ev: Event) -> str:
+    """One marker's hover text (escaped): time, kind, provider, what changed, who."""
+    from app.monitor.export import time_utc
+
+    _, kind = EVENT_STYLE.get(ev.kind, ("#7F7F7F", ev.kind))
+    where = f" [{ev.provider}]" if ev.provider else ""
+    return inert(f"{time_utc(ev.ts)} {kind}{where}: {ev.detail} (by {ev.actor})")
+
+
+def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
+    """Mark each event on ``fig``'s time axis: a dotted vertical line, and a triangle at the top
+    whose hover text says what happened (on an invisible 0-1 axis, so it never moves the data's
+    scale). Figures without a time axis (empty ones) are left alone."""
+    if not events or fig.layout.xaxis.visible is False:
+        return fig
+    shapes = list(fig.layout.shapes or ())
+    by_kind: dict[str, list[Event]] = {}
+    for ev in events:
+        by_kind.setdefault(ev.kind, []).append(ev)
+        color, _ = EVENT_STYLE.get(ev.kind, ("#7F7F7F", ev.kind))
+        t = np.datetime64(int(ev.ts * 1000), "ms")
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": t,
+                "x1": t,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": color, "width": 1, "dash": "dot"},
+                "layer": "below",
+            }
+        )
+    fig.update_layout(
+        shapes=shapes,
+        yaxis9={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+    )
+    for kind, evs in by_kind.items():
+        color, label = EVENT_STYLE.get(kind, ("#7F7F7F", kind))
+        fig.add_trace(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "x": np.array([int(e.ts * 1000) for e in evs], dtype="int64").astype("datetime64[ms]"),
+                "y": np.full(len(evs), 0.97),
+                "yaxis": "y9",
+                "name": label,
+                "legendgroup": f"event:{kind}",
+                "marker": {"symbol": "triangle-down", "size": 10, "color": color},
+                "hovertext": [event_label(e) for e in evs],
+                "hoverinfo": "text",
+            }
+        )
+    return fig
+
+
+def monitor_figures(series: WindowSeries, events: Sequence[Event] = ()) -> Mapping[str, go.Figure]:
+    """Every monitor chart, in page order, keyed by a stable name, with ``events`` marked on each."""
+    figures = _figures(series)
+    for fig in figures.values():
+        add_event_markers(fig, events)
+    return figures
+
+
+def _figures(series: WindowSeries) -> dict[str, go.Figure]:
     return {
         "latency": percentile_figure(series, "latency"),
         "ttft": percentile_figure(series, "ttft"),

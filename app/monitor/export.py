@@ -28,6 +28,7 @@ def recent_requests(
     filters: MonitorFilters | None = None,
     include_prompt: bool = False,
     since: float | None = None,
+    until: float | None = None,
 ) -> list[dict]:
     """The newest attempt rows, newest first, as dicts keyed by :data:`RECENT_COLUMNS` (plus
     ``prompt_text`` only when ``include_prompt``).
@@ -35,7 +36,7 @@ def recent_requests(
     Each attempt is a row (``attempt`` numbers them, ``final`` marks the one the caller got), so
     retries and fallbacks are visible. ``time_utc`` is :func:`time_utc` of ``ts``.
     """
-    rows = recent_rows(engine, limit=limit, filters=filters, include_prompt=include_prompt, since=since)
+    rows = recent_rows(engine, limit=limit, filters=filters, include_prompt=include_prompt, since=since, until=until)
     return [{"time_utc": time_utc(r["ts"]), **r} for r in rows]
 
 

@@ -279,9 +279,12 @@ _CACHE = SettledCache()  # the process's cache, shared by every page session and
 
 
 def clear_cache() -> None:
-    """Forget every cached settled bucket (the Refresh button; tests; after deleting or
-    back-filling rollups)."""
+    """Forget every cached settled bucket and window piece (the Refresh button; tests; after
+    deleting or back-filling rollups)."""
     _CACHE.clear()
+    from app.monitor.levels import clear_part_cache  # levels imports this module
+
+    clear_part_cache()
 
 
 def _window_cells(

@@ -1,7 +1,10 @@
 """Everything the monitor page shows for one refresh, built by one call: :func:`monitor_view`.
 
-The page picks a window and filters, calls :func:`monitor_view` once per refresh and draws what it
-gets back (figures, KPI tiles, the recent-requests table and its CSV). :class:`MonitorState` is the
+The page picks a window (or a custom range, :func:`custom_range`) and filters, calls
+:func:`monitor_view` once per refresh and draws what it gets back: KPI tiles with their change
+against the previous period of the same length, the level table (attempt errors, fallbacks, final
+failures per provider and model, :mod:`app.monitor.levels`), figures with event markers, the
+recent-requests table with a drill-down link per row, and its CSV. :class:`MonitorState` is the
 page's typed view of its widget state, read from any mapping (``st.session_state`` in the page).
 """
 
@@ -10,16 +13,25 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 import plotly.graph_objects as go
 from sqlalchemy import Engine
 
 from app.dashboard.fmt import ms, pct, usd, utc_time
-from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.drilldown import request_link
 from app.monitor.export import recent_requests, requests_csv
+from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakdown, levels, substitutions
 from app.monitor.series import WindowSeries, window_series
-from db.monitor import MonitorFilters, filter_options
+from db.events import Event, events_between
+from db.monitor import (
+    MonitorFilters,
+    filter_options,
+    recent_counts,
+    substitution_sums,
+)
 
 # Allowed windows, in the order the page offers them: key -> (seconds, label).
 WINDOWS: dict[str, tuple[int, str]] = {
@@ -30,6 +42,8 @@ WINDOWS: dict[str, tuple[int, str]] = {
     "7d": (7 * 86400, "Last 7 days"),
 }
 DEFAULT_WINDOW = "1h"
+CUSTOM = "custom"  # a start/end range chosen by the operator
+MAX_RANGE_S = 31 * 86400
 REFRESH_INTERVALS_S = (2, 5, 10, 30)
 DEFAULT_INTERVAL_S = 5  # the default of ``[dashboard] refresh_s``; the page passes the configured one
 RECENT_ROWS = 200
@@ -50,7 +64,39 @@ def window_seconds(window: str) -> int:
 
 
 def window_label(window: str) -> str:
-    return WINDOWS[window][1]
+    return "Custom range" if window == CUSTOM else WINDOWS[window][1]
+
+
+class RangeError(ValueError):
+    """A custom range that cannot be shown; the message says what to fix."""
+
+
+def _epoch(value: datetime | float | int) -> float:
+    if isinstance(value, datetime):
+        # A naive time is UTC: the page says every time is UTC.
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return float(value)
+
+
+def custom_range(
+    start: datetime | float, end: datetime | float, *, now: float | None = None, max_s: int = MAX_RANGE_S
+) -> tuple[float, float]:
+    """``(since, until)`` epoch seconds of an operator's range, or :class:`RangeError`.
+
+    The end must be after the start, the range at most ``max_s`` long (31 days) and must start
+    before ``now``; an end in the future is cut to ``now``."""
+    now = time.time() if now is None else float(now)
+    since, until = _epoch(start), _epoch(end)
+    if until <= since:
+        raise RangeError("The end must be after the start. Fix: pick an end time later than the start.")
+    if until - since > max_s:
+        days = (until - since) / 86400
+        raise RangeError(
+            f"The range is {days:,.1f} days; at most {max_s // 86400} days can be shown. Fix: shorten the range."
+        )
+    if since >= now:
+        raise RangeError("The range starts in the future. Fix: pick a start before now.")
+    return since, min(until, now)
 
 
 @dataclass(frozen=True)
@@ -60,6 +106,8 @@ class Kpi:
     label: str
     value: str
     help: str
+    delta: str | None = None  # change against the previous period, signed ("+2.5 pp")
+    delta_color: Literal["normal", "inverse", "off"] = "normal"  # "inverse" where a rise is bad
 
 
 @dataclass(frozen=True)
@@ -76,14 +124,131 @@ class MonitorView:
     recent: list[dict]
     recent_csv: str
     series: WindowSeries = field(repr=False)
+    levels: Levels | None = None
+    previous: Levels | None = None
+    substitutions: Substitutions | None = None
+    events: tuple[Event, ...] = ()
 
     @property
     def caption(self) -> str:
         return (
             f"{window_label(self.window)}: {utc_time(self.since, seconds=False)} to "
             f"{utc_time(self.until, seconds=False)} UTC, "
-            f"{self.step_s // 60}-minute buckets"
+            f"{self.step_s // 60}-minute buckets; deltas compare with the previous "
+            f"{_duration(self.until - self.since)}"
         )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:,.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:,.1f} hours"
+    return f"{seconds / 60:,.0f} minutes"
+
+
+def _pp(now: float | None, before: float | None) -> str | None:
+    if now is None or before is None:
+        return None
+    return f"{(now - before) * 100:+.1f} pp"
+
+
+def _rel(now: float | None, before: float | None, fmt) -> str | None:
+    if now is None or before is None:
+        return None
+    return fmt(now - before) if before == 0 else f"{fmt(now - before)} ({(now - before) / before:+.0%})"
+
+
+def _signed_ms(v: float) -> str:
+    return f"{v:+,.0f} ms"
+
+
+def _signed_usd(v: float) -> str:
+    return ("+" if v >= 0 else "-") + usd(abs(v))
+
+
+def _signed_int(v: float) -> str:
+    return f"{v:+,.0f}"
+
+
+def level_kpis(cur: LevelRow, prev: LevelRow | None, subs: Substitutions | None, window_rate: float) -> tuple[Kpi, ...]:
+    """Headline tiles: the three failure levels side by side, rates over the last minute beside the
+    window's, latency and cost; each with its change against ``prev`` (the previous period)."""
+    p = prev
+    sub_value = f"{subs.requests:,}" if subs else "0"
+    sub_delta = f"{_signed_usd(subs.cost_delta_usd)} vs chosen model" if subs and subs.requests else None
+    return (
+        Kpi(
+            "Requests",
+            f"{cur.requests:,}",
+            "Caller requests in the window (final attempts).",
+            _rel(cur.requests, p.requests if p else None, _signed_int),
+        ),
+        Kpi(
+            "Request rate, last minute",
+            f"{cur.now_requests_per_s:,.2f}/s",
+            f"Requests per second over the last {RECENT_S:g} s of the range (window average: {window_rate:,.2f}/s).",
+        ),
+        Kpi(
+            "Attempt error rate",
+            pct(cur.attempt_error_rate),
+            "Failed attempts / attempts (what the upstreams did; retries and fallbacks count). "
+            f"Last minute: {pct(cur.now_attempt_error_rate)}.",
+            _pp(cur.attempt_error_rate, p.attempt_error_rate if p else None),
+            "inverse",
+        ),
+        Kpi(
+            "Fallback rate",
+            pct(cur.fallback_rate),
+            "Requests answered by the fallback route / requests that started on the selected "
+            f"providers. Last minute: {pct(cur.now_fallback_rate)}.",
+            _pp(cur.fallback_rate, p.fallback_rate if p else None),
+            "inverse",
+        ),
+        Kpi(
+            "Final failure rate",
+            pct(cur.final_failure_rate),
+            "Requests whose final attempt failed / requests (what callers saw).",
+            _pp(cur.final_failure_rate, p.final_failure_rate if p else None),
+            "inverse",
+        ),
+        Kpi(
+            "Latency p50",
+            ms(cur.p50_ms),
+            "Median attempt latency in the window.",
+            _rel(cur.p50_ms, p.p50_ms if p else None, _signed_ms),
+            "inverse",
+        ),
+        Kpi(
+            "Latency p95",
+            ms(cur.p95_ms),
+            "95th percentile attempt latency in the window.",
+            _rel(cur.p95_ms, p.p95_ms if p else None, _signed_ms),
+            "inverse",
+        ),
+        Kpi(
+            "Latency p99",
+            ms(cur.p99_ms),
+            "99th percentile attempt latency in the window.",
+            _rel(cur.p99_ms, p.p99_ms if p else None, _signed_ms),
+            "inverse",
+        ),
+        Kpi(
+            "Cost",
+            usd(cur.cost_usd),
+            "Total cost in the window, USD.",
+            _rel(cur.cost_usd, p.cost_usd if p else None, _signed_usd),
+            "inverse",
+        ),
+        Kpi(
+            "Substituted",
+            sub_value,
+            "Requests answered by another model than the one chosen (the provider does not serve "
+            "it); the delta is their actual cost minus the same tokens at the chosen model's price.",
+            sub_delta,
+            "inverse",
+        ),
+    )
 
 
 def kpis(series: WindowSeries) -> tuple[Kpi, ...]:
@@ -103,28 +268,73 @@ def kpis(series: WindowSeries) -> tuple[Kpi, ...]:
 
 
 def monitor_view(
-    engine: Engine, window: str, filters: MonitorFilters | None = None, now: float | None = None
+    engine: Engine,
+    window: str,
+    filters: MonitorFilters | None = None,
+    now: float | None = None,
+    *,
+    span: tuple[float, float] | None = None,
+    routes: Mapping[str, str] | None = None,
+    intent_models: Mapping[str, str] | None = None,
+    compare: bool = True,
 ) -> MonitorView:
-    """Query and build everything the monitor page shows for ``window`` ending at ``now``.
+    """Query and build everything the monitor page shows for ``window`` ending at ``now``, or for
+    ``span`` (``(since, until)`` from :func:`custom_range`) when ``window`` is :data:`CUSTOM`.
 
-    Three queries: two grouped rollup scans for the series, one indexed read of the newest rows.
+    ``routes`` maps each canary side to the provider its requests start on (the configuration's
+    primary and fallback) for the per-provider fallback rate; ``intent_models`` maps an intent to
+    the model it chooses, for the substitution cost delta. Queries: two grouped rollup scans for the
+    series (settled buckets cached), two for the level table and two for the previous period
+    (coarsest rollups that fit), the last minute and the substitutions from indexed ranges of the
+    raw log, the events, and the newest rows.
     """
     now = time.time() if now is None else float(now)
-    since = now - window_seconds(window)
+    if window == CUSTOM:
+        if span is None:
+            raise RangeError("A custom range needs a start and an end.")
+        since, until = span
+    else:
+        since, until = now - window_seconds(window), now
     filters = filters or MonitorFilters()
-    series = window_series(engine, since=since, until=now, filters=filters)
-    recent = recent_requests(engine, limit=RECENT_ROWS, filters=filters, since=since)
+    series = window_series(engine, since=since, until=until, filters=filters)
+    first = series.buckets[0]
+    cur = levels(
+        breakdown(engine, since=first, until=until, filters=filters),
+        recent_counts(engine, since=until - RECENT_S, until=until, filters=filters),
+        providers=filters.providers,
+        routes=routes,
+    )
+    prev = None
+    if compare:
+        length = until - first
+        prev = levels(
+            breakdown(engine, since=first - length, until=first - 1, filters=filters, by_model=False),
+            {},
+            providers=filters.providers,
+            routes=routes,
+        )
+    subs = substitutions(substitution_sums(engine, since=since, until=until, filters=filters), intent_models or {})
+    events = tuple(events_between(engine, since=first, until=until))
+    recent = recent_requests(
+        engine, limit=RECENT_ROWS, filters=filters, since=since, until=until if window == CUSTOM else None
+    )
+    for r in recent:
+        r["open"] = request_link(r["request_id"])
     return MonitorView(
         window=window,
         since=since,
-        until=now,
+        until=until,
         step_s=series.step_s,
         has_data=not series.empty,
-        kpis=kpis(series),
-        figures=monitor_figures(series),
+        kpis=level_kpis(cur.total, prev.total if prev else None, subs, series.totals.request_rate),
+        figures=monitor_figures(series, events),
         recent=recent,
-        recent_csv=requests_csv(recent),
+        recent_csv=requests_csv([{k: v for k, v in r.items() if k != "open"} for r in recent]),
         series=series,
+        levels=cur,
+        previous=prev,
+        substitutions=subs,
+        events=events,
     )
 
 
@@ -134,7 +344,9 @@ def filter_choices(
     """Values offered by each filter: those with traffic in ``window``, plus whatever is already
     selected (a selection must stay valid when the window moves past its last request)."""
     now = time.time() if now is None else float(now)
-    options = filter_options(engine, since=now - window_seconds(window))
+    # A custom range may lie anywhere in the last 31 days: offer what that period had.
+    length = MAX_RANGE_S if window == CUSTOM else window_seconds(window)
+    options = filter_options(engine, since=now - length)
     chosen = selected or MonitorFilters()
     for key in options:
         options[key] = sorted(set(options[key]) | set(getattr(chosen, key)))
@@ -152,6 +364,8 @@ class MonitorState:
     sources: tuple[str, ...] = ()
     interval_s: float = DEFAULT_INTERVAL_S
     paused: bool = False
+    start: datetime | None = None  # custom range (UTC), used when ``window`` is CUSTOM
+    end: datetime | None = None
 
     PREFIX = "monitor_"
 
@@ -172,15 +386,27 @@ class MonitorState:
 
         window = get("window", DEFAULT_WINDOW)
         interval = get("interval_s", default_interval_s)
+        start, end = get("start", None), get("end", None)
         return cls(
-            window=window if window in WINDOWS else DEFAULT_WINDOW,
+            window=window if window in WINDOWS or window == CUSTOM else DEFAULT_WINDOW,
             providers=tuple(get("providers", ())),
             models=tuple(get("models", ())),
             intents=tuple(get("intents", ())),
             sources=tuple(get("sources", ())),
             interval_s=interval if interval in refresh_intervals(default_interval_s) else default_interval_s,
             paused=bool(get("paused", False)),
+            start=start if isinstance(start, datetime) else None,
+            end=end if isinstance(end, datetime) else None,
         )
+
+    def span(self, now: float | None = None) -> tuple[float, float] | None:
+        """The custom range as epoch seconds (:func:`custom_range`; raises :class:`RangeError`),
+        ``None`` for a preset window."""
+        if self.window != CUSTOM:
+            return None
+        if self.start is None or self.end is None:
+            raise RangeError("A custom range needs a start and an end.")
+        return custom_range(self.start, self.end, now=now)
 
     @property
     def filters(self) -> MonitorFilters:
@@ -188,13 +414,18 @@ class MonitorState:
 
     @property
     def run_every(self) -> float | None:
-        """The fragment's refresh interval in seconds, ``None`` while paused."""
-        return None if self.paused else self.interval_s
+        """The fragment's refresh interval in seconds, ``None`` while paused or on a custom range
+        (a past range does not change)."""
+        return None if self.paused or self.window == CUSTOM else self.interval_s
 
 
 def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.Figure]:
     """The Overview page's two glanceable charts for the last hour: requests per second and
-    latency percentiles per provider (the Monitor page has the rest)."""
+    latency percentiles per provider (the Monitor page has the rest), with the hour's events marked."""
     now = time.time() if now is None else now
     series = window_series(engine, since=now - window_seconds("1h"), until=now)
-    return {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}
+    events = events_between(engine, since=series.buckets[0], until=now)
+    figures = {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}
+    for fig in figures.values():
+        add_event_markers(fig, events)
+    return figures

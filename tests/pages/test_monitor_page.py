@@ -99,7 +99,7 @@ def test_renders_charts_metrics_and_table(app):
     assert [t["name"] for t in latency["data"]][:3] == ["alpha p50", "alpha p95", "alpha p99"]
     assert all(not s["layout"].get("annotations") for s in charts.values())
     assert _metric(at, "Requests") == "30"
-    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 30
+    assert len(at.dataframe) == 3 and len(at.dataframe[-1].value) == 30  # levels by provider, by model, recent
     assert "UTC" in " ".join(c.value for c in at.caption)
 
 
@@ -141,3 +141,63 @@ def test_auto_refresh_defaults_to_the_configured_interval(app, tmp_path, monkeyp
     interval = at.selectbox(key="monitor_interval_s")
     assert interval.value == 7 and "7 seconds" in interval.options
     assert any("refreshing every 7 s" in c.value for c in at.caption)
+
+
+def test_three_levels_table_beside_the_kpis(app):
+    at = app.run()
+    labels = {mt.label for mt in at.metric}
+    assert {"Attempt error rate", "Fallback rate", "Final failure rate", "Request rate, last minute"} <= labels
+    by_provider = at.dataframe[0].value
+    assert list(by_provider["provider"]) == ["all", "alpha", "beta"]
+    assert {"attempt errors", "fallback", "final failures", "req/s last min"} <= set(by_provider.columns)
+    assert list(at.dataframe[1].value["model"]) == ["gpt-4.1"]
+
+
+def test_recent_rows_link_to_the_drilldown(app):
+    at = app.run()
+    recent = at.dataframe[-1].value
+    assert all(link == f"/request?id={rid}" for link, rid in zip(recent["open"], recent["request_id"], strict=True))
+
+
+def test_custom_range_is_validated(app):
+    from datetime import UTC, datetime, timedelta
+
+    at = app.run()
+    at.selectbox(key="monitor_window").set_value("custom").run()
+    assert not at.exception and not at.error
+    now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+    at.datetime_input(key="monitor_start").set_value(now - timedelta(hours=4)).run()
+    at.datetime_input(key="monitor_end").set_value(now - timedelta(hours=2)).run()
+    assert not at.exception and not at.error
+    assert _metric(at, "Requests") == "12"  # only the requests three hours ago
+    at.datetime_input(key="monitor_end").set_value(now - timedelta(hours=5)).run()
+    assert at.error and "end must be after the start" in at.error[0].value
+    assert not at.get("plotly_chart")  # nothing drawn for a refused range
+    at.datetime_input(key="monitor_start").set_value(now - timedelta(days=40)).run()
+    assert "at most 31 days" in at.error[0].value
+
+
+def test_request_page_shows_a_request_and_searches_sessions(app):
+    at = app
+    at.switch_page("../pages/request.py")
+    at.query_params["id"] = "recent-3"
+    at.run()
+    assert not at.exception
+    facts = at.dataframe[0].value
+    assert dict(zip(facts["field"], facts["value"], strict=True))["request id"] == "recent-3"
+    timeline = at.dataframe[1].value
+    assert list(timeline["provider"]) == ["beta"] and list(timeline["status"]) == ["ok"]
+    at.query_params.clear()
+    at.query_params["id"] = "no-such-request"
+    at.run()
+    assert at.warning and "No request" in at.warning[0].value
+    at.selectbox[0].set_value("key")
+    at.text_input[0].set_value("team-a")
+    at.form_submit_button[0].click().run()
+    assert at.error and "Fix:" in at.error[0].value  # this database has no key names yet
+    at.selectbox[0].set_value("request")
+    at.text_input[0].set_value("recent-5")
+    at.form_submit_button[0].click().run()
+    facts = at.dataframe[0].value
+    assert dict(zip(facts["field"], facts["value"], strict=True))["request id"] == "recent-5"
+    assert at.query_params["id"] in ("recent-5", ["recent-5"])  # the address follows the search

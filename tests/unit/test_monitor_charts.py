@@ -140,7 +140,14 @@ def test_monitor_view_bundles_everything(sqlite_engine):
     insert_batch(sqlite_engine, [rec(T0 + k, provider=("alpha", "beta")[k % 2]) for k in range(20)])
     view = monitor_view(sqlite_engine, "1h", None, now=T0 + 60)
     assert view.has_data and view.step_s == 60 and len(view.figures) == 8
-    assert {k.label for k in view.kpis} >= {"Requests", "Error rate", "Latency p95", "Cost"}
+    assert {k.label for k in view.kpis} >= {
+        "Requests",
+        "Attempt error rate",
+        "Fallback rate",
+        "Final failure rate",
+        "Latency p95",
+        "Cost",
+    }
     assert next(k for k in view.kpis if k.label == "Requests").value == "20"
     assert len(view.recent) == 20 and view.recent_csv.count("\n") == 21
     assert "UTC" in view.caption

@@ -1,0 +1,79 @@
+"""Issue 8 in Chromium: mid-incident (70 % injected errors on the primary at a 50 % canary, loadgen
+traffic) the Monitor's headline shows the attempt error rate, the fallback rate and the final
+failure rate, its charts carry the fault and canary markers, and a request's drill-down shows the
+failed attempt and the fallback that answered. Screenshots: monitor-incident.png,
+request-drilldown.png."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
+from playwright.sync_api import expect
+
+
+@pytest.fixture(scope="module")
+def incident_server(tmp_path_factory):
+    server = start_server(tmp_path_factory.mktemp("incident"))
+    try:
+        r = server.cli("canary", "set", "0.5", "--reason", "incident drill: half the traffic on the primary")
+        assert r.returncode == 0, r.stderr
+        from app.dashboard.canary_form import save_faults
+        from db.engine import dispose_all, get_engine
+
+        engine = get_engine(server.database_url)
+        assert save_faults(engine, "holysheep", 70, 0, 1, actor="e2e-operator").ok
+        dispose_all()
+        r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
+        assert r.returncode == 0, r.stderr
+        yield server
+    finally:
+        stop_server(server)
+
+
+def _metrics(page) -> dict[str, str]:
+    metrics = page.get_by_test_id("stMain").get_by_test_id("stMetric")
+    labels = metrics.get_by_test_id("stMetricLabel").all_inner_texts()
+    values = metrics.get_by_test_id("stMetricValue").all_inner_texts()
+    return dict(zip((label.strip() for label in labels), values, strict=False))
+
+
+def _pct(text: str) -> float:
+    return float(text.replace("%", "").strip())
+
+
+def test_monitor_tells_the_truth_mid_incident(incident_server, new_page):
+    server = incident_server
+    page = new_page()
+    page.set_viewport_size({"width": 1600, "height": 1000})
+    open_page(page, server, "monitor")
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(8, timeout=30_000)
+    wait_ready(page)
+    assert_no_exception(page)
+    kpis = _metrics(page)
+    # What the DB says happened, at the three levels.
+    attempts, errors = server.query("select count(*), sum(status != 'ok') from request_log")[0]
+    requests, failed, fallbacks = server.query(
+        "select count(*), sum(status != 'ok'), sum(fallback) from request_log where final"
+    )[0]
+    assert errors > 0 and fallbacks > 0
+    assert _pct(kpis["Attempt error rate"]) == pytest.approx(100 * errors / attempts, abs=0.06)
+    assert _pct(kpis["Final failure rate"]) == pytest.approx(100 * failed / requests, abs=0.06)
+    assert _pct(kpis["Fallback rate"]) > 0
+    # The fault change and the canary change are marked on the charts (hover text is plain).
+    legend = page.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
+    assert "fault injection" in legend and "canary change" in legend
+    with rerun(page):
+        page.get_by_test_id("stSelectbox").first.click()
+        page.get_by_role("option", name="Last 15 minutes").click()
+    expect(page.get_by_test_id("stPlotlyChart")).to_have_count(8, timeout=30_000)
+    wait_ready(page)
+    assert_no_exception(page)
+    screenshot(page, "monitor-incident")
+
+    rid = server.query("select request_id from request_log where fallback and final order by ts desc limit 1")[0][0]
+    open_page(page, server, f"request?id={rid}")
+    expect(page.locator("h1").first).to_have_text("Request drill-down", timeout=20_000)
+    expect(page.get_by_test_id("stDataFrame")).to_have_count(2, timeout=20_000)
+    wait_ready(page)
+    assert_no_exception(page)
+    screenshot(page, "request-drilldown")

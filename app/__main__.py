@@ -16,10 +16,17 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.config import ConfigError
+from core.bounds import parse_decimal, parse_float, parse_int
 from core.errors import ConflictError, GatewayError, InvalidRequest
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+# Bounds of the numbers the command line takes (text is parsed with core.bounds before any use).
+MAX_RPS = 1000.0
+MAX_DURATION_S = 7 * 86400.0
+MAX_DAYS = 36500.0  # a century
+MAX_SEED = 2**63 - 1
 
 
 class CliError(GatewayError):
@@ -104,7 +111,8 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
     from db.canary import set_ratio, validate_ratio
 
     try:
-        ratio = validate_ratio(args.ratio)
+        # Exact text first: "1e-400" is not 0 and "nan" is not a ratio; both are refused here.
+        ratio = validate_ratio(float(parse_decimal(args.ratio, field="ratio", lo=0, hi=1)))
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if not args.reason.strip():
@@ -125,18 +133,17 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     from app.gateway import build_gateway
     from app.loadgen import run_loadgen
 
-    if not args.rps > 0 or not args.duration > 0:
-        raise CliError("--rps and --duration must be greater than 0")
+    rps = parse_float(args.rps, field="--rps", lo=0, lo_open=True, hi=MAX_RPS)
+    duration = parse_float(args.duration, field="--duration", lo=0, lo_open=True, hi=MAX_DURATION_S)
+    seed = None if args.seed is None else parse_int(args.seed, field="--seed", lo=0, hi=MAX_SEED)
     gateway = build_gateway(_settings(), source="loadgen")
     try:
-        with tqdm(
-            total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr, disable=args.quiet
-        ) as bar:
+        with tqdm(total=max(1, round(rps * duration)), unit="req", file=sys.stderr, disable=args.quiet) as bar:
             report = run_loadgen(
                 gateway.client,
-                rps=args.rps,
-                duration_s=args.duration,
-                seed=args.seed,
+                rps=rps,
+                duration_s=duration,
+                seed=seed,
                 progress=lambda done, planned: bar.update(1),
             )
     finally:
@@ -150,13 +157,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     from db.requests import prune
 
-    if args.days <= 0 or args.rollup_days <= 0:
-        raise CliError("--days and --rollup-days must be greater than 0")
-    if args.rollup_days < args.days:
+    days = parse_float(args.days, field="--days", lo=0, lo_open=True, hi=MAX_DAYS)
+    rollup_days = parse_float(args.rollup_days, field="--rollup-days", lo=0, lo_open=True, hi=MAX_DAYS)
+    if rollup_days < days:
         raise CliError("--rollup-days must be at least --days (rollups summarise the raw log)")
     now = time.time()
     deleted = prune(
-        _engine(_settings()), raw_before=now - args.days * 86400, minute_rollups_before=now - args.rollup_days * 86400
+        _engine(_settings()), raw_before=now - days * 86400, minute_rollups_before=now - rollup_days * 86400
     )
     print(json.dumps(deleted))
     return 0
@@ -168,6 +175,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     # The gateway keeps the simulators' fault settings current from the database; no guardrail here
     # (the routers that send the traffic run it).
+    port = parse_int(args.port, field="--port", lo=0, hi=65535)
     gateway = build_gateway(_settings(), source="simulate", guardrail=False)
     providers = {u.provider.name: u.provider for u in gateway.upstreams.values()}
     if not providers:
@@ -175,12 +183,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))
     print(
-        f"simulator on http://{args.host}:{args.port}/v1 ({first}); "
-        + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers),
+        f"simulator on http://{args.host}:{port}/v1 ({first}); "
+        + ", ".join(f"http://{args.host}:{port}/{n}/v1" for n in providers),
         file=sys.stderr,
     )
     try:
-        serve(providers, host=args.host, port=args.port)
+        serve(providers, host=args.host, port=port)
     finally:
         gateway.close()
     return 0
@@ -231,21 +239,20 @@ def build_parser() -> argparse.ArgumentParser:
     cset.set_defaults(func=cmd_canary_set)
 
     lg = sub.add_parser("loadgen", help="generate traffic through the routing client")
-    lg.add_argument("--rps", type=float, default=5.0)
-    lg.add_argument("--duration", type=float, default=60.0, help="seconds")
-    lg.add_argument("--seed", type=int, default=None)
+    # Numbers stay text here and are parsed with their bounds by the command (one clear line).
+    lg.add_argument("--rps", default="5", help=f"requests per second, above 0 and at most {MAX_RPS:g}")
+    lg.add_argument("--duration", default="60", help=f"seconds, above 0 and at most {MAX_DURATION_S:g}")
+    lg.add_argument("--seed", default=None)
     lg.add_argument("--quiet", action="store_true", help="no progress bar")
     lg.set_defaults(func=cmd_loadgen)
 
     pr = sub.add_parser("prune", help="delete old request-log rows (5-minute and hourly rollups are kept)")
-    pr.add_argument("--days", type=float, default=30.0, help="keep this many days of raw rows (default 30)")
-    pr.add_argument(
-        "--rollup-days", type=float, default=90.0, help="keep this many days of per-minute rollups (default 90)"
-    )
+    pr.add_argument("--days", default="30", help="keep this many days of raw rows (default 30)")
+    pr.add_argument("--rollup-days", default="90", help="keep this many days of per-minute rollups (default 90)")
     pr.set_defaults(func=cmd_prune)
 
     sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
-    sim.add_argument("--port", type=int, default=8001)
+    sim.add_argument("--port", default="8001")
     sim.add_argument("--host", default="127.0.0.1")
     sim.set_defaults(func=cmd_simulate)
 

@@ -397,10 +397,9 @@ def test_11_an_echoed_key_is_neither_stored_nor_shown(router, up):
     assert all(KEY not in (row["error_message"] or "") for row in log_rows(client))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #11: CSV export passes =HYPERLINK(...) through")
 def test_11_csv_export_neutralises_formulas_from_upstream_text(router, up):
     from app.routing.result import AllRoutesFailed
-    from db.monitor import recent_requests, requests_csv
+    from app.monitor import recent_requests, requests_csv
 
     up.script(error(400, '=HYPERLINK("http://evil.example","click")', name="formula"), provider="chaos")
     client = router()

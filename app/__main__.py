@@ -2,6 +2,11 @@
 
 Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
 configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
+
+SIGTERM and SIGINT (see :mod:`app.shutdown`): a command stops its work, closes its gateway with the
+request log flushed within a bound, and exits ``128 + signal`` (130, 143). ``chat`` is interrupted
+where it stands; ``loadgen`` stops scheduling, lets requests in flight finish for a bounded time and
+prints its report; ``simulate`` stops serving. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.config import ConfigError
+from app.shutdown import DRAIN_S, Interrupted, StopSignals, abandoned, close_within, exit_now, stop_on_signals
 from core.bounds import parse_decimal, parse_float, parse_int
 from core.errors import ConflictError, GatewayError, InvalidRequest
 
@@ -56,6 +62,16 @@ def _ts(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _signals(args: argparse.Namespace) -> StopSignals:
+    """The signal state :func:`main` installed (a command called directly gets its own, idle one)."""
+    sig = getattr(args, "signals", None)
+    if sig is None:
+        import threading
+
+        sig = StopSignals(stop=threading.Event(), interrupt=False)
+    return sig
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from app.gateway import build_gateway
 
@@ -90,7 +106,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             )
         return 0
     finally:
-        gateway.close()
+        # Interrupted or not: the request's records are flushed, within a bound.
+        with _signals(args).shutting_down():
+            close_within(gateway)
 
 
 def cmd_canary_show(args: argparse.Namespace) -> int:
@@ -136,6 +154,8 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     rps = parse_float(args.rps, field="--rps", lo=0, lo_open=True, hi=MAX_RPS)
     duration = parse_float(args.duration, field="--duration", lo=0, lo_open=True, hi=MAX_DURATION_S)
     seed = None if args.seed is None else parse_int(args.seed, field="--seed", lo=0, hi=MAX_SEED)
+    sig = _signals(args)
+    sig.interrupt = False  # a signal ends the schedule (sig.stop); the report still goes out
     gateway = build_gateway(_settings(), source="loadgen")
     try:
         with tqdm(total=max(1, round(rps * duration)), unit="req", file=sys.stderr, disable=args.quiet) as bar:
@@ -145,11 +165,15 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
                 duration_s=duration,
                 seed=seed,
                 progress=lambda done, planned: bar.update(1),
+                stop=sig.stop,
+                drain_s=DRAIN_S,
             )
     finally:
-        gateway.close()
-    print(json.dumps(report.to_dict()))
-    return 0
+        with sig.shutting_down():
+            close_within(gateway)  # every request the report counts is in the log after this
+    report.interrupted = sig.name
+    print(json.dumps(report.to_dict()), flush=True)
+    return sig.exit_code or 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -187,11 +211,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         + ", ".join(f"http://{args.host}:{port}/{n}/v1" for n in providers),
         file=sys.stderr,
     )
+    sig = _signals(args)
     try:
-        serve(providers, host=args.host, port=port)
+        serve(providers, host=args.host, port=port)  # returns on SIGINT/SIGTERM (KeyboardInterrupt)
     finally:
-        gateway.close()
-    return 0
+        with sig.shutting_down():
+            close_within(gateway)
+    return sig.exit_code or 0
 
 
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
@@ -306,7 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         configure_logging()
-        return int(args.func(args) or 0)
+        with stop_on_signals(interrupt=True) as signals:
+            args.signals = signals  # commands adjust it (loadgen) and use it to shut down
+            return int(args.func(args) or 0)
+    except Interrupted as exc:
+        print(f"interrupted by {exc.name}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -328,4 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if abandoned():  # a writer thread is stuck on the database: the exit hooks would wait for it
+        exit_now(code)
+    sys.exit(code)

@@ -9,6 +9,7 @@ names the environment variable holding its key, and :func:`resolve_api_key` read
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -141,9 +142,33 @@ KnownModel = Annotated[str, AfterValidator(_known_model)]
 
 
 class IntentRule(_Strict):
+    """One intent rule: it matches when any keyword or any regular expression is found in what the
+    user wrote (see :mod:`app.routing.intent`). Patterns are checked here, at load."""
+
     intent: str = Field(min_length=1)
     model: KnownModel
-    keywords: list[str] = Field(min_length=1)
+    keywords: list[Annotated[str, Field(min_length=1)]] = []
+    patterns: list[str] = []
+
+    @field_validator("patterns")
+    @classmethod
+    def _valid_patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                compiled = re.compile(pattern, re.IGNORECASE)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+            # A pattern that matches the empty string matches every prompt and would swallow the
+            # rules after it.
+            if compiled.search("") is not None:
+                raise ValueError(f"pattern {pattern!r} matches the empty string, so it would match every prompt")
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_match(self) -> IntentRule:
+        if not self.keywords and not self.patterns:
+            raise ValueError(f"rule {self.intent!r} needs at least one of keywords or patterns")
+        return self
 
 
 class IntentConfig(_Strict):
@@ -154,6 +179,15 @@ class IntentConfig(_Strict):
     rules: list[IntentRule] = []
 
 
+class SubstitutionConfig(_Strict):
+    """``[routing.substitution]``: when a provider that does not serve the chosen model may answer
+    with its default model instead (see :mod:`app.routing.substitution`)."""
+
+    mode: Literal["route", "substitute", "refuse"] = "route"
+    # Blended price (input + output per M tokens) of the substitute over the chosen model's.
+    max_price_factor: float = Field(default=1.5, ge=1.0)
+
+
 class RoutingConfig(_Strict):
     primary: str
     fallback: str
@@ -161,6 +195,7 @@ class RoutingConfig(_Strict):
     fallback_enabled: bool = True
     # How old the cached canary ratio may get before a router re-reads it from the database.
     ratio_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+    substitution: SubstitutionConfig = SubstitutionConfig()
 
 
 class RetryConfig(_Strict):

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import httpx2
@@ -34,6 +35,7 @@ from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
+from app.routing.substitution import Offer, Policy, decide, model_on
 from core.errors import InvalidRequest
 from core.records import AttemptRecord
 
@@ -351,6 +353,7 @@ class RoutingClient:
             routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
             if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
                 routes.append((r.fallback, True))
+        routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
         params: dict[str, Any] = {}
         if temperature is not None:
             params["temperature"] = float(temperature)
@@ -391,8 +394,35 @@ class RoutingClient:
             return client
 
     def _model_for(self, provider: str, model: str) -> tuple[str, bool]:
-        p = self.settings.providers[provider]
-        return (model, False) if model in p.models else (p.default_model, True)
+        return model_on(self._offers[provider], model)
+
+    @cached_property
+    def _offers(self) -> dict[str, Offer]:
+        return {name: Offer(frozenset(p.models), p.default_model) for name, p in self.settings.providers.items()}
+
+    def _cost_safe_routes(
+        self, model: str, routes: list[tuple[str, bool]], *, forced: bool, by_intent: bool
+    ) -> list[tuple[str, bool]]:
+        """The planned routes under ``[routing.substitution]`` (see :mod:`app.routing.substitution`);
+        raises :class:`SubstitutionRefused` before any network call when none is left."""
+        r = self.settings.routing
+        policy = Policy.of(r.substitution.mode, r.substitution.max_price_factor)
+        decision = decide(
+            model,
+            routes,
+            self._offers,
+            policy,
+            alternatives=(r.primary, r.fallback),
+            forced=forced,
+            by_intent=by_intent,
+        )
+        for v in decision.dropped:
+            log.info(
+                "%s not used for %s: %s would cost %.2fx (routing.substitution)", v.provider, model, v.model, v.factor
+            )
+        if decision.rerouted:
+            log.info("%s routed to %s, which serves it (routing.substitution)", model, decision.routes[0][0])
+        return decision.routes
 
     # -- attempts ------------------------------------------------------------------------------
     def _record(

@@ -183,6 +183,10 @@ class SubstitutionConfig(_Strict):
     """``[routing.substitution]``: when a provider that does not serve the chosen model may answer
     with its default model instead (see :mod:`app.routing.substitution`)."""
 
+    # The one setting where inf is meaningful (``max_price_factor = inf``: no price cap); nan is
+    # still refused by its lower bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=True)
+
     mode: Literal["route", "substitute", "refuse"] = "route"
     # Blended price (input + output per M tokens) of the substitute over the chosen model's.
     max_price_factor: float = Field(default=1.5, ge=1.0)

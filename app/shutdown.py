@@ -99,8 +99,13 @@ class StopSignals:
 @contextmanager
 def stop_on_signals(stop: threading.Event | None = None, *, interrupt: bool = False) -> Iterator[StopSignals]:
     """SIGTERM and SIGINT handled as described in the module docstring while the block runs; the
-    previous handlers are restored after it. Main thread only (Python delivers signals there)."""
+    previous handlers are restored after it. Python delivers signals to the main thread only: from
+    another thread (a command run inside a larger program) nothing is installed and the state stays
+    idle."""
     state = StopSignals(stop=stop or threading.Event(), interrupt=interrupt)
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
     previous = {s: signal.signal(s, state._handle) for s in STOP_SIGNALS}
     try:
         yield state

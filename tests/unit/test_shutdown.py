@@ -52,6 +52,21 @@ def test_handlers_are_installed_for_the_block_and_restored_after():
     assert {s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS} == before
 
 
+def test_outside_the_main_thread_nothing_is_installed():
+    before = {s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS}
+    seen: list[object] = []
+
+    def run() -> None:
+        with stop_on_signals(interrupt=True) as state:
+            seen.append({s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS})
+            seen.append(state.received)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    assert seen == [before, None]
+
+
 @dataclass
 class FakeWriter:
     pending: int = 0

@@ -17,7 +17,7 @@ FORMULAS = ['=HYPERLINK("http://evil.example","click")', "+1+cmd|' /C calc'!A0",
 
 
 def row(**over) -> dict:
-    base = {name: None for name in RECENT_COLUMNS}
+    base: dict[str, object] = {name: None for name in RECENT_COLUMNS}
     base.update(request_id="r1", attempt=1, final=True, provider="p", latency_ms=-1.5, cost_usd=0.0, ts=1.0)
     base.update(over)
     return base

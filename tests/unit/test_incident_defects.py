@@ -398,8 +398,8 @@ def test_11_an_echoed_key_is_neither_stored_nor_shown(router, up):
 
 
 def test_11_csv_export_neutralises_formulas_from_upstream_text(router, up):
-    from app.routing.result import AllRoutesFailed
     from app.monitor import recent_requests, requests_csv
+    from app.routing.result import AllRoutesFailed
 
     up.script(error(400, '=HYPERLINK("http://evil.example","click")', name="formula"), provider="chaos")
     client = router()

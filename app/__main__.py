@@ -2,6 +2,11 @@
 
 Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
 configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
+
+SIGTERM and SIGINT (see :mod:`app.shutdown`): a command stops its work, closes its gateway with the
+request log flushed within a bound, and exits ``128 + signal`` (130, 143). ``chat`` is interrupted
+where it stands; ``loadgen`` stops scheduling, lets requests in flight finish for a bounded time and
+prints its report; ``simulate`` stops serving. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -16,10 +21,18 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from app.config import ConfigError
+from app.shutdown import DRAIN_S, Interrupted, StopSignals, abandoned, close_within, exit_now, stop_on_signals
+from core.bounds import parse_decimal, parse_float, parse_int
 from core.errors import ConflictError, GatewayError, InvalidRequest
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+# Bounds of the numbers the command line takes (text is parsed with core.bounds before any use).
+MAX_RPS = 1000.0
+MAX_DURATION_S = 7 * 86400.0
+MAX_DAYS = 36500.0  # a century
+MAX_SEED = 2**63 - 1
 
 
 class CliError(GatewayError):
@@ -47,6 +60,16 @@ def _engine(settings):
 
 def _ts(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _signals(args: argparse.Namespace) -> StopSignals:
+    """The signal state :func:`main` installed (a command called directly gets its own, idle one)."""
+    sig = getattr(args, "signals", None)
+    if sig is None:
+        import threading
+
+        sig = StopSignals(stop=threading.Event(), interrupt=False)
+    return sig
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -83,7 +106,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             )
         return 0
     finally:
-        gateway.close()
+        # Interrupted or not: the request's records are flushed, within a bound.
+        with _signals(args).shutting_down():
+            close_within(gateway)
 
 
 def cmd_canary_show(args: argparse.Namespace) -> int:
@@ -104,7 +129,8 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
     from db.canary import set_ratio, validate_ratio
 
     try:
-        ratio = validate_ratio(args.ratio)
+        # Exact text first: "1e-400" is not 0 and "nan" is not a ratio; both are refused here.
+        ratio = validate_ratio(float(parse_decimal(args.ratio, field="ratio", lo=0, hi=1)))
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if not args.reason.strip():
@@ -125,24 +151,29 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     from app.gateway import build_gateway
     from app.loadgen import run_loadgen
 
-    if not args.rps > 0 or not args.duration > 0:
-        raise CliError("--rps and --duration must be greater than 0")
+    rps = parse_float(args.rps, field="--rps", lo=0, lo_open=True, hi=MAX_RPS)
+    duration = parse_float(args.duration, field="--duration", lo=0, lo_open=True, hi=MAX_DURATION_S)
+    seed = None if args.seed is None else parse_int(args.seed, field="--seed", lo=0, hi=MAX_SEED)
+    sig = _signals(args)
+    sig.interrupt = False  # a signal ends the schedule (sig.stop); the report still goes out
     gateway = build_gateway(_settings(), source="loadgen")
     try:
-        with tqdm(
-            total=max(1, round(args.rps * args.duration)), unit="req", file=sys.stderr, disable=args.quiet
-        ) as bar:
+        with tqdm(total=max(1, round(rps * duration)), unit="req", file=sys.stderr, disable=args.quiet) as bar:
             report = run_loadgen(
                 gateway.client,
-                rps=args.rps,
-                duration_s=args.duration,
-                seed=args.seed,
+                rps=rps,
+                duration_s=duration,
+                seed=seed,
                 progress=lambda done, planned: bar.update(1),
+                stop=sig.stop,
+                drain_s=DRAIN_S,
             )
     finally:
-        gateway.close()
-    print(json.dumps(report.to_dict()))
-    return 0
+        with sig.shutting_down():
+            close_within(gateway)  # every request the report counts is in the log after this
+    report.interrupted = sig.name
+    print(json.dumps(report.to_dict()), flush=True)
+    return sig.exit_code or 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -150,13 +181,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     from db.requests import prune
 
-    if args.days <= 0 or args.rollup_days <= 0:
-        raise CliError("--days and --rollup-days must be greater than 0")
-    if args.rollup_days < args.days:
+    days = parse_float(args.days, field="--days", lo=0, lo_open=True, hi=MAX_DAYS)
+    rollup_days = parse_float(args.rollup_days, field="--rollup-days", lo=0, lo_open=True, hi=MAX_DAYS)
+    if rollup_days < days:
         raise CliError("--rollup-days must be at least --days (rollups summarise the raw log)")
     now = time.time()
     deleted = prune(
-        _engine(_settings()), raw_before=now - args.days * 86400, minute_rollups_before=now - args.rollup_days * 86400
+        _engine(_settings()), raw_before=now - days * 86400, minute_rollups_before=now - rollup_days * 86400
     )
     print(json.dumps(deleted))
     return 0
@@ -168,6 +199,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     # The gateway keeps the simulators' fault settings current from the database; no guardrail here
     # (the routers that send the traffic run it).
+    port = parse_int(args.port, field="--port", lo=0, hi=65535)
     gateway = build_gateway(_settings(), source="simulate", guardrail=False)
     providers = {u.provider.name: u.provider for u in gateway.upstreams.values()}
     if not providers:
@@ -175,15 +207,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise CliError("no sim:// providers in the configuration")
     first = next(iter(providers))
     print(
-        f"simulator on http://{args.host}:{args.port}/v1 ({first}); "
-        + ", ".join(f"http://{args.host}:{args.port}/{n}/v1" for n in providers),
+        f"simulator on http://{args.host}:{port}/v1 ({first}); "
+        + ", ".join(f"http://{args.host}:{port}/{n}/v1" for n in providers),
         file=sys.stderr,
     )
+    sig = _signals(args)
     try:
-        serve(providers, host=args.host, port=args.port)
+        serve(providers, host=args.host, port=port)  # returns on SIGINT/SIGTERM (KeyboardInterrupt)
     finally:
-        gateway.close()
-    return 0
+        with sig.shutting_down():
+            close_within(gateway)
+    return sig.exit_code or 0
 
 
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
@@ -231,21 +265,20 @@ def build_parser() -> argparse.ArgumentParser:
     cset.set_defaults(func=cmd_canary_set)
 
     lg = sub.add_parser("loadgen", help="generate traffic through the routing client")
-    lg.add_argument("--rps", type=float, default=5.0)
-    lg.add_argument("--duration", type=float, default=60.0, help="seconds")
-    lg.add_argument("--seed", type=int, default=None)
+    # Numbers stay text here and are parsed with their bounds by the command (one clear line).
+    lg.add_argument("--rps", default="5", help=f"requests per second, above 0 and at most {MAX_RPS:g}")
+    lg.add_argument("--duration", default="60", help=f"seconds, above 0 and at most {MAX_DURATION_S:g}")
+    lg.add_argument("--seed", default=None)
     lg.add_argument("--quiet", action="store_true", help="no progress bar")
     lg.set_defaults(func=cmd_loadgen)
 
     pr = sub.add_parser("prune", help="delete old request-log rows (5-minute and hourly rollups are kept)")
-    pr.add_argument("--days", type=float, default=30.0, help="keep this many days of raw rows (default 30)")
-    pr.add_argument(
-        "--rollup-days", type=float, default=90.0, help="keep this many days of per-minute rollups (default 90)"
-    )
+    pr.add_argument("--days", default="30", help="keep this many days of raw rows (default 30)")
+    pr.add_argument("--rollup-days", default="90", help="keep this many days of per-minute rollups (default 90)")
     pr.set_defaults(func=cmd_prune)
 
     sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
-    sim.add_argument("--port", type=int, default=8001)
+    sim.add_argument("--port", default="8001")
     sim.add_argument("--host", default="127.0.0.1")
     sim.set_defaults(func=cmd_simulate)
 
@@ -303,7 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         configure_logging()
-        return int(args.func(args) or 0)
+        with stop_on_signals(interrupt=True) as signals:
+            args.signals = signals  # commands adjust it (loadgen) and use it to shut down
+            return int(args.func(args) or 0)
+    except Interrupted as exc:
+        print(f"interrupted by {exc.name}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -325,4 +363,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if abandoned():  # a writer thread is stuck on the database: the exit hooks would wait for it
+        exit_now(code)
+    sys.exit(code)

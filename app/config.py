@@ -14,10 +14,23 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import annotated_types
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
 from app import catalog
+from core.bounds import BoundsError, parse_float, parse_int
 from core.canary import GuardrailSettings as GuardrailConfig
 from core.errors import ConfigurationError
 from core.faults import FaultSettings
@@ -26,6 +39,8 @@ DEFAULT_CONFIG_PATH = "gateway.toml"
 DEFAULT_DATA_DIR = "data"
 SIM_SCHEME = "sim://"
 INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
+# The simulator's latency_scale: 100x the profiles' latency is already minutes per answer.
+MAX_LATENCY_SCALE = 100.0
 
 
 class ConfigError(ConfigurationError, ValueError):
@@ -42,7 +57,18 @@ class ProviderNotConfigured(ConfigurationError, RuntimeError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every float setting is finite (TOML has ``inf`` and ``nan`` literals, and
+    # ``flush_interval_s = inf`` once killed the writer thread). Upper bounds sit on each field.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, v: Any, info: ValidationInfo) -> Any:
+        # Pydantic's lax mode reads ``true`` as 1 for a number field; a typo the operator must see.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(v, bool) and field is not None and field.annotation in (int, float, int | None, float | None):
+            raise ValueError("must be a number, not true/false")
+        return v
 
 
 class ProviderConfig(_Strict):
@@ -64,9 +90,7 @@ class ProviderConfig(_Strict):
             if not v[len(SIM_SCHEME) :].strip("/"):
                 raise ValueError("sim:// needs a name, e.g. sim://holysheep")
             return v
-        if not (v.startswith("http://") or v.startswith("https://")):
-            raise ValueError("must start with sim://, http:// or https://")
-        return v.rstrip("/")
+        return _http_url(v).rstrip("/")
 
     @field_validator("models")
     @classmethod
@@ -92,6 +116,23 @@ class ProviderConfig(_Strict):
     @property
     def sim_name(self) -> str:
         return self.base_url[len(SIM_SCHEME) :].strip("/")
+
+
+def _http_url(v: str) -> str:
+    """``v`` if it is an http(s) URL with a host and a valid port, else ``ValueError``."""
+    example = "e.g. https://api.example.com/v1 or sim://NAME"
+    if not v.startswith(("http://", "https://")):
+        raise ValueError(f"must start with sim://, http:// or https:// ({example})")
+    if any(c.isspace() for c in v):
+        raise ValueError(f"must not contain spaces ({example})")
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018 - raises ValueError for a port outside 0..65535 or not a number
+    except ValueError:
+        raise ValueError(f"is not a valid URL ({example})") from None
+    if not parts.hostname:
+        raise ValueError(f"needs a host name ({example})")
+    return v
 
 
 def _known_model(v: str) -> str:
@@ -134,8 +175,8 @@ class IntentRule(_Strict):
 
 
 class IntentConfig(_Strict):
-    chars_per_token: int = Field(default=4, ge=1)
-    long_context_tokens: int = Field(default=8000, ge=1)
+    chars_per_token: int = Field(default=4, ge=1, le=100)
+    long_context_tokens: int = Field(default=8000, ge=1, le=10_000_000)
     long_context_model: KnownModel = "claude-sonnet-4-20250514"
     default_model: KnownModel = "gemini-2.5-flash"
     rules: list[IntentRule] = []
@@ -144,6 +185,10 @@ class IntentConfig(_Strict):
 class SubstitutionConfig(_Strict):
     """``[routing.substitution]``: when a provider that does not serve the chosen model may answer
     with its default model instead (see :mod:`app.routing.substitution`)."""
+
+    # The one setting where inf is meaningful (``max_price_factor = inf``: no price cap); nan is
+    # still refused by its lower bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=True)
 
     mode: Literal["route", "substitute", "refuse"] = "route"
     # Blended price (input + output per M tokens) of the substitute over the chosen model's.
@@ -162,13 +207,13 @@ class RoutingConfig(_Strict):
 
 class RetryConfig(_Strict):
     max_attempts: int = Field(default=3, ge=1, le=10)  # per provider
-    base_delay_s: float = Field(default=0.25, ge=0)
-    max_delay_s: float = Field(default=8.0, ge=0)
-    max_total_wait_s: float = Field(default=20.0, ge=0)  # all backoff sleeps of one request
-    retry_after_cap_s: float = Field(default=10.0, ge=0)  # a server's Retry-After is capped here
-    long_prompt_tokens: int = Field(default=8000, ge=1)  # prompts above this get long_timeout_s
-    long_timeout_s: float = Field(default=60.0, gt=0)
-    timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0)  # timeout grows with prompt size
+    base_delay_s: float = Field(default=0.25, ge=0, le=60)
+    max_delay_s: float = Field(default=8.0, ge=0, le=600)
+    max_total_wait_s: float = Field(default=20.0, ge=0, le=3600)  # all backoff sleeps of one request
+    retry_after_cap_s: float = Field(default=10.0, ge=0, le=3600)  # a server's Retry-After is capped here
+    long_prompt_tokens: int = Field(default=8000, ge=1, le=10_000_000)  # prompts above this get long_timeout_s
+    long_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0, le=600)  # timeout grows with prompt size
     # One request ends within this, whatever the upstreams do: all attempts, backoff and fallback.
     request_deadline_s: float = Field(default=120.0, gt=0, le=3600)
     # A stream that sends nothing for this long (after its first token) is cut.
@@ -187,14 +232,15 @@ class BreakerConfig(_Strict):
 
 class TelemetryConfig(_Strict):
     store_prompts: bool = False  # opt-in: prompt text is not stored by default
-    queue_size: int = Field(default=10_000, ge=1)
-    batch_size: int = Field(default=500, ge=1)
-    flush_interval_s: float = Field(default=0.2, gt=0)
+    queue_size: int = Field(default=10_000, ge=1, le=10_000_000)
+    batch_size: int = Field(default=500, ge=1, le=100_000)
+    flush_interval_s: float = Field(default=0.2, gt=0, le=60)
 
 
 class SimulatorConfig(_Strict):
-    latency_scale: float = Field(default=1.0, ge=0)  # 0 = answer instantly (tests, benchmarks)
-    seed: int | None = None
+    # 0 = answer instantly (tests, benchmarks); the bound is the simulator's (1e300 overflowed a sleep).
+    latency_scale: float = Field(default=1.0, ge=0, le=MAX_LATENCY_SCALE)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
 class DatabaseConfig(_Strict):
@@ -206,7 +252,7 @@ class DatabaseConfig(_Strict):
 
 
 class DashboardConfig(_Strict):
-    refresh_s: float = Field(default=5.0, gt=0)
+    refresh_s: float = Field(default=5.0, gt=0, le=3600)
 
 
 class FileConfig(_Strict):
@@ -262,8 +308,8 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith("function-")))
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """Walk the model tree along ``loc`` (minus the bad key) to list the allowed keys there."""
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk the model tree along ``loc`` to the model that holds ``loc[-1]``."""
     current: Any = model
     for part in loc[:-1]:
         field = current.model_fields.get(str(part)) if current is not None else None
@@ -273,9 +319,48 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         candidates = [ann, *getattr(ann, "__args__", ())]  # X, dict[str, X], list[X], X | None
         models = [a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)]
         current = models[0] if models else None
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed beside the bad key at ``loc``."""
+    current = _model_at(model, loc)
+    return list(current.model_fields) if current is not None else []
+
+
+# Pydantic's refusals of a number: its message names one side; ours names the whole allowed range.
+_NUMBER_ERRORS = frozenset(
+    {
+        *("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"),
+        *("float_parsing", "float_type", "int_parsing", "int_parsing_size", "int_from_float", "int_type"),
+    }
+)
+
+
+def _range_message(model: type[BaseModel], loc: tuple[Any, ...], key: str, raw: object) -> str | None:
+    """``KEY must be a number from LO to HI, got RAW`` for a numeric field, from its Field bounds."""
+    holder = _model_at(model, loc)
+    field: FieldInfo | None = holder.model_fields.get(str(loc[-1])) if holder is not None and loc else None
+    if field is None:
+        return None
+    bounds: dict[str, Any] = {}
+    for m in field.metadata:
+        if isinstance(m, annotated_types.Ge):
+            bounds.update(lo=m.ge)
+        elif isinstance(m, annotated_types.Gt):
+            bounds.update(lo=m.gt, lo_open=True)
+        elif isinstance(m, annotated_types.Le):
+            bounds.update(hi=m.le)
+        elif isinstance(m, annotated_types.Lt):
+            bounds.update(hi=m.lt, hi_open=True)
+    try:
+        if field.annotation in (int, int | None) and not bounds.get("lo_open") and not bounds.get("hi_open"):
+            parse_int(raw, field=key, lo=bounds.get("lo"), hi=bounds.get("hi"))  # type: ignore[arg-type]
+        else:
+            parse_float(raw, field=key, **bounds)  # type: ignore[arg-type]
+    except BoundsError as exc:
+        return str(exc)
+    return None
 
 
 def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> ConfigError:
@@ -289,6 +374,10 @@ def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> C
             lines.append(f"{path}: {key}: unknown key; allowed: {', '.join(allowed)}")
         elif err["type"] == "missing":
             lines.append(f"{path}: {key}: required key is missing")
+        elif err["type"] in _NUMBER_ERRORS and (
+            message := _range_message(IntentConfig if prefix else FileConfig, loc[len(prefix) :], key, err.get("input"))
+        ):
+            lines.append(f"{path}: {message}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{path}: {key}: {msg} (got {err.get('input')!r})")
@@ -324,6 +413,28 @@ def lookup(
         if value:
             return value
     return None
+
+
+def _shared_database(url: str) -> None:
+    """Refuse a SQLite database that lives in one connection's memory: the telemetry writer's thread,
+    the refresher and the request path each connect on their own, so they would each see a different,
+    empty database (the writer then retries 'no such table' for ever)."""
+    if not url.startswith("sqlite:"):
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"DATABASE_URL: not a valid database URL (got {url.split('?', 1)[0]!r})") from None
+    database = parsed.database or ""
+    in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
+    if in_memory or parsed.query.get("mode") == "memory":
+        raise ConfigError(
+            f"DATABASE_URL: {url!r} is an in-memory SQLite database, which each connection sees empty; "
+            "Fix: use a file, e.g. sqlite:///data/gateway.db"
+        )
 
 
 def load_settings(
@@ -362,6 +473,7 @@ def load_settings(
             f"DATABASE_URL: unsupported database {database_url.split(':', 1)[0]!r}; "
             "use sqlite:///path/to/file.db or postgresql+psycopg://user:pass@host/db"
         )
+    _shared_database(database_url)
     return Settings(
         config_path=str(cfg_path.resolve()),
         database_url=database_url,

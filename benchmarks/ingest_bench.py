@@ -86,7 +86,7 @@ def _once(records: list[AttemptRecord], tmp: Path, i: int, queue_size: int, batc
 
 
 def run() -> list[dict]:
-    shipped = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite://"}).telemetry
+    shipped = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite:///unused.db"}).telemetry
     q, b, interval = shipped.queue_size, shipped.batch_size, shipped.flush_interval_s
     what = (
         f"{N:,} records submitted one at a time through TelemetryWriter(queue_size={q:,}, batch_size={b}, "

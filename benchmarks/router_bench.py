@@ -180,7 +180,7 @@ def serve(port: int) -> None:
     simulator's HTTP server sets TCP_NODELAY, so no 40 ms Nagle stall hides the difference)."""
     from app.simulator import make_server
 
-    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite://"})
+    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite:///unused.db"})
     providers = {
         name: SimulatedProvider(name, p.models, latency_scale=0.0, seed=1) for name, p in settings.providers.items()
     }

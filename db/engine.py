@@ -8,6 +8,10 @@ Every engine has bounded waits, so a database that hangs delays a caller by seco
 SQLite waits at most ``lock_timeout_s`` for a lock (``timeout`` / ``busy_timeout``); PostgreSQL
 gets ``connect_timeout`` and per-session ``statement_timeout`` and ``lock_timeout``. The values come
 from the ``[database]`` table of the gateway config (see :class:`DbTimeouts` for the defaults).
+
+Engines are created with ``hide_parameters=True``: a failed statement's error text (which the
+telemetry writer logs and the CLI may show) never carries the bound values (session ids, prompt
+text, error messages from upstreams), only the SQL.
 """
 
 from __future__ import annotations
@@ -68,14 +72,20 @@ def create_db_engine(url: str, timeouts: DbTimeouts = DEFAULT_TIMEOUTS) -> Engin
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": timeouts.lock_timeout_s})
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": timeouts.lock_timeout_s},
+            hide_parameters=True,
+        )
         _sqlite_setup(engine, round(timeouts.lock_timeout_s * 1000))
         return engine
     connect_args = {
         "connect_timeout": max(1, round(timeouts.connect_timeout_s)),
         "options": _pg_options(url, timeouts),
     }
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect_args, hide_parameters=True
+    )
 
 
 def get_engine(url: str, *, migrate: bool = True, timeouts: DbTimeouts | None = None) -> Engine:

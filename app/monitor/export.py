@@ -1,5 +1,9 @@
 """The recent-requests table as the operator sees and downloads it: the newest ``request_log``
-rows from :func:`db.monitor.recent_rows` with an ISO-8601 UTC time column first, and as CSV."""
+rows from :func:`db.monitor.recent_rows` with an ISO-8601 UTC time column first, and as CSV.
+
+The CSV holds text from upstreams and callers (error messages, session ids, prompts), which a
+spreadsheet would evaluate if it starts like a formula (``=HYPERLINK(...)``): every text cell goes
+through :func:`core.text.csv_safe` on the way out."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
+from core.text import csv_safe
 from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, recent_rows
 
 # Columns of the table, in display order (prompt_text follows only when asked for).
@@ -41,10 +46,12 @@ def recent_requests(
 
 
 def requests_csv(rows: Sequence[Mapping]) -> str:
-    """``rows`` (from :func:`recent_requests`) as CSV text with a header row; ``None`` is empty."""
+    """``rows`` (from :func:`recent_requests`) as CSV text with a header row; ``None`` is empty.
+    Text cells that a spreadsheet would read as a formula get a leading apostrophe (numbers stay
+    numbers)."""
     buf = io.StringIO()
     header = list(rows[0].keys()) if rows else list(RECENT_COLUMNS)
     w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
-    w.writerows(rows)
+    w.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()

@@ -378,8 +378,10 @@ class SimulatedProvider:
         return MAX_HOLD_S if read is None else min(float(read), MAX_HOLD_S)
 
     def _pause(self, seconds: float) -> None:
+        # One bound for every simulated wait: a huge latency_scale x latency_multiplier (or an
+        # overflow to inf) holds a request at most MAX_HOLD_S instead of raising from sleep().
         if seconds > 0:
-            self._sleep(seconds)
+            self._sleep(min(seconds, MAX_HOLD_S))
 
     # ---- responses ----------------------------------------------------------------------
 

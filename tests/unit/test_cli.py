@@ -258,7 +258,7 @@ def test_loadgen_is_reproducible_with_a_seed_and_tags_rows(tmp_path: Path, cli: 
 @pytest.mark.parametrize("args", [("--rps", "0"), ("--duration", "-1")])
 def test_loadgen_rejects_non_positive_rates(cli: Cli, args: tuple[str, ...]) -> None:
     line = _one_error_line(cli.run("loadgen", *args, "--quiet"))
-    assert "greater than 0" in line
+    assert f"{args[0]} must be a number above 0" in line
 
 
 # -- simulate --------------------------------------------------------------------------------------

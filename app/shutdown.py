@@ -1,0 +1,187 @@
+"""SIGTERM and SIGINT for the long-running commands, and a shutdown that cannot hang.
+
+SIGTERM is what systemd, Docker and Kubernetes send to stop a process; SIGINT is Ctrl-C. Python's
+defaults differ (SIGINT raises KeyboardInterrupt, SIGTERM kills the process where it stands, so
+queued request-log rows were lost). Inside :func:`stop_on_signals` both mean the same:
+
+- the first signal sets a stop event (a loop such as the load generator's finishes what it has in
+  flight and returns), and with ``interrupt=True`` also raises :class:`Interrupted` in the main
+  thread, which unwinds a blocking call such as a single chat request;
+- while the command is already shutting down (:meth:`StopSignals.shutting_down`), a signal only
+  notes itself: the shutdown is bounded anyway and must not be cut half way;
+- a second signal means the operator insists: the process exits at once with ``128 + signal``,
+  without waiting for the log (what the writer had not written is lost, or kept in its journal).
+
+:func:`close_within` closes a gateway (timers, request-log flush, HTTP clients) within a bound, so a
+hung database delays exit by at most :data:`SHUTDOWN_FLUSH_S`: a writer that takes a ``timeout``
+journals what it still holds; otherwise what is unwritten is reported on stderr and the process
+leaves without waiting (:func:`abandoned` tells the entry point to skip the interpreter's exit
+hooks, which would wait for the stuck writer again).
+
+Exit status after a signal is ``128 + signal`` (130 for SIGINT, 143 for SIGTERM), as shells
+report it; systemd units want ``SuccessExitStatus=143``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Docker waits 10 s between SIGTERM and SIGKILL by default: in-flight work gets part of it, the
+# request-log flush the rest, and the process is gone before the SIGKILL.
+DRAIN_S = 3.0  # in-flight requests (load generator) after a stop signal
+SHUTDOWN_FLUSH_S = 5.0  # closing the gateway: flushing the request log
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+_abandoned = threading.Event()
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised in the main thread by the first SIGTERM/SIGINT when ``interrupt=True``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@dataclass
+class StopSignals:
+    """What :func:`stop_on_signals` hands the command: the stop event and the signal received."""
+
+    stop: threading.Event
+    interrupt: bool
+    received: int | None = None
+    exit: Callable[[int], object] = field(default=os._exit, repr=False)  # os._exit runs no Python code
+    _closing: bool = field(default=False, repr=False)
+
+    @property
+    def name(self) -> str | None:
+        return None if self.received is None else signal.Signals(self.received).name
+
+    @property
+    def exit_code(self) -> int | None:
+        """``128 + signal`` once a signal arrived, else ``None``."""
+        return None if self.received is None else 128 + self.received
+
+    @contextmanager
+    def shutting_down(self) -> Iterator[None]:
+        """From here on a first signal no longer raises (the shutdown is bounded on its own)."""
+        self._closing = True
+        yield
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.received is not None:
+            # The operator insists: leave now, without the flush.
+            os.write(2, f"{signal.Signals(signum).name} again: exiting without waiting for the log\n".encode())
+            self.exit(128 + signum)
+            return
+        self.received = signum
+        self.stop.set()
+        if self.interrupt and not self._closing:
+            raise Interrupted(signum)
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event | None = None, *, interrupt: bool = False) -> Iterator[StopSignals]:
+    """SIGTERM and SIGINT handled as described in the module docstring while the block runs; the
+    previous handlers are restored after it. Python delivers signals to the main thread only: from
+    another thread (a command run inside a larger program) nothing is installed and the state stays
+    idle."""
+    state = StopSignals(stop=stop or threading.Event(), interrupt=interrupt)
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+    previous = {s: signal.signal(s, state._handle) for s in STOP_SIGNALS}
+    try:
+        yield state
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class _Closable(Protocol):
+    @property
+    def telemetry(self) -> object: ...
+
+    def close(self) -> None: ...
+
+
+def _writer_close_with_timeout(writer: object) -> Callable[[float], None] | None:
+    """The writer's ``close(timeout=...)`` when it has one (the journaling writer: it keeps what it
+    still holds in the journal when the database does not answer in time)."""
+    close = getattr(writer, "close", None)
+    if close is None:
+        return None
+    try:
+        takes_timeout = "timeout" in inspect.signature(close).parameters
+    except (TypeError, ValueError):
+        return None
+    return (lambda t: close(timeout=t)) if takes_timeout else None
+
+
+def close_within(gateway: _Closable, timeout_s: float = SHUTDOWN_FLUSH_S, *, what: str = "request log") -> bool:
+    """Close ``gateway`` (flushing its request log) within ``timeout_s``; True when it finished.
+
+    On False a line on stderr says how many records were not written, and :func:`abandoned`
+    becomes true: the caller should exit without the interpreter's exit hooks.
+    """
+    writer = gateway.telemetry
+    bounded_writer_close = _writer_close_with_timeout(writer)
+
+    def close() -> None:
+        if bounded_writer_close is not None:
+            bounded_writer_close(timeout_s * 0.8)  # leaves time for the journal's fsync
+        gateway.close()
+
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller's thread below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="shutdown", daemon=True).start()
+    if done.wait(timeout_s):
+        if errors:
+            raise errors[0]
+        return True
+    pending = getattr(writer, "pending", None)
+    left = f"{pending} records queued" if isinstance(pending, int) else "records"
+    print(
+        f"warning: the {what} did not flush within {timeout_s:g} s (database not answering); {left} not written",
+        file=sys.stderr,
+        flush=True,
+    )
+    _abandoned.set()
+    return False
+
+
+def abandoned() -> bool:
+    """Whether a :func:`close_within` gave up: a writer thread is still stuck on the database."""
+    return _abandoned.is_set()
+
+
+def exit_now(code: int) -> None:
+    """Leave without the interpreter's exit hooks (which would wait for a stuck writer again)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -280,7 +280,7 @@ class TelemetryWriter:
                         self._write_with_retry(batch, final=final)
                     else:
                         self._deliver(batch)
-            except Exception:  # noqa: BLE001 - the writer thread must survive anything
+            except Exception:  # the writer thread must survive anything
                 log.exception("telemetry writer error")
             finally:
                 with self._cv:
@@ -318,7 +318,7 @@ class TelemetryWriter:
             return
         try:
             self._journal.replay(self._replay_rows, self._batch_size)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # permanent or transient: decided below
             self._failed(exc)
         else:
             self._recovered()
@@ -352,7 +352,7 @@ class TelemetryWriter:
         try:
             self.written += self._write_batch(batch)
             return
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # permanent or transient: decided below
             if not _is_permanent(exc):
                 raise
             if len(batch) == 1:

@@ -318,7 +318,7 @@ class TelemetryWriter:
             return
         try:
             self._journal.replay(self._replay_rows, self._batch_size)
-        except Exception as exc:  # permanent or transient: decided below
+        except Exception as exc:  # noqa: BLE001 - transient: left in the journal
             self._failed(exc)
         else:
             self._recovered()

@@ -48,7 +48,7 @@ def journal_dir_for(database_url: str, configured: str | None = None, cwd: Path 
         name = db_path.name
         base = Path(configured) if configured else db_path.parent / "journal"
     else:
-        identity = url.set(password=None).render_as_string(hide_password=False)
+        identity = url.render_as_string(hide_password=True)  # "***": the password is no part of it
         name = f"{url.get_backend_name()}-{url.host or 'local'}-{url.database or ''}"
         base = Path(configured) if configured else cwd / "data" / "journal"
     if not base.is_absolute():

@@ -127,7 +127,13 @@ class TelemetryWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
-        atexit.register(lambda: (w := ref()) is not None and w.close())
+
+        def _close_at_exit() -> None:
+            w = ref()
+            if w is not None:
+                w.close()
+
+        atexit.register(_close_at_exit)
 
     # -- producer side -------------------------------------------------------------------------
     def submit(self, record: AttemptRecord, timeout: float | None = None) -> None:
@@ -188,7 +194,11 @@ class TelemetryWriter:
             journal_dir=str(j.dir) if j is not None else None,
         )
 
-    def flush(self, timeout: float | None = None) -> bool:
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything submitted so far is handled (see :meth:`drain`)."""
+        self.drain(timeout)
+
+    def drain(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is handled (written, rejected, or journaled when
         the database fails), then, with a journal holding records, for one replay attempt. Returns
         True when nothing submitted so far is left outside the database."""

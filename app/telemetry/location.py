@@ -161,3 +161,39 @@ def open_writer(
         on_release=claim.release,
         **writer_kw,
     )
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    slot: str
+    records: int  # waiting in the journal
+    dead_letters: int
+    live: bool  # held by a running process (else: left by a process that ended)
+
+
+def journal_overview(directory: str | os.PathLike[str] | None) -> list[SlotInfo]:
+    """What the journals of one database hold on disk, slot by slot, read without claiming them
+    (for ``status``: records other processes, or dead ones, have not replayed yet)."""
+    if directory is None:
+        return []
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    out = []
+    for slot in sorted((p for p in root.glob("slot-*") if p.is_dir()), key=lambda p: int(p.name[5:] or 0)):
+        lock = _try_lock(slot)
+        live = lock is None
+        if lock is not None:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+            lock.close()
+        records = sum(_lines(p) for p in slot.glob("segment-*.jsonl"))
+        out.append(SlotInfo(slot.name, records, _lines(slot / "dead-letter.jsonl"), live))
+    return out
+
+
+def _lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        return 0

@@ -227,6 +227,19 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     assert all("simulated" in s for s in states)
 
 
+def test_overview_shows_the_request_log_counters(env):
+    from ui import resources
+
+    client = resources.client()
+    client.chat([{"role": "user", "content": "hi"}], model="auto")
+    client.telemetry.flush()
+    at = open_app()
+    metrics = {m.label: m.value for m in at.main.metric}
+    assert {"Log queue", "Spilled", "Replayed", "Rejected"} <= set(metrics)
+    assert metrics["Spilled"] == f"{client.telemetry.stats().spilled:,}"
+    assert not any("not taking request-log writes" in w.value for w in at.warning)
+
+
 def test_overview_demo_traffic_fills_an_empty_log(env):
     from app.dashboard import demo_traffic
 

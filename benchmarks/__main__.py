@@ -5,7 +5,8 @@ are reported here, never asserted in the test suite).
 Suites: router (RoutingClient.chat vs a bare SDK call, interleaved, over the mock transport and over
 loopback HTTP), ingest (log writer into SQLite with the shipped settings), monitor (a 24-hour
 monitor render over 1,000,000 logged requests, serialisation included), kv (one KV-calculator page
-render; ``kvcache`` is accepted as its old name). Each row says what was measured, its n and its
+render; ``kvcache`` is accepted as its old name), soak (requests/s and added latency before, during and
+after a 30 s database stall, rows lost and duplicated; ``BENCH_SOAK_STALL_S`` shortens it). Each row says what was measured, its n and its
 spread; the machine is a shared 2-core box, so read medians with their spread.
 """
 
@@ -24,6 +25,7 @@ SUITES = {
     "ingest": "benchmarks.ingest_bench",
     "monitor": "benchmarks.monitor_bench",
     "kv": "benchmarks.kvcache_bench",
+    "soak": "benchmarks.soak_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"

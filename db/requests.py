@@ -152,7 +152,7 @@ def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
     of rows newly written (0 for a batch that was written before)."""
     if not records:
         return 0
-    with engine.begin() as conn:
+    with engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
         present = _existing_keys(conn, engine, list(dict.fromkeys(r.request_id for r in records)))
         fresh = new_records(records, present)
         if not fresh:

@@ -5,9 +5,10 @@ are reported here, never asserted in the test suite).
 Suites: router (RoutingClient.chat vs a bare SDK call, interleaved, over the mock transport and over
 loopback HTTP), ingest (log writer into SQLite with the shipped settings), monitor (a 24-hour
 monitor render over 1,000,000 logged requests, serialisation included), kv (one KV-calculator page
-render; ``kvcache`` is accepted as its old name), soak (requests/s and added latency before, during and
-after a 30 s database stall, rows lost and duplicated; ``BENCH_SOAK_STALL_S`` shortens it). Each row says what was measured, its n and its
-spread; the machine is a shared 2-core box, so read medians with their spread.
+render; ``kvcache`` is accepted as its old name), soak (requests/s and added latency before, during
+and after a 30 s database stall, rows lost and duplicated; ``BENCH_SOAK_STALL_S`` shortens it). Each
+row says what was measured, its n and its spread; the machine is a shared 2-core box, so read medians
+with their spread.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ Without a journal (unit tests, the ingest benchmark) a full queue makes ``submit
 
 ``close()`` drains the queue (into the database, or the journal if the database fails), replays
 what it can and fsyncs the journal; interpreter exit does the same for a writer never closed. With
-``close(timeout=...)`` a writer stuck on a hung database journals what it still holds and returns.
+``close(timeout=...)`` a writer stuck on a hung database journals what it still holds and returns
+(at interpreter exit the timeout is ``EXIT_CLOSE_S``).
 
 What a SIGKILL can lose: only records still in memory, i.e. accepted since the last batch was taken
 (at most ``queue_size``) plus the batch being written when the process died (at most
@@ -53,6 +54,7 @@ from core.records import FIELD_NAMES, AttemptRecord
 log = logging.getLogger(__name__)
 
 _FLOAT_FIELDS = ("ts", "latency_ms", "ttft_ms", "cost_usd")
+EXIT_CLOSE_S = 10.0  # at interpreter exit, wait this long for the database, then journal the rest
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ class TelemetryWriter:
         def _close_at_exit() -> None:
             w = ref()
             if w is not None:
-                w.close()
+                # Exit is bounded when a journal can take what a hung database still holds.
+                w.close(timeout=EXIT_CLOSE_S if w._journal is not None else None)
 
         atexit.register(_close_at_exit)
 

@@ -281,7 +281,9 @@ class TelemetryWriter:
                 batch = self._take() if self._chunks else []
                 self._in_flight = batch
                 final = self._stopping
-                forced = self._replay_wanted or final
+                # A flush asks for one replay attempt now; closing makes one once the queue is
+                # drained (not per batch: each probe of a hung database costs its lock timeout).
+                forced = self._replay_wanted or (final and not batch)
                 self._replay_wanted = False
                 self._cv.notify_all()  # producers waiting for room
             try:
@@ -312,8 +314,8 @@ class TelemetryWriter:
     def _deliver(self, batch: list[AttemptRecord]) -> None:
         """Write a batch, or journal it when the database is failing."""
         assert self._journal is not None
-        if not self._db_ok and self._clock() < self._next_probe:
-            self._spill(batch)
+        if not self._db_ok and (self._stopping or self._clock() < self._next_probe):
+            self._spill(batch)  # closing: no probe per batch, the final replay attempt decides
             return
         try:
             self._write_isolating(batch)
@@ -327,7 +329,7 @@ class TelemetryWriter:
         assert self._journal is not None
         if not self._journal.has_pending():
             return
-        if not self._db_ok and self._clock() < self._next_probe and not forced:
+        if not self._db_ok and not forced and (self._stopping or self._clock() < self._next_probe):
             return
         try:
             self._journal.replay(self._replay_rows, self._batch_size)

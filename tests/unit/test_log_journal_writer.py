@@ -243,3 +243,22 @@ def test_without_a_journal_the_writer_keeps_its_backpressure(tmp_path) -> None:
         w.close()
     with pytest.raises(RuntimeError, match="closed"):
         w.submit(rec(1))
+
+
+def test_closing_on_a_failing_database_journals_the_queue_without_probing_it_per_batch(tmp_path) -> None:
+    db = Db()
+    db.down = True
+    db.gate.clear()  # hold the writer until everything is queued and close() has been called
+    w = TelemetryWriter(
+        db, queue_size=1000, batch_size=5, flush_interval_s=60.0, retry_delays_s=(0.0,), journal=Journal(tmp_path)
+    )
+    w.submit_many([rec(i) for i in range(40)])
+    closer = threading.Thread(target=w.close)
+    closer.start()
+    db.gate.set()
+    closer.join(WAIT_S)
+    assert not closer.is_alive()
+    # One write that found the database down, then at most one replay probe: each probe of a hung
+    # database costs its lock timeout, so closing must not make one per batch.
+    assert db.calls <= 2
+    assert Journal(tmp_path).pending == 40 and w.stats().spilled == 40

@@ -289,7 +289,7 @@ class TelemetryWriter:
             try:
                 if self._journal is not None:
                     self._journal.sync()  # bound what an OS crash can lose to one interval
-                    self._maybe_replay(forced=forced)
+                    self._maybe_replay(forced=forced, have_batch=bool(batch))
                 if batch:
                     if self._journal is None:
                         self._write_with_retry(batch, final=final)
@@ -325,11 +325,14 @@ class TelemetryWriter:
         else:
             self._recovered()
 
-    def _maybe_replay(self, *, forced: bool) -> None:
+    def _maybe_replay(self, *, forced: bool, have_batch: bool = False) -> None:
         assert self._journal is not None
         if not self._journal.has_pending():
             return
-        if not self._db_ok and not forced and (self._stopping or self._clock() < self._next_probe):
+        # While the database fails, a new batch is the probe (cheap); replaying the journal as a
+        # probe would read and decode all of it each time. Idle, the replay itself probes.
+        probe_due = not (self._stopping or have_batch or self._clock() < self._next_probe)
+        if not self._db_ok and not forced and not probe_due:
             return
         try:
             self._journal.replay(self._replay_rows, self._batch_size)

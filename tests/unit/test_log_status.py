@@ -41,6 +41,7 @@ def test_status_json_reports_ratio_age_providers_log_and_a_journal_left_on_disk(
     status = json.loads(capsys.readouterr().out)
     assert status["ratio"]["value"] == 0.1 and status["ratio"]["age_s"] >= 0 and status["ratio"]["error"] is None
     assert [(p["name"], p["role"]) for p in status["providers"]] == [("holysheep", "primary"), ("direct", "fallback")]
+    assert [p["breaker"]["state"] for p in status["providers"]] == ["closed", "closed"]
     assert {"queued", "spilled", "replayed", "rejected", "journal_depth", "last_error"} <= set(status["log"])
     assert status["journal"]["records"] == 3 and status["journal"]["dead_letters"] == 1
     assert status["journal"]["dir"] == str(directory)

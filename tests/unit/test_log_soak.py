@@ -4,7 +4,7 @@ retries and fallbacks happen), the canary ratio changed every second by another 
 log queue (200, spilling to the journal if the database falls behind). Afterwards: every request
 has exactly one final row (no row twice), the rollups equal the log, and memory is flat (traced
 Python allocations grow by less than 10 MB from the end of the warm-up to the end, i.e. under
-4 KB per request; measured here: about 0.1 MB). About 45 s on the shared 2-core machine; the
+4 KB per request; measured here: about 0.1 MB). 25-45 s on the shared 2-core machine; the
 database stalls themselves are in test_log_db_stalls.py.
 """
 

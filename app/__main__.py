@@ -193,6 +193,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from app.gateway import build_gateway
+    from app.status import gateway_status, journal_on_disk, status_lines
+
+    settings = _settings()
+    on_disk = journal_on_disk(settings)
+    gateway = build_gateway(settings, source="cli", guardrail=False)
+    try:
+        status = gateway_status(gateway, on_disk)
+    finally:
+        gateway.close()
+    print(json.dumps(status) if args.json else "\n".join(status_lines(status)))
+    return 0
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from app.gateway import build_gateway
     from app.simulator import serve
@@ -276,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--days", default="30", help="keep this many days of raw rows (default 30)")
     pr.add_argument("--rollup-days", default="90", help="keep this many days of per-minute rollups (default 90)")
     pr.set_defaults(func=cmd_prune)
+
+    st = sub.add_parser("status", help="canary ratio and its age, providers and breakers, log queue and journal")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
 
     sim = sub.add_parser("simulate", help="serve the simulated providers over HTTP")
     sim.add_argument("--port", default="8001")

@@ -231,6 +231,9 @@ class BreakerConfig(_Strict):
 
 
 class TelemetryConfig(_Strict):
+    # Spill journal for records the database cannot take yet; one subdirectory per database URL.
+    # Unset: a "journal" directory next to the SQLite file, or data/journal for PostgreSQL.
+    journal_dir: str | None = None
     store_prompts: bool = False  # opt-in: prompt text is not stored by default
     queue_size: int = Field(default=10_000, ge=1, le=10_000_000)
     batch_size: int = Field(default=500, ge=1, le=100_000)

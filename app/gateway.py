@@ -28,6 +28,7 @@ from app.refresh import Periodic, Refreshed, RefreshedState, Refresher
 from app.routing.client import RoutingClient
 from app.simulated import SimulatedUpstream, simulated_upstreams
 from app.simulator import make_transport
+from app.telemetry.location import open_writer
 from app.telemetry.writer import TelemetryWriter
 from db.events import record_breaker_change_later
 
@@ -127,8 +128,12 @@ def build_gateway(
         wired[name] = make_transport(upstream.provider)
 
     owns_telemetry = telemetry is None
-    writer = telemetry or TelemetryWriter(
+    # The writer journals what the database cannot take yet (queue full, database down) and
+    # replays it, including a journal left by a killed process (app.telemetry.location).
+    writer = telemetry or open_writer(
+        settings.database_url,
         partial(insert_batch, engine),
+        journal_dir=settings.telemetry.journal_dir,
         queue_size=settings.telemetry.queue_size,
         batch_size=settings.telemetry.batch_size,
         flush_interval_s=settings.telemetry.flush_interval_s,

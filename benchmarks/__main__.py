@@ -6,8 +6,10 @@ Suites: router (RoutingClient.chat vs a bare SDK call, interleaved, over the moc
 loopback HTTP), ingest (log writer into SQLite with the shipped settings), monitor (a 24-hour
 monitor render over 1,000,000 logged requests, serialisation included), kv (one KV-calculator page
 render; ``kvcache`` is accepted as its old name), proxy (the gateway server as a hop vs the bare SDK
-and LiteLLM's proxy: added latency, throughput at 64 concurrent, added TTFT, RSS). Each row says
-what was measured, its n and its spread; the machine is a shared 2-core box, so read medians with their spread.
+and LiteLLM's proxy: added latency, throughput at 64 concurrent, added TTFT, RSS), soak (requests/s
+and added latency before, during and after a 30 s database stall, rows lost and duplicated;
+``BENCH_SOAK_STALL_S`` shortens it). Each row says what was measured, its n and its spread; the
+machine is a shared 2-core box, so read medians with their spread.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SUITES = {
     "monitor": "benchmarks.monitor_bench",
     "kv": "benchmarks.kvcache_bench",
     "proxy": "benchmarks.proxy_bench",
+    "soak": "benchmarks.soak_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"

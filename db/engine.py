@@ -52,7 +52,11 @@ def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
-        conn.exec_driver_sql("BEGIN")
+        # A transaction that reads before it writes (the idempotent batch insert) takes the write
+        # lock up front: upgrading a read transaction while another writer holds the lock fails at
+        # once with "database is locked" instead of waiting out the busy timeout.
+        immediate = conn.get_execution_options().get("sqlite_immediate")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _pg_options(url: str, timeouts: DbTimeouts) -> str:

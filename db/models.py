@@ -52,7 +52,11 @@ class RequestLog(Base):
     """One row per attempt (a request retried twice then served by the fallback has 3+ rows)."""
 
     __tablename__ = "request_log"
+    # One row per (request, attempt): the batch insert skips rows already present, so a retried or
+    # replayed batch never duplicates a row or its rollups (migration 0004). The index's request_id
+    # prefix also serves lookups by request id.
     __table_args__ = (
+        Index("ux_request_log_request_attempt", "request_id", "attempt", unique=True),
         Index("ix_request_log_session_id", "session_id"),
         # Substitutions are rare: a partial index lets the monitor sum a window's without a scan.
         Index(
@@ -64,7 +68,7 @@ class RequestLog(Base):
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    request_id: Mapped[str] = mapped_column(String(64), index=True)
+    request_id: Mapped[str] = mapped_column(String(64))
     attempt: Mapped[int] = mapped_column(Integer)
     ts: Mapped[float] = mapped_column(Float, index=True)  # attempt start, epoch seconds
     provider: Mapped[str] = mapped_column(String(64))

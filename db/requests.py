@@ -5,6 +5,11 @@ minutes and per hour: ``request_rollup``, ``request_rollup_5m``, ``request_rollu
 transaction, so the rollups always agree with the log. The rollup upsert adds to existing counters
 (``INSERT ... ON CONFLICT DO UPDATE SET col = col + excluded.col``), which is safe when several
 processes write at once.
+
+Inserts are idempotent: ``request_log`` is unique on (request_id, attempt) (migration 0004), and a
+batch writes only the rows not already there, folding only those into the rollups. So a batch that
+is retried after its commit, or replayed from the journal after a crash, never duplicates a row or
+a count.
 """
 
 from __future__ import annotations
@@ -91,31 +96,77 @@ def _upsert(engine: Engine, table):
 
 
 def _log_insert_sql(engine: Engine) -> str:
-    """Plain INSERT for the raw log in the driver's own parameter style: the rows are already
-    plain tuples of Python scalars, so SQLAlchemy's per-row parameter processing (the largest
-    cost of ingest) is skipped and the driver's executemany does the work."""
+    """INSERT for the raw log in the driver's own parameter style: the rows are already plain tuples
+    of Python scalars, so SQLAlchemy's per-row parameter processing (the largest cost of ingest) is
+    skipped and the driver's executemany does the work. ``ON CONFLICT DO NOTHING`` is the backstop
+    behind the pre-select in :func:`insert_batch`."""
     key = (engine.dialect.name, "request_log")
     sql = _STATEMENTS.get(key)
     if sql is None:
         mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         cols = ", ".join(FIELD_NAMES)
-        sql = f"INSERT INTO {RequestLog.__tablename__} ({cols}) VALUES ({', '.join([mark] * len(FIELD_NAMES))})"
+        sql = (
+            f"INSERT INTO {RequestLog.__tablename__} ({cols}) VALUES ({', '.join([mark] * len(FIELD_NAMES))}) "
+            "ON CONFLICT (request_id, attempt) DO NOTHING"
+        )
         _STATEMENTS[key] = sql
     return sql  # type: ignore[return-value]
 
 
+class ConcurrentInsertError(RuntimeError):
+    """Another writer committed some of this batch's rows between our check and our insert. The
+    transaction is rolled back (its rollup counts would be wrong); retrying the batch is safe and
+    writes only what is still missing. Only possible when two writers hold the same records."""
+
+
+_ID_CHUNK = 500  # request ids per existence query (well under SQLite's bound-parameter limit)
+
+
+def _existing_keys(conn, engine: Engine, request_ids: list[str]) -> set[tuple[str, int]]:
+    mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+    found: set[tuple[str, int]] = set()
+    for i in range(0, len(request_ids), _ID_CHUNK):
+        chunk = request_ids[i : i + _ID_CHUNK]
+        sql = (
+            f"SELECT request_id, attempt FROM {RequestLog.__tablename__} "
+            f"WHERE request_id IN ({', '.join([mark] * len(chunk))})"
+        )
+        found.update((rid, int(att)) for rid, att in conn.exec_driver_sql(sql, tuple(chunk)).fetchall())
+    return found
+
+
+def new_records(records: Sequence[AttemptRecord], present: set[tuple[str, int]]) -> list[AttemptRecord]:
+    """``records`` minus those whose (request_id, attempt) is in ``present`` or earlier in the batch."""
+    seen = set(present)
+    out = []
+    for r in records:
+        key = (r.request_id, r.attempt)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
-    """Write ``records`` and their rollups atomically; returns the number of rows written."""
+    """Write the records not already in the log, and their rollups, atomically; returns the number
+    of rows newly written (0 for a batch that was written before)."""
     if not records:
         return 0
-    rows = [r.to_tuple() for r in records]
-    per_minute = rollup_deltas(records, 60)
-    deltas = {span: per_minute if span == 60 else coarsen(per_minute, span) for span in ROLLUP_TABLES}
-    with engine.begin() as conn:
-        conn.exec_driver_sql(_log_insert_sql(engine), rows)
+    with engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
+        present = _existing_keys(conn, engine, list(dict.fromkeys(r.request_id for r in records)))
+        fresh = new_records(records, present)
+        if not fresh:
+            return 0
+        result = conn.exec_driver_sql(_log_insert_sql(engine), [r.to_tuple() for r in fresh])
+        if result.rowcount is not None and 0 <= result.rowcount < len(fresh):
+            raise ConcurrentInsertError(
+                f"{len(fresh) - result.rowcount} of {len(fresh)} request-log rows appeared during the insert"
+            )
+        per_minute = rollup_deltas(fresh, 60)
         for span, model in ROLLUP_TABLES.items():
-            conn.execute(_upsert(engine, model.__table__), deltas[span])
-    return len(rows)
+            deltas = per_minute if span == 60 else coarsen(per_minute, span)
+            conn.execute(_upsert(engine, model.__table__), deltas)
+    return len(fresh)
 
 
 def count_rows(engine: Engine) -> int:

@@ -7,6 +7,7 @@ import streamlit as st
 
 from app.dashboard import demo_traffic
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, when
+from app.dashboard.log_health import log_counters
 from app.dashboard.providers import provider_statuses, status_rows
 from ui import resources
 
@@ -44,6 +45,14 @@ if stats.requests or resources.has_requests():
 st.subheader("Providers")
 statuses = provider_statuses(settings, resources.health(), secrets=resources.secrets(), faults=resources.faults())
 st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")
+
+st.subheader("Request log")
+log_state = log_counters(resources.client())
+if log_state is not None:
+    for col, (label, value, help_text) in zip(st.columns(4), log_state.metrics(), strict=True):
+        col.metric(label, value, help=help_text)
+    if log_state.warning:
+        st.warning(log_state.warning)
 
 # Demo traffic: offered on an empty log, so a fresh install has something to look at.
 job_key = settings.database_url

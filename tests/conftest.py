@@ -81,8 +81,15 @@ def settings_factory(tmp_path: Path):
         path.write_text(body)
         env = {"DATABASE_URL": database_url or f"sqlite:///{tmp_path / 'gateway.db'}"}
         s = load_settings(path, env=env)
+        # Telemetry journals (PostgreSQL's default is ./data/journal) stay inside the test's tmp_path.
+        telemetry = s.telemetry
+        if telemetry.journal_dir is None:
+            telemetry = telemetry.model_copy(update={"journal_dir": str(tmp_path / "journal")})
         return s.model_copy(
-            update={"simulator": s.simulator.model_copy(update={"latency_scale": latency_scale, "seed": seed})}
+            update={
+                "simulator": s.simulator.model_copy(update={"latency_scale": latency_scale, "seed": seed}),
+                "telemetry": telemetry,
+            }
         )
 
     return make

@@ -227,6 +227,19 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     assert all("simulated" in s for s in states)
 
 
+def test_overview_shows_the_request_log_counters(env):
+    from ui import resources
+
+    client = resources.client()
+    client.chat([{"role": "user", "content": "hi"}], model="auto")
+    client.telemetry.flush()
+    at = open_app()
+    metrics = {m.label: m.value for m in at.main.metric}
+    assert {"Log queue", "Spilled", "Replayed", "Rejected"} <= set(metrics)
+    assert metrics["Spilled"] == f"{client.telemetry.stats().spilled:,}"
+    assert not any("not taking request-log writes" in w.value for w in at.warning)
+
+
 def test_overview_demo_traffic_fills_an_empty_log(env):
     from app.dashboard import demo_traffic
 
@@ -472,7 +485,11 @@ def _client_without_background_guardrail():
     dashboard_timer = resources.client().gateway.guardrail
     if dashboard_timer is not None:
         dashboard_timer.stop()
-    return build_gateway(load_settings(), engine=engine(), guardrail=False).client
+    # Its circuit breaker is off too: six failing requests would open it and skip the primary,
+    # which is the breaker's job (tested in test_routing_hostile), not this rehearsal's.
+    settings = load_settings()
+    settings = settings.model_copy(update={"breaker": settings.breaker.model_copy(update={"enabled": False})})
+    return build_gateway(settings, engine=engine(), guardrail=False).client
 
 
 def test_guardrail_and_fault_injection_rehearse_an_outage(env):

@@ -12,9 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-# 0004 (the telemetry journal) is written on another branch; the lead fixes the chain at merge.
-# TEMPORARY on branch w2-serve: points at 0003 so this branch's tests run. Set it to "0004".
-down_revision: str | Sequence[str] | None = "0003"
+down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

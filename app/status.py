@@ -1,0 +1,97 @@
+"""``python -m app status``: what an operator checks first during an incident, as one record.
+
+The canary ratio this process loaded and its age (the request path serves the last known value;
+a large age or a refresh error means the database is not answering), the providers with their
+circuit-breaker state when the client keeps breakers, and the request log: this process's writer
+counters plus what the journals of the same database hold on disk (records other processes, or
+killed ones, have not replayed yet, and dead letters), as found before this command's own
+gateway started (which, like every gateway process, then replays what dead processes left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from app.telemetry.location import SlotInfo, journal_dir_for, journal_overview
+
+
+def journal_on_disk(settings: Any) -> list[SlotInfo]:
+    """The journals of ``settings``' database as found on disk. Read it before building a gateway:
+    the new gateway's writer adopts and replays what dead processes left."""
+    return journal_overview(journal_dir_for(settings.database_url, settings.telemetry.journal_dir))
+
+
+def gateway_status(gateway: Any, slots: list[SlotInfo] | None = None) -> dict[str, Any]:
+    """A JSON-ready status record of a built :class:`app.gateway.Gateway`; ``slots`` is what
+    :func:`journal_on_disk` found before it was built (default: read now)."""
+    settings = gateway.settings
+    client = gateway.client
+    snapshot = gateway.snapshot()
+    ratio = snapshot.get("canary_ratio")
+    breakers_of = getattr(client, "breaker_states", None)
+    breakers: dict[str, Any] = {}
+    if callable(breakers_of):
+        breakers = {name: _plain(state) for name, state in (breakers_of() or {}).items()}
+    roles = {settings.routing.primary: "primary", settings.routing.fallback: "fallback"}
+    providers = [
+        {"name": name, "role": roles.get(name, "other"), "base_url": p.base_url, "breaker": breakers.get(name)}
+        for name, p in settings.providers.items()
+    ]
+    directory = journal_dir_for(settings.database_url, settings.telemetry.journal_dir)
+    slots = journal_overview(directory) if slots is None else slots
+    return {
+        "ratio": {
+            "value": ratio.value if ratio else client.current_ratio(),
+            "age_s": round(ratio.age_s if ratio else client.ratio_age_s(), 3),
+            "error": ratio.last_error if ratio else None,
+        },
+        "refreshed": {n: {"age_s": round(s.age_s, 3), "error": s.last_error} for n, s in snapshot.items()},
+        "providers": providers,
+        "log": gateway.telemetry.stats().to_dict(),
+        "journal": {
+            "dir": str(directory) if directory else None,
+            "records": sum(s.records for s in slots),
+            "dead_letters": sum(s.dead_letters for s in slots),
+            "slots": [asdict(s) for s in slots],
+        },
+    }
+
+
+def _plain(state: Any) -> Any:
+    """A breaker state as JSON: enums by value, objects by their fields, else as text."""
+    if hasattr(state, "value") and not isinstance(state, (int, float, str)):
+        return state.value
+    if hasattr(state, "__dataclass_fields__"):
+        return {k: _plain(v) for k, v in asdict(state).items()}
+    return state if isinstance(state, (int, float, str, bool, type(None), dict, list)) else str(state)
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """The status record as a few lines of text."""
+    r = status["ratio"]
+    ratio = f"canary ratio {r['value'] * 100:g} % (loaded {r['age_s']:.1f} s ago)"
+    if r["error"]:
+        ratio += f"; refresh failing: {r['error']}"
+    providers = []
+    for p in status["providers"]:
+        breaker = p["breaker"]
+        shown = breaker.get("state") if isinstance(breaker, dict) else breaker
+        providers.append(f"{p['name']} ({p['role']}{', breaker ' + str(shown) if shown is not None else ''})")
+    log = status["log"]
+    j = status["journal"]
+    lines = [
+        ratio,
+        "providers: " + ", ".join(providers),
+        (
+            f"log (this process): queued {log['queued']}, written {log['written']}, spilled {log['spilled']}, "
+            f"replayed {log['replayed']}, rejected {log['rejected']}, journal {log['journal_depth']}"
+        ),
+        (
+            f"journal on disk: {j['records']} records waiting, {j['dead_letters']} dead letters "
+            f"in {len(j['slots'])} slot(s) ({j['dir'] or 'no journal: in-memory database'})"
+        ),
+    ]
+    if log["last_error"]:
+        lines.append(f"last log error: {log['last_error']}")
+    return lines

@@ -1,0 +1,158 @@
+"""Database-stall soak: requests/s and added latency before, during and after a database stall,
+and whether every answered request was logged exactly once.
+
+Measured: ``THREADS`` threads send ``chat()`` requests through one gateway (built with the shipped
+settings from gateway.toml, the simulator answering instantly so the gateway's own overhead is
+what is timed) into a fresh SQLite file, for ``PHASE_S`` seconds, then for ``STALL_S`` seconds
+while a second connection holds ``BEGIN EXCLUSIVE`` on the file (no write can commit), then for
+``PHASE_S`` seconds after it is released. Reported: requests/s per phase, the during/before ratio
+(budget: at least 0.8), p99 latency added during the stall (p99 during minus p99 before), and,
+after the writer has drained and replayed its journal, rows lost and duplicate rows (both must be
+0). Environment: ``BENCH_SOAK_STALL_S`` (default 30), ``BENCH_SOAK_PHASE_S`` (default 10),
+``BENCH_SOAK_THREADS`` (default 4).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from app.config import load_settings
+from app.gateway import build_gateway
+from benchmarks.harness import row, say
+
+STALL_S = float(os.environ.get("BENCH_SOAK_STALL_S", "30"))
+PHASE_S = float(os.environ.get("BENCH_SOAK_PHASE_S", "10"))
+THREADS = int(os.environ.get("BENCH_SOAK_THREADS", "4"))
+REPO = Path(__file__).resolve().parents[1]
+MESSAGES = [{"role": "user", "content": "Summarise the incident timeline in two sentences."}]
+DRAIN_S = 300.0
+
+
+def _p(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def soak(stall_s: float = STALL_S, phase_s: float = PHASE_S, threads: int = THREADS) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    db = tmp / "soak.db"
+    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": f"sqlite:///{db}"})
+    settings = settings.model_copy(update={"simulator": settings.simulator.model_copy(update={"latency_scale": 0.0})})
+    gw = build_gateway(settings, source="loadgen", guardrail=False)
+    phase = ["before"]
+    samples: dict[str, list[float]] = {"before": [], "during": [], "after": []}
+    served: list[str] = []
+    failed = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                r = gw.client.chat(MESSAGES, model="auto")
+            except Exception:  # noqa: BLE001 - counted, the soak goes on
+                with lock:
+                    failed[0] += 1
+                continue
+            ms = (time.perf_counter() - t0) * 1000
+            with lock:
+                samples[phase[0]].append(ms)
+                served.append(r.request_id)
+
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    spans: dict[str, float] = {}
+    for t in pool:
+        t.start()
+    try:
+        t0 = time.perf_counter()
+        time.sleep(phase_s)
+        locker = sqlite3.connect(db, isolation_level=None, timeout=60)
+        locker.execute("BEGIN EXCLUSIVE")
+        with lock:
+            phase[0] = "during"
+        t1 = time.perf_counter()
+        spans["before"] = t1 - t0
+        time.sleep(stall_s)
+        stats_in_stall = gw.telemetry.stats()
+        with lock:
+            phase[0] = "after"
+        locker.execute("ROLLBACK")
+        locker.close()
+        t2 = time.perf_counter()
+        spans["during"] = t2 - t1
+        time.sleep(phase_s)
+        with lock:
+            phase[0] = "done"  # requests finishing now belong to no phase
+            samples["done"] = []
+        spans["after"] = time.perf_counter() - t2
+    finally:
+        stop.set()
+        for t in pool:
+            t.join(60)
+    drained = gw.telemetry.drain(DRAIN_S)
+    stats = gw.telemetry.stats()
+    with gw.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT request_id, attempt, final FROM request_log").fetchall()
+    gw.close()
+    finals = {r[0] for r in rows if r[2]}
+    pairs = {(r[0], r[1]) for r in rows}
+    return {
+        "rps": {k: len(samples[k]) / spans[k] for k in ("before", "during", "after")},
+        "p50": {k: _p(samples[k], 0.5) for k in ("before", "during", "after")},
+        "p99": {k: _p(samples[k], 0.99) for k in ("before", "during", "after")},
+        "n": {k: len(samples[k]) for k in ("before", "during", "after")},
+        "served": len(served),
+        "lost": sum(1 for i in served if i not in finals),
+        "duplicates": len(rows) - len(pairs),
+        "failed_requests": failed[0],
+        "drained": drained,
+        "spilled_in_stall": stats_in_stall.spilled,
+        "stats": stats.to_dict(),
+        "queue_size": settings.telemetry.queue_size,
+    }
+
+
+def run() -> list[dict]:
+    what = (
+        f"{THREADS} threads of chat() through one gateway (shipped settings, instant simulator, fresh SQLite file): "
+        f"{PHASE_S:g} s before, {STALL_S:g} s with BEGIN EXCLUSIVE held by another connection, {PHASE_S:g} s after; "
+        "then the writer drains and replays its journal and the log is compared with the answered requests"
+    )
+    say(f"  soak: {what}")
+    r = soak()
+    say(
+        f"  soak: served {r['served']:,} ({r['failed_requests']} failed), spilled {r['spilled_in_stall']:,} during "
+        f"the stall (queue {r['queue_size']:,}), drained={r['drained']}, writer {r['stats']}"
+    )
+    spread = ", ".join(f"{k} n={r['n'][k]:,} p50 {r['p50'][k]:.2f} ms p99 {r['p99'][k]:.2f} ms" for k in r["n"])
+    ratio = r["rps"]["during"] / r["rps"]["before"] if r["rps"]["before"] else 0.0
+    return [
+        row("requests/s before the stall", r["rps"]["before"], "req/s", n=r["n"]["before"], measured=what, digits=1),
+        row("requests/s during the stall", r["rps"]["during"], "req/s", n=r["n"]["during"], digits=1),
+        row("requests/s after the stall", r["rps"]["after"], "req/s", n=r["n"]["after"], digits=1),
+        row(
+            "throughput during / before the stall",
+            ratio,
+            "ratio",
+            budget=0.8,
+            lower_is_better=False,
+            spread=spread,
+            digits=3,
+        ),
+        row("p99 added latency during the stall", r["p99"]["during"] - r["p99"]["before"], "ms", digits=3),
+        row("rows lost (answered, not logged)", r["lost"], "rows", budget=1, n=r["served"], digits=0),
+        row("duplicate rows", r["duplicates"], "rows", budget=1, digits=0),
+    ]
+
+
+if __name__ == "__main__":
+    for item in run():
+        print(item)

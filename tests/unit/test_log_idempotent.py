@@ -1,0 +1,96 @@
+"""Idempotent request-log inserts (issue 7): unique (request_id, attempt), a replayed or retried
+batch writes nothing twice and its rollups count each attempt once; migration 0004 removes the
+duplicates older versions wrote and takes their counts back out of the rollups.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, text
+
+from core.records import FIELD_NAMES, AttemptRecord
+from db.engine import create_db_engine
+from db.migrate import upgrade
+from db.models import ROLLUP_TABLES, RequestLog
+from db.requests import _upsert, count_rows, insert_batch, rollup_deltas
+
+
+def rec(i: int, attempt: int = 1, **kw) -> AttemptRecord:
+    base = dict(
+        request_id=f"r{i:06d}",
+        attempt=attempt,
+        ts=1_700_000_000.0 + i,
+        provider="holysheep",
+        model="gemini-2.5-flash",
+        requested_model="auto",
+        intent="general",
+        side="primary",
+        status="ok",
+        latency_ms=12.5 + i,
+        prompt_tokens=10,
+        completion_tokens=5,
+    )
+    base.update(kw)
+    return AttemptRecord(**base)
+
+
+def rollup_attempts(engine) -> dict[int, int]:
+    out = {}
+    with engine.connect() as conn:
+        for span, model in ROLLUP_TABLES.items():
+            out[span] = int(conn.execute(select(func.coalesce(func.sum(model.attempts), 0))).scalar_one())
+    return out
+
+
+def test_a_replayed_batch_writes_no_row_or_count_twice(engine) -> None:
+    first = [rec(i) for i in range(10)]
+    assert insert_batch(engine, first) == 10
+    # The same batch again (a retry after commit), then one overlapping it with new attempts.
+    assert insert_batch(engine, first) == 0
+    mixed = first[5:] + [rec(i, attempt=2) for i in range(5)] + [rec(i) for i in range(10, 13)]
+    assert insert_batch(engine, mixed) == 8
+    assert count_rows(engine) == 18
+    assert rollup_attempts(engine) == {60: 18, 300: 18, 3600: 18}
+    with engine.connect() as conn:
+        pairs = conn.execute(select(RequestLog.request_id, RequestLog.attempt)).all()
+    assert len(pairs) == len(set(pairs)) == 18
+
+
+def test_duplicates_inside_one_batch_are_written_once(engine) -> None:
+    r = rec(1)
+    assert insert_batch(engine, [r, r, rec(2), r]) == 2
+    assert count_rows(engine) == 2
+    assert rollup_attempts(engine)[60] == 2
+
+
+def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path) -> None:
+    engine = create_db_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    upgrade(engine, "0003")
+    # What the old writer did on a retried batch: the rows and their rollups, twice.
+    records = [rec(i) for i in range(6)]
+    batches = [records, records[:4], records[:1]]
+    cols = ", ".join(FIELD_NAMES)
+    with engine.begin() as conn:
+        for batch in batches:
+            conn.exec_driver_sql(
+                f"INSERT INTO request_log ({cols}) VALUES ({', '.join('?' * len(FIELD_NAMES))})",
+                [r.to_tuple() for r in batch],
+            )
+            for span, model in ROLLUP_TABLES.items():
+                conn.execute(_upsert(engine, model.__table__), rollup_deltas(batch, span))
+    assert count_rows(engine) == 11
+    assert rollup_attempts(engine) == {60: 11, 300: 11, 3600: 11}
+
+    upgrade(engine)
+
+    assert count_rows(engine) == 6
+    assert rollup_attempts(engine) == {60: 6, 300: 6, 3600: 6}
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT request_id, id FROM request_log ORDER BY id")).all()
+        tokens = conn.execute(text("SELECT SUM(prompt_tokens), SUM(latency_sum_ms) FROM request_rollup")).one()
+    assert [k[0] for k in kept] == [r.request_id for r in records]
+    assert [k[1] for k in kept] == list(range(1, 7))  # the lowest id of each pair was kept
+    assert tokens[0] == 60
+    assert abs(tokens[1] - sum(r.latency_ms for r in records)) < 1e-9
+    # And from now on the database itself refuses a duplicate.
+    assert insert_batch(engine, records) == 0
+    engine.dispose()

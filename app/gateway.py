@@ -175,9 +175,13 @@ def build_gateway(
         owns_telemetry=owns_telemetry,
     )
     client.attach(gateway)
+
     # Breaker transitions become ops events (markers on the monitor's charts); written off the request
     # thread, since the hook runs on it under the breaker's lock.
-    client.on_breaker_change.append(partial(record_breaker_change_later, engine))
+    def record_breaker_change(provider: str, old: str, new: str, why: str) -> None:
+        record_breaker_change_later(engine, provider, old, new, why)
+
+    client.on_breaker_change.append(record_breaker_change)
     refresher.start()
     if timer is not None:
         timer.start()

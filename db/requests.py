@@ -81,6 +81,7 @@ def _upsert(engine: Engine, table):
     if cached is not None:
         return cached
     dialect = engine.dialect.name
+    stmt: sqlite.Insert | postgresql.Insert
     if dialect == "sqlite":
         stmt = sqlite.insert(table)
     elif dialect == "postgresql":
@@ -165,7 +166,7 @@ def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
         per_minute = rollup_deltas(fresh, 60)
         for span, model in ROLLUP_TABLES.items():
             deltas = per_minute if span == 60 else coarsen(per_minute, span)
-            conn.execute(_upsert(engine, model.__table__), deltas)
+            conn.execute(_upsert(engine, model.__table__), deltas)  # type: ignore[attr-defined]
     return len(fresh)
 
 

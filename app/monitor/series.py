@@ -77,11 +77,12 @@ def ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def quantiles(hist: Sequence[int] | None) -> tuple[float | None, ...]:
+def quantiles(hist: Sequence[int] | None) -> tuple[float | None, float | None, float | None]:
     """p50 / p95 / p99 of a summed histogram (``None`` each when it has no samples)."""
     if not hist:
-        return (None,) * len(QUANTILES)
-    return tuple(percentile(hist, q) for q in QUANTILES)
+        return (None, None, None)
+    p50, p95, p99 = (percentile(hist, q) for q in QUANTILES)
+    return p50, p95, p99
 
 
 def _cumsum(values: Iterable[float]) -> tuple[float, ...]:

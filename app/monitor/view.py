@@ -49,6 +49,7 @@ DEFAULT_INTERVAL_S = 5  # the default of ``[dashboard] refresh_s``; the page pas
 RECENT_ROWS = 200
 
 
+
 def refresh_intervals(default_s: float = DEFAULT_INTERVAL_S) -> tuple[float, ...]:
     """Auto-refresh intervals the page offers: the usual ones plus the configured default
     (``[dashboard] refresh_s``), in order."""
@@ -376,7 +377,7 @@ class MonitorState:
         return cls.PREFIX + name
 
     @classmethod
-    def from_session(cls, session: Mapping[str, Any], default_interval_s: float = DEFAULT_INTERVAL_S) -> MonitorState:
+    def from_session(cls, session: Mapping[Any, Any], default_interval_s: float = DEFAULT_INTERVAL_S) -> MonitorState:
         """Read the widget values from ``session`` (defaults for any not set yet or invalid; the
         refresh interval defaults to ``default_interval_s``, the configured ``[dashboard] refresh_s``)."""
 

@@ -742,7 +742,7 @@ class RoutingClient:
         try:
             return client.chat.completions.create(
                 model=attempt.model,
-                messages=plan.messages,
+                messages=plan.messages,  # type: ignore[arg-type]  # validated dicts, not the SDK's TypedDicts
                 timeout=attempt.timeout,
                 extra_headers=self._headers(plan, attempt.with_hints),
                 **plan.params,

@@ -68,12 +68,14 @@ def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path)
     # What the old writer did on a retried batch: the rows and their rollups, twice.
     records = [rec(i) for i in range(6)]
     batches = [records, records[:4], records[:1]]
-    cols = ", ".join(FIELD_NAMES)
+    # The log's columns at revision 0003 (key_name arrives with 0005).
+    old = [i for i, name in enumerate(FIELD_NAMES) if name != "key_name"]
+    cols = ", ".join(FIELD_NAMES[i] for i in old)
     with engine.begin() as conn:
         for batch in batches:
             conn.exec_driver_sql(
-                f"INSERT INTO request_log ({cols}) VALUES ({', '.join('?' * len(FIELD_NAMES))})",
-                [r.to_tuple() for r in batch],
+                f"INSERT INTO request_log ({cols}) VALUES ({', '.join('?' * len(old))})",
+                [tuple(r.to_tuple()[i] for i in old) for r in batch],
             )
             for span, model in ROLLUP_TABLES.items():
                 conn.execute(_upsert(engine, model.__table__), rollup_deltas(batch, span))

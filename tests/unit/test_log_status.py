@@ -87,7 +87,8 @@ def _stats(**kw) -> WriterStats:
 def test_breaker_states_are_shown_when_the_client_keeps_them() -> None:
     from app.config import load_settings
 
-    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite://"})
+    # Settings only: the file is never opened (in-memory SQLite URLs are refused by the config).
+    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": "sqlite:///never-opened.db"})
     state = SimpleNamespace(value=0.25, age_s=1.5, last_error="OperationalError: locked")
     client = SimpleNamespace(breaker_states=lambda: {"holysheep": "open"})
     gateway = SimpleNamespace(
@@ -101,7 +102,9 @@ def test_breaker_states_are_shown_when_the_client_keeps_them() -> None:
     lines = status_lines(status)
     assert "holysheep (primary, breaker open)" in lines[1]
     assert lines[0] == "canary ratio 25 % (loaded 1.5 s ago); refresh failing: OperationalError: locked"
-    assert status["journal"]["dir"] is None  # in-memory database: no journal
+    # The journal's folder is named after the database file; reading the status creates nothing.
+    assert "never-opened.db" in status["journal"]["dir"]
+    assert not Path(status["journal"]["dir"]).exists()
 
 
 def test_overview_counters_warn_while_the_database_refuses_writes() -> None:

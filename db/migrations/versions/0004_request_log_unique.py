@@ -32,7 +32,10 @@ def _remove_duplicates(conn) -> None:
     ids = [row[0] for row in conn.execute(dup_ids)]
     if not ids:
         return
-    cols = ", ".join(FIELD_NAMES)
+    # Only the columns this revision has: fields added by later migrations keep their defaults.
+    present = {c["name"] for c in sa.inspect(conn).get_columns("request_log")}
+    names = [f for f in FIELD_NAMES if f in present]
+    cols = ", ".join(names)
     records = []
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
@@ -41,7 +44,7 @@ def _remove_duplicates(conn) -> None:
             {"ids": chunk},
         )
         for row in rows:
-            values = dict(zip(FIELD_NAMES, row, strict=True))
+            values = dict(zip(names, row, strict=True))
             for flag in ("fallback", "final", "substituted", "stream"):
                 values[flag] = bool(values[flag])
             records.append(AttemptRecord(**values))

@@ -8,6 +8,8 @@ from typing import Any, ClassVar, TypeVar
 
 import streamlit as st
 
+from app.dashboard.identity import Identity
+
 T = TypeVar("T", bound="_PageState")
 
 
@@ -30,8 +32,7 @@ def new_session_id() -> str:
 @dataclass
 class AuthState(_PageState):
     KEY: ClassVar[str] = "_auth_state"
-    authenticated: bool = False
-    actor: str | None = None
+    identity: Identity | None = None  # set by a successful sign-in (accounts or DASHBOARD_PASSWORD)
 
 
 @dataclass
@@ -57,6 +58,10 @@ class CanaryPageState(_PageState):
     seen_version: int | None = None  # the version this page showed; Apply is locked on it
     flash: tuple[str, str] | None = None  # (kind, message) shown once after a rerun
     pending: str | None = None  # quick action awaiting confirmation: rollback | promote
+    # A refused input's message, shown next to that input: field ("ratio", "reason", "threshold",
+    # "err_holysheep", ...) -> message. Cleared when the field changes or a write goes through.
+    errors: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, tuple[str, str]] = field(default_factory=dict)  # area -> (kind, message), shown once
 
 
 @dataclass

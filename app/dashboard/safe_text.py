@@ -29,3 +29,21 @@ def safe_stream(chunks: Iterable[str]) -> Iterator[str]:
             yield safe_markdown(text)
     if pending:
         yield pending
+
+
+# Every ASCII punctuation character CommonMark lets a backslash escape, so each shows as itself.
+_MD_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$:=\"'&%^@,;?/")
+
+
+def inert(text: object, *, limit: int | None = None) -> str:
+    """Untrusted text (an error message, a reason, an actor, a session id) made to show as exactly
+    those characters when Streamlit renders it as Markdown (captions, ``st.markdown``, alerts and
+    ``help=`` tooltips all do): every Markdown special character is backslash-escaped, so no image
+    loads, no link forms, no ``:red[...]`` directive or ``$...$`` formula applies, and line breaks
+    become spaces (a stored text cannot add headings or list items). ``limit`` shortens the text
+    first, marking the cut with an ellipsis."""
+    s = "" if text is None else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: max(limit - 1, 0)] + "…"
+    s = " ".join(s.split())
+    return "".join(f"\\{c}" if c in _MD_SPECIALS else c for c in s)

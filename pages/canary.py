@@ -36,7 +36,7 @@ def show_ratio(ratio: float) -> None:
 def field_error(name: str) -> None:
     """The refusal about input ``name``, right under it."""
     if name in state.errors:
-        st.error(state.errors[name], icon="⚠️")
+        st.error(inert(state.errors[name]), icon="⚠️")
 
 
 def note(area: str) -> None:

@@ -47,7 +47,7 @@ chat_options = {
 
 st.title("Playground")
 st.caption(
-    f"Session `{state.session_id}` · model {model} · "
+    f"Session {inert(state.session_id)} · model {inert(model)} · "
     + ("compare mode: primary vs fallback" if compare else "routed by the canary split")
 )
 
@@ -79,7 +79,7 @@ elif prompt:
             results = []
             for col, (route, label) in zip(st.columns(2), routes, strict=False):
                 with col:
-                    st.markdown(f"**{label}**")
+                    st.markdown(f"**{inert(label)}**")
                     result, error = render.streamed_answer(client, settings, messages, chat_options, route)
                     results.append((label, result, error))
             state.turns.append({"role": "assistant", "content": "", "compare": results})

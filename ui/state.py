@@ -53,6 +53,14 @@ class PlaygroundState(_PageState):
 
 
 @dataclass
+class OverviewState(_PageState):
+    KEY: ClassVar[str] = "_overview_state"
+    # The demo-traffic job this session started: only its own session is told it is done (the job
+    # is shared by the process, a new visitor should not find an old banner).
+    demo_job: Any = None
+
+
+@dataclass
 class CanaryPageState(_PageState):
     KEY: ClassVar[str] = "_canary_state"
     seen_version: int | None = None  # the version this page showed; Apply is locked on it

@@ -262,6 +262,18 @@ def test_overview_demo_traffic_fills_an_empty_log(env):
     titles = [s["layout"]["title"]["text"] for s in specs]
     assert any(t.startswith("Request rate") for t in titles) and any(t.startswith("Latency") for t in titles)
     assert all(s["data"] for s in specs)
+    # Under the "Last 15 minutes" heading the charts span 15 minutes, not an hour.
+    from datetime import datetime
+
+    for s in specs:
+        lo, hi = (datetime.fromisoformat(t) for t in s["layout"]["xaxis"]["range"])
+        assert (hi - lo).total_seconds() == 900
+        xs = [datetime.fromisoformat(str(x)) for trace in s["data"] for x in trace["x"]]
+        assert xs and min(xs) >= lo.replace(second=0) - (hi - lo) / 15  # first bucket starts on a minute
+    # A new visitor (another session) is not shown this session's "done" banner.
+    other = open_app()
+    assert not any("Demo traffic done" in s.value for s in other.success)
+    assert any("Demo traffic done" in s.value for s in at.run().success)
     from sqlalchemy import text
 
     with engine().connect() as conn:

@@ -55,12 +55,13 @@ class Server:
     proc: subprocess.Popen
     log: Path
 
-    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
         """``python -m app ...`` against the same database and configuration as the server."""
         return subprocess.run(
             [sys.executable, "-m", "app", *args],
             cwd=REPO,
             env=self.env,
+            input=input,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -90,10 +91,18 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: fl
         pause.wait(poll)
 
 
-def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(
+    tmp: Path, extra_env: dict[str, str] | None = None, config_text: str | None = None, cwd: Path = REPO
+) -> Server:
+    """``config_text`` replaces the default configuration (gateway.toml with a fast simulator);
+    ``cwd`` is where Streamlit looks for ``.streamlit/`` (config.toml, secrets.toml)."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.toml"
-    config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n")
+    config.write_text(
+        config_text
+        if config_text is not None
+        else (REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n"
+    )
     database_url = f"sqlite:///{tmp / 'gateway.db'}"
     env = {
         k: v for k, v in os.environ.items() if k not in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY")
@@ -116,8 +125,8 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
             "--browser.gatherUsageStats",
             "false",
         ],
-        cwd=REPO,
-        env=env,
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(REPO)},
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )

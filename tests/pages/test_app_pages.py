@@ -402,7 +402,7 @@ def test_playground_compare_mode_runs_both_routes(env):
     at.chat_input[0].set_value("Summarise canary rollouts").run()
     assert not at.exception
     answer = at.chat_message[1]
-    labels = [m.value for m in answer.markdown if m.value.startswith("**")]
+    labels = [shown(m.value) for m in answer.markdown if m.value.startswith("**")]
     assert labels == ["**Primary: holysheep**", "**Fallback: direct**"]
     rows = _rows("source = 'playground'")
     assert sorted((r.provider, r.side) for r in rows) == [("direct", "fallback"), ("holysheep", "primary")]

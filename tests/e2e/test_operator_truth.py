@@ -131,7 +131,9 @@ def test_playground_max_tokens_zero_is_refused_and_nothing_sent(server, new_page
     with rerun(page):
         box.fill("hello")
         box.press("Enter")
-    expect(page.get_by_test_id("stMain").get_by_test_id("stAlertContentError")).to_contain_text("Not sent")
+    expect(page.get_by_test_id("stMainBlockContainer").get_by_test_id("stAlertContentError")).to_contain_text(
+        "Not sent"
+    )
     assert page.get_by_test_id("stChatMessage").count() == 0
     assert server.query("select count(*) from request_log where source = 'playground'")[0][0] == sent
     screenshot(page, "playground-max-tokens-0")
@@ -185,9 +187,11 @@ def test_a_viewer_cannot_change_anything(accounts_server, new_page):
     expect(page.locator("h1").first).to_have_text("Canary control", timeout=20_000)
     expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("viewer role")
     expect(page.get_by_label("Canary ratio (%)", exact=True)).to_be_disabled()
-    for name in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail"):
-        expect(page.get_by_role("button", name=name, exact=True)).to_be_disabled()
-    expect(page.get_by_role("button", name="Save faults").first).to_be_disabled()
+    for name in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail", "Save faults", "Clear"):
+        buttons = page.locator("button", has_text=name)
+        expect(buttons.first).to_be_disabled()
+        for i in range(buttons.count()):
+            expect(buttons.nth(i)).to_be_disabled()
     assert_no_exception(page)
     screenshot(page, "canary-viewer")
 
@@ -200,7 +204,8 @@ def test_wrong_passwords_wait_longer_each_time(accounts_server, new_page):
         messages.append(page.get_by_test_id("stAlertContentError").inner_text())
     assert messages[0] == messages[1] == "Wrong name or password."
     assert "next try in 1 s" in messages[2]
-    assert "try again in" in messages[3]
+    # Either still inside the 1 s wait (refused unseen) or past it: then the wait has doubled.
+    assert "try again in" in messages[3] or "next try in 2 s" in messages[3]
     screenshot(page, "sign-in-delay")
 
 
@@ -278,7 +283,7 @@ def test_a_stored_reason_never_loads_an_image(tmp_path, new_page, pixel):
         page = new_page()
         _visit_everywhere_text_is_shown(page, s)
         open_page(page, s, "canary")
-        expect(page.get_by_test_id("stMain")).to_contain_text(f"![x]({pixel.url}/reason-pixel)")
+        expect(page.get_by_test_id("stMainBlockContainer")).to_contain_text(f"![x]({pixel.url}/reason-pixel)")
         screenshot(page, "canary-inert-reason")
         assert pixel.hits == []
         assert page.locator(f'img[src^="{pixel.url}"]').count() == 0

@@ -326,10 +326,29 @@ default_model = "gpt-4.1"
             err = page.get_by_test_id("stChatMessage").nth(1).get_by_test_id("stAlertContentError")
             expect(err).to_contain_text("All routes failed", timeout=30_000)
             expect(err).to_contain_text(f"![x]({pixel.url}/error-pixel)")
+            screenshot(page, "playground-inert-error")
             wait_until(lambda: s.query("select count(*) from request_log")[0][0] > 0, 10, "the failed attempts logged")
             _visit_everywhere_text_is_shown(page, s)
-            open_page(page, s, "playground")
-            screenshot(page, "playground-inert-error")
             assert pixel.hits == []
         finally:
             stop_server(s)
+
+
+def test_the_ttft_note_fits_inside_its_chart(tmp_path, new_page):
+    """Non-streamed traffic only: the time-to-first-token chart shows a note instead of lines; the
+    note is wrapped so that it stays inside the half-width chart (it ran off both sides)."""
+    s = start_server(tmp_path / "ttft")
+    try:
+        run = s.cli("loadgen", "--rps", "5", "--duration", "1", "--seed", "1", "--quiet")
+        assert run.returncode == 0, run.stderr
+        page = new_page()
+        open_page(page, s, "monitor")
+        chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")
+        note = chart.locator(".annotation-text")
+        expect(note).to_contain_text("No streamed requests", timeout=20_000)
+        c, n = chart.bounding_box(), note.bounding_box()
+        assert c["x"] <= n["x"] and n["x"] + n["width"] <= c["x"] + c["width"], (c, n)
+        chart.screenshot(path=str(tmp_path / "ttft-note.png"))
+        screenshot(page, "monitor-ttft-note")
+    finally:
+        stop_server(s)

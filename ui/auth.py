@@ -103,7 +103,8 @@ def sign_in_form() -> None:
     st.title("Sign in")
     if m == "oidc":
         st.caption("This dashboard signs you in through your organisation's identity provider.")
-        st.button("Sign in with your identity provider", type="primary", on_click=st.login, key="oidc_sign_in")
+        if st.button("Sign in with your identity provider", type="primary", key="oidc_sign_in"):
+            st.login()
         return
     state = AuthState.get()
     if m == "accounts":

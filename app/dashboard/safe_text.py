@@ -8,6 +8,7 @@ syntax is therefore escaped, so it shows as text; links stay, since following on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 
@@ -31,6 +32,9 @@ def safe_stream(chunks: Iterable[str]) -> Iterator[str]:
         yield pending
 
 
+WORD_JOINER = "\u2060"
+_AUTOLINK = re.compile(r"(?i)(?:https?:|www\.)")
+
 # Every ASCII punctuation character CommonMark lets a backslash escape, so each shows as itself.
 _MD_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$:=\"'&%^@,;?/")
 
@@ -46,4 +50,8 @@ def inert(text: object, *, limit: int | None = None) -> str:
     if limit is not None and len(s) > limit:
         s = s[: max(limit - 1, 0)] + "…"
     s = " ".join(s.split())
+    # GitHub-flavoured Markdown turns a bare http://, https:// or www. address into a link even when
+    # its punctuation is escaped; a word joiner (invisible) in the scheme or prefix stops that, so a
+    # stored text cannot put a link on the page. E-mail addresses keep their harmless mailto: link.
+    s = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + WORD_JOINER + m.group(0)[-1], s)
     return "".join(f"\\{c}" if c in _MD_SPECIALS else c for c in s)

@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -92,7 +92,11 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: fl
 
 
 def start_server(
-    tmp: Path, extra_env: dict[str, str] | None = None, config_text: str | None = None, cwd: Path = REPO
+    tmp: Path,
+    extra_env: dict[str, str] | None = None,
+    config_text: str | None = None,
+    cwd: Path = REPO,
+    port: int | None = None,
 ) -> Server:
     """``config_text`` replaces the default configuration (gateway.toml with a fast simulator);
     ``cwd`` is where Streamlit looks for ``.streamlit/`` (config.toml, secrets.toml)."""
@@ -110,7 +114,7 @@ def start_server(
     env.update(
         {"GATEWAY_CONFIG": str(config), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     )
-    port = _free_port()
+    port = port or free_port()
     log = tmp / "server.log"
     proc = subprocess.Popen(
         [

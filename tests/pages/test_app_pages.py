@@ -79,7 +79,7 @@ def open_app(page: str | None = None) -> AppTest:
 
 def shown(markdown: str) -> str:
     """Text as the browser shows it: untrusted text is backslash-escaped Markdown (``inert``)."""
-    return re.sub(r"\\([^A-Za-z0-9\s])", r"\1", markdown)
+    return re.sub(r"\\([^A-Za-z0-9\s])", r"\1", markdown).replace("\u2060", "")
 
 
 def texts(at: AppTest) -> str:

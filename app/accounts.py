@@ -90,7 +90,7 @@ def normalize_name(raw: object) -> str:
 def check_role(role: object) -> str:
     if role not in ROLES:
         raise AccountError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    return role  # type: ignore[return-value]
+    return str(role)
 
 
 def check_password(password: object) -> str:

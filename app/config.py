@@ -9,6 +9,7 @@ names the environment variable holding its key, and :func:`resolve_api_key` read
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +51,9 @@ class ProviderConfig(_Strict):
     models: list[str] = Field(min_length=1)
     default_model: str
     timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Attempts per request on this provider; 1 when the provider is itself a retrying gateway (a
+    # LiteLLM proxy retries each call itself). Unset: [retry] max_attempts.
+    max_attempts: int | None = Field(default=None, ge=1, le=10)
     # Initial fault injection for a simulated provider; the database overrides it at run time.
     faults: FaultSettings = FaultSettings()
 
@@ -100,9 +104,33 @@ KnownModel = Annotated[str, AfterValidator(_known_model)]
 
 
 class IntentRule(_Strict):
+    """One intent rule: it matches when any keyword or any regular expression is found in what the
+    user wrote (see :mod:`app.routing.intent`). Patterns are checked here, at load."""
+
     intent: str = Field(min_length=1)
     model: KnownModel
-    keywords: list[str] = Field(min_length=1)
+    keywords: list[Annotated[str, Field(min_length=1)]] = []
+    patterns: list[str] = []
+
+    @field_validator("patterns")
+    @classmethod
+    def _valid_patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            try:
+                compiled = re.compile(pattern, re.IGNORECASE)
+            except re.error as exc:
+                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+            # A pattern that matches the empty string matches every prompt and would swallow the
+            # rules after it.
+            if compiled.search("") is not None:
+                raise ValueError(f"pattern {pattern!r} matches the empty string, so it would match every prompt")
+        return v
+
+    @model_validator(mode="after")
+    def _something_to_match(self) -> IntentRule:
+        if not self.keywords and not self.patterns:
+            raise ValueError(f"rule {self.intent!r} needs at least one of keywords or patterns")
+        return self
 
 
 class IntentConfig(_Strict):
@@ -113,6 +141,15 @@ class IntentConfig(_Strict):
     rules: list[IntentRule] = []
 
 
+class SubstitutionConfig(_Strict):
+    """``[routing.substitution]``: when a provider that does not serve the chosen model may answer
+    with its default model instead (see :mod:`app.routing.substitution`)."""
+
+    mode: Literal["route", "substitute", "refuse"] = "route"
+    # Blended price (input + output per M tokens) of the substitute over the chosen model's.
+    max_price_factor: float = Field(default=1.5, ge=1.0)
+
+
 class RoutingConfig(_Strict):
     primary: str
     fallback: str
@@ -120,6 +157,7 @@ class RoutingConfig(_Strict):
     fallback_enabled: bool = True
     # How old the cached canary ratio may get before a router re-reads it from the database.
     ratio_refresh_s: float = Field(default=0.5, gt=0, le=1.0)
+    substitution: SubstitutionConfig = SubstitutionConfig()
 
 
 class RetryConfig(_Strict):
@@ -131,6 +169,20 @@ class RetryConfig(_Strict):
     long_prompt_tokens: int = Field(default=8000, ge=1)  # prompts above this get long_timeout_s
     long_timeout_s: float = Field(default=60.0, gt=0)
     timeout_per_1k_tokens_s: float = Field(default=1.0, ge=0)  # timeout grows with prompt size
+    # One request ends within this, whatever the upstreams do: all attempts, backoff and fallback.
+    request_deadline_s: float = Field(default=120.0, gt=0, le=3600)
+    # A stream that sends nothing for this long (after its first token) is cut.
+    stream_idle_timeout_s: float = Field(default=30.0, gt=0, le=600)
+
+
+class BreakerConfig(_Strict):
+    """Circuit breaker per provider (see :mod:`app.routing.breaker`)."""
+
+    enabled: bool = True
+    window_s: int = Field(default=30, ge=1, le=3600)  # sliding window of attempt outcomes
+    min_attempts: int = Field(default=10, ge=1, le=1_000_000)  # in the window before it may open
+    failure_rate: float = Field(default=0.5, gt=0, le=1)  # share of provider-health failures that opens it
+    cooldown_s: float = Field(default=15.0, gt=0, le=3600)  # open this long, then one probe
 
 
 class TelemetryConfig(_Strict):
@@ -176,6 +228,7 @@ class FileConfig(_Strict):
     providers: dict[str, ProviderConfig] = Field(min_length=1)
     intents: IntentConfig | None = None
     retry: RetryConfig = RetryConfig()
+    breaker: BreakerConfig = BreakerConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     simulator: SimulatorConfig = SimulatorConfig()
     guardrail: GuardrailConfig = GuardrailConfig()
@@ -206,6 +259,7 @@ class Settings(BaseModel):
     guardrail: GuardrailConfig
     dashboard: DashboardConfig
     database: DatabaseConfig = DatabaseConfig()
+    breaker: BreakerConfig = BreakerConfig()
 
     @property
     def primary(self) -> ProviderConfig:
@@ -332,6 +386,7 @@ def load_settings(
         guardrail=file_cfg.guardrail,
         dashboard=file_cfg.dashboard,
         database=file_cfg.database,
+        breaker=file_cfg.breaker,
     )
 
 

@@ -38,7 +38,7 @@ _lock = threading.Lock()
 
 def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves, below
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
@@ -47,7 +47,7 @@ def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn):  # type: ignore[no-untyped-def]
+    def _on_begin(conn):
         conn.exec_driver_sql("BEGIN")
 
 

@@ -139,7 +139,7 @@ def rollup_table_for(step_s: int):
     """The coarsest rollup table whose bucket span divides ``step_s`` (a whole number of minutes)."""
     for span in sorted(ROLLUP_TABLES, reverse=True):
         if step_s % span == 0:
-            return ROLLUP_TABLES[span].__table__
+            return ROLLUP_TABLES[span].__table__  # type: ignore[attr-defined]  # mapped subclasses
     raise ValueError(f"step must be a whole number of minutes, got {step_s} s")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, delete, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -33,7 +33,7 @@ def insert_user(engine: Engine, row: UserRow) -> None:
     try:
         with engine.begin() as conn:
             conn.execute(
-                DashboardUser.__table__.insert().values(
+                insert(DashboardUser).values(
                     name=row.name,
                     role=row.role,
                     password_hash=row.password_hash,

@@ -34,7 +34,7 @@ gpus = kv.gpu_options()
 
 with st.container(border=True):
     st.subheader("Model")
-    model = st.selectbox("Model", list(models), format_func=models.get, key="kv_model")
+    model = st.selectbox("Model", list(models), format_func=lambda k: models[k], key="kv_model")
     config_text = None
     if model == kv.CUSTOM:
         upload = st.file_uploader("Upload config.json", type=["json"], key="kv_upload")
@@ -66,7 +66,7 @@ with cols[1]:
     prefix_slot = st.empty()
 with cols[2]:
     st.subheader("Hardware")
-    st.selectbox("GPU", list(gpus), format_func=gpus.get, key="kv_gpu")
+    st.selectbox("GPU", list(gpus), format_func=lambda k: gpus[k], key="kv_gpu")
     st.number_input("GPU count", step=1, key="kv_gpu_count")
     count_slot = st.empty()
     st.number_input("Tensor parallel size", step=1, key="kv_tp")
@@ -84,11 +84,11 @@ with st.container(border=True):
     st.subheader("Serving engine")
     top = st.columns(2)
     with top[0]:
-        engine = st.selectbox("Serving engine", list(engines), format_func=engines.get, key="kv_engine")
-        st.caption(kv.engine_note(engine))
+        engine = st.selectbox("Serving engine", list(engines), format_func=lambda k: engines[k], key="kv_engine")
+        st.caption(kv.engine_note(engine or ""))
         engine_slot = st.empty()
     with top[1]:
-        st.selectbox("Speculative draft model", list(drafts), format_func=drafts.get, key="kv_draft_model")
+        st.selectbox("Speculative draft model", list(drafts), format_func=lambda k: drafts[k], key="kv_draft_model")
         draft_slot = st.empty()
     ecols = st.columns(4)
     with ecols[0]:

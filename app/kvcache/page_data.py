@@ -12,7 +12,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -195,7 +195,7 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
     per link value that could not be used (the widget then shows the default)."""
     values = dict(DEFAULTS)
     errors: dict[str, str] = {}
-    choices = {
+    choices: dict[str, Collection[str]] = {
         "model": model_options(),
         "gpu": gpu_options(),
         "kv_dtype": KV_DTYPES,
@@ -354,7 +354,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         except ValueError as e:
             errors[key] = f"{LABELS[key]} {e}."
 
-    choices = {
+    choices: dict[str, Collection[str]] = {
         "kv_dtype": KV_DTYPES,
         "weight_dtype": WEIGHT_DTYPES,
         "state_dtype": STATE_DTYPES,

@@ -157,12 +157,12 @@ class ModelSpec:
             parts.append(f"{kind} {q}q/{kv}kv")
         if self.group("mla_kv"):
             parts.append("MLA decompressed K/V")
-        windows = sorted({g.window for g in self.groups if g.kind == "sliding"})
+        windows = sorted({g.window for g in self.groups if g.kind == "sliding" and g.window is not None})
         if windows:
             full = any(g.kind in ("full", "mla", "mla_kv") for g in self.groups)
             w = "/".join(str(x) for x in windows)
             parts.append(f"sliding {w}" + (" + global" if full else ""))
-        chunks = sorted({g.window for g in self.groups if g.kind == "chunked"})
+        chunks = sorted({g.window for g in self.groups if g.kind == "chunked" and g.window is not None})
         if chunks:
             parts.append("chunked " + "/".join(str(x) for x in chunks) + (" + global" if self.group("full") else ""))
         if any(g.kind in STATE_KINDS for g in self.groups):

@@ -3,15 +3,17 @@
 from app.catalog import UnknownModelError
 from app.config import ProviderNotConfigured
 from app.routing.client import ChatStream, RoutingClient, validate_messages
-from app.routing.errors import StreamBrokenError
+from app.routing.errors import BadResponse, ClientClosedError, StreamBrokenError
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from core.errors import GatewayError
 
 __all__ = [
     "AllRoutesFailed",
     "AttemptInfo",
+    "BadResponse",
     "ChatResult",
     "ChatStream",
+    "ClientClosedError",
     "GatewayError",
     "ProviderNotConfigured",
     "RoutingClient",

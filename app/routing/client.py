@@ -8,34 +8,52 @@ network otherwise. The retry and fallback policy lives here and in :mod:`app.rou
 sleep and randomness are injectable so tests of timing take milliseconds. The request path does no
 database I/O: the canary ratio is the last value the gateway's background refresher loaded, and the
 attempt records go to the telemetry writer in one hand-off.
+
+Incident behaviour (issue 7): every text from an upstream or a caller is cleaned once
+(:func:`core.text.clean`, provider keys scrubbed) before it is stored, logged or shown; a 200 that
+is not a completion is a ``bad_response`` failure; each attempt runs under a deadline enforced at
+the transport (:mod:`app.routing.deadline`) and the whole request under ``request_deadline_s``; a
+circuit breaker per provider skips a provider that is down. The decisions themselves are the pure
+functions of :mod:`app.routing.policy`.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice as CompletionChoice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from sqlalchemy import Engine
 
 from app import catalog
-from app.config import Settings, load_settings, resolve_api_key
+from app.config import Settings, load_settings, lookup, resolve_api_key
+from app.routing import deadline as deadlines
+from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.canary import Side, assign_side
-from app.routing.errors import Failure, StreamBrokenError, classify
+from app.routing.errors import BadResponse, ClientClosedError, Failure, StreamBrokenError, classify
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
+from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
+from app.routing.substitution import Offer, Policy, decide, model_on
 from core.errors import InvalidRequest
 from core.records import AttemptRecord
+from core.session import session_header_value, validate_session_id
+from core.text import clean, storable
 
 if TYPE_CHECKING:
     from app.gateway import Gateway
@@ -43,8 +61,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PROMPT_STORE_LIMIT = 20_000
+ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
+NO_DEADLINE = Deadline(0.0, float("inf"))
 
 
 class RatioSource(Protocol):
@@ -94,6 +114,9 @@ class _Plan:
     params: dict[str, Any]
     cache_hints: bool
     stream: bool
+    session_header: str | None = None  # the session id as the ASCII header value sent upstream
+    prompt_text: str | None = None  # cleaned, when store_prompts is on
+    deadline: Deadline = NO_DEADLINE  # set when the request starts
     records: list[AttemptRecord] = field(default_factory=list)
     infos: list[AttemptInfo] = field(default_factory=list)
 
@@ -176,6 +199,28 @@ class RoutingClient:
         self._http_clients: list[httpx2.Client] = []
         self._clients_lock = threading.Lock()
         self._gateway: Gateway | None = None
+        self._closed = False
+        # Provider keys, scrubbed from every upstream text before it is stored, logged or shown.
+        self._secret_values = tuple(
+            v
+            for p in settings.providers.values()
+            if not p.is_simulated and p.api_key_env
+            if (v := lookup(p.api_key_env, env, secrets))
+        )
+        b = settings.breaker
+        policy = BreakerPolicy(
+            window_s=b.window_s,
+            min_attempts=b.min_attempts,
+            failure_rate=b.failure_rate,
+            cooldown_s=b.cooldown_s,
+            enabled=b.enabled,
+        )
+        #: Called as ``hook(provider, old_state, new_state, why)`` on every breaker state change, on
+        #: the request's thread and under that breaker's lock: keep hooks quick (enqueue, count).
+        self.on_breaker_change: list[Callable[[str, State, State, str], None]] = []
+        self._breakers = {
+            name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
+        }
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
         self._id_prefix = os.urandom(8).hex()
         self._ids = itertools.count(1)
@@ -211,6 +256,23 @@ class RoutingClient:
     def ratio_age_s(self) -> float:
         """Seconds since the canary ratio was last loaded from the database."""
         return self._ratio.age_s()
+
+    def breaker_states(self) -> dict[str, BreakerSnapshot]:
+        """Each provider's circuit breaker now (times on the router's monotonic clock)."""
+        now = self._clock()
+        return {name: b.snapshot(now) for name, b in self._breakers.items()}
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _breaker_changed(self, provider: str, old: State, new: State, why: str) -> None:
+        log.warning("circuit breaker for %s: %s -> %s (%s)", provider, old, new, why)
+        for hook in list(self.on_breaker_change):
+            try:
+                hook(provider, old, new, why)
+            except Exception:  # a listener's bug must not break routing
+                log.exception("breaker change hook %r failed", hook)
 
     @overload
     def chat(
@@ -272,8 +334,11 @@ class RoutingClient:
     ) -> ChatResult | ChatStream:
         """Send one chat request through the router.
 
-        ``route`` forces one side with no fallback (the playground's compare mode).
+        ``route`` forces one side with no fallback (the playground's compare mode). Raises
+        :class:`ClientClosedError` at once, without any network I/O, once ``close()`` has begun.
         """
+        if self._closed:
+            raise ClientClosedError("this RoutingClient is closed: build a new one (RoutingClient.from_config())")
         plan = self._plan(messages, model, session_id, stream, temperature, max_tokens, source, route, cache_hints)
         if stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
@@ -289,7 +354,9 @@ class RoutingClient:
         self.telemetry.flush()
 
     def close(self) -> None:
-        """Flush telemetry and close the HTTP clients; a client built by a gateway closes it."""
+        """Flush telemetry and close the HTTP clients; a client built by a gateway closes it.
+        ``chat()`` raises :class:`ClientClosedError` from the moment this begins."""
+        self._closed = True
         if self._gateway is not None:
             self._gateway.close()  # calls close_http() and closes the telemetry writer
             return
@@ -297,6 +364,7 @@ class RoutingClient:
         self.close_http()
 
     def close_http(self) -> None:
+        self._closed = True
         with self._clients_lock:
             for hc in self._http_clients:
                 hc.close()
@@ -322,12 +390,20 @@ class RoutingClient:
         route: Side | None,
         cache_hints: bool,
     ) -> _Plan:
-        msgs = validate_messages(messages)
-        if session_id is not None and not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
-            raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters")
+        msgs = [_sendable_message(m) for m in validate_messages(messages)]
+        header = None
+        if session_id is not None:
+            if not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
+                got = f"{len(session_id)} characters" if isinstance(session_id, str) else type(session_id).__name__
+                raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters, got {got}")
+            try:
+                header = session_header_value(validate_session_id(session_id))
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
         source = source or self.source
-        if not 0 < len(source) <= MAX_SOURCE:
+        if not (isinstance(source, str) and 0 < len(source) <= MAX_SOURCE):
             raise InvalidRequest(f"source must be 1 to {MAX_SOURCE} characters")
+        source = storable(source, MAX_SOURCE) or "api"  # a caller's label: NUL or a lone surrogate cannot be stored
         if model in (None, "", "auto"):
             decision = classify_intent(msgs, self.settings.intents)
             chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
@@ -351,6 +427,7 @@ class RoutingClient:
             routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
             if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
                 routes.append((r.fallback, True))
+        routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
         params: dict[str, Any] = {}
         if temperature is not None:
             params["temperature"] = float(temperature)
@@ -370,6 +447,10 @@ class RoutingClient:
             params=params,
             cache_hints=cache_hints,
             stream=stream,
+            session_header=header,
+            prompt_text=clean(message_text(msgs), PROMPT_STORE_LIMIT, self._secret_values)
+            if self.settings.telemetry.store_prompts
+            else None,
         )
 
     # -- provider clients ----------------------------------------------------------------------
@@ -378,10 +459,14 @@ class RoutingClient:
             client = self._clients.get(name)
             if client is not None:
                 return client
+            if self._closed:
+                raise ClientClosedError("this RoutingClient is closed")
             p = self.settings.providers[name]
             key = resolve_api_key(name, p, self._env, self._secrets)  # ProviderNotConfigured if unset
-            transport = self._transports.get(name)
-            http_client = httpx2.Client(transport=transport) if transport is not None else httpx2.Client()
+            # Deadlines are enforced at the transport; redirects are never followed, so the key
+            # never leaves the configured host (a 3xx is a failure that fails over).
+            transport = deadlines.DeadlineTransport(self._transports.get(name) or httpx2.HTTPTransport())
+            http_client = httpx2.Client(transport=transport, follow_redirects=False)
             base_url = f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
             client = openai.OpenAI(
                 api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
@@ -391,25 +476,62 @@ class RoutingClient:
             return client
 
     def _model_for(self, provider: str, model: str) -> tuple[str, bool]:
-        p = self.settings.providers[provider]
-        return (model, False) if model in p.models else (p.default_model, True)
+        return model_on(self._offers[provider], model)
+
+    @cached_property
+    def _offers(self) -> dict[str, Offer]:
+        return {name: Offer(frozenset(p.models), p.default_model) for name, p in self.settings.providers.items()}
+
+    def _cost_safe_routes(
+        self, model: str, routes: list[tuple[str, bool]], *, forced: bool, by_intent: bool
+    ) -> list[tuple[str, bool]]:
+        """The planned routes under ``[routing.substitution]`` (see :mod:`app.routing.substitution`);
+        raises :class:`SubstitutionRefused` before any network call when none is left."""
+        r = self.settings.routing
+        policy = Policy.of(r.substitution.mode, r.substitution.max_price_factor)
+        decision = decide(
+            model,
+            routes,
+            self._offers,
+            policy,
+            alternatives=(r.primary, r.fallback),
+            forced=forced,
+            by_intent=by_intent,
+        )
+        for v in decision.dropped:
+            log.info(
+                "%s not used for %s: %s would cost %.2fx (routing.substitution)", v.provider, model, v.model, v.factor
+            )
+        if decision.rerouted:
+            log.info("%s routed to %s, which serves it (routing.substitution)", model, decision.routes[0][0])
+        return decision.routes
 
     # -- attempts ------------------------------------------------------------------------------
+    def _clean(self, text: str) -> str:
+        return clean(text, ERROR_TEXT_LIMIT, self._secret_values) or ""
+
     def _record(
         self,
         plan: _Plan,
         attempt: _Try,
         *,
         ttft_ms: float | None = None,
+        attempt_ttft_ms: float | None = None,
         failure: Failure | None = None,
         usage: Usage | None = None,
         cost: float = 0.0,
         final: bool = False,
-    ) -> None:
+    ) -> Failure | None:
+        """Log one attempt (and tell its provider's breaker); returns ``failure`` with its text
+        cleaned, which is the only form of it that goes further (logs, retries, the caller)."""
+        if failure is not None:
+            failure = replace(failure, message=self._clean(failure.message))
+        outcome = breaker_outcome(failure)
+        if outcome is not None:
+            self._breakers[attempt.provider].record(outcome, self._clock())
         usage = usage or Usage()
         number = len(plan.records) + 1
         latency_ms = (self._clock() - attempt.t0) * 1000.0
-        store = self.settings.telemetry.store_prompts
         plan.records.append(
             AttemptRecord(
                 request_id=plan.request_id,
@@ -436,7 +558,7 @@ class RoutingClient:
                 stream=plan.stream,
                 source=plan.source,
                 session_id=plan.session_id,
-                prompt_text=message_text(plan.messages)[:PROMPT_STORE_LIMIT] if store else None,
+                prompt_text=plan.prompt_text,
             )
         )
         plan.infos.append(
@@ -450,8 +572,23 @@ class RoutingClient:
                 http_status=failure.http_status if failure else None,
                 error=failure.describe() if failure else None,
                 with_hints=attempt.with_hints,
+                ttft_ms=ttft_ms,
+                attempt_ttft_ms=attempt_ttft_ms,
             )
         )
+        return failure
+
+    def _failed(self, plan: _Plan, attempt: _Try, exc: Exception, **kw: Any) -> Failure:
+        """Classify and log a failed attempt. An exception that is not an upstream fault (our own
+        bug) is logged as ``internal_error`` and raised to the caller."""
+        try:
+            failure = classify(exc, sent_hints=attempt.with_hints)
+        except BaseException:
+            self._record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
+            raise
+        cleaned = self._record(plan, attempt, failure=failure, **kw)
+        assert cleaned is not None
+        return cleaned
 
     def _commit(self, plan: _Plan) -> None:
         if not plan.records:
@@ -463,45 +600,80 @@ class RoutingClient:
     def _headers(self, plan: _Plan, with_hints: bool) -> dict[str, str] | None:
         if not with_hints:
             return None
-        return {"x-session-id": plan.session_id or "", "x-cache-controls": "session_scope"}
+        return {"x-session-id": plan.session_header or "", "x-cache-controls": "session_scope"}
 
     def _attempts(self, plan: _Plan) -> Generator[_Try, Failure | None, None]:
         """Drive the retry/fallback loop; yields what to try next and learns each outcome.
 
-        The caller sends back ``None`` on success (the loop ends) or the :class:`Failure`.
+        The caller sends back ``None`` on success (the loop ends) or the (cleaned) :class:`Failure`.
+        The decisions are :mod:`app.routing.policy`'s; this only reads the clock, draws the
+        backoff, asks the breakers and sleeps.
         """
-        backoff = Backoff(self.settings.retry, self._rng)
+        cfg = self.settings.retry
+        backoff = Backoff(cfg, self._rng)
+        skipped: list[str] = []
         for provider, is_fallback in plan.routes:
+            p = self.settings.providers[provider]
             model, substituted = self._model_for(provider, plan.model)
-            timeout = attempt_timeout_s(
-                self.settings.providers[provider].timeout_s, plan.prompt_tokens_est, self.settings.retry
-            )
-            with_hints = plan.cache_hints and plan.session_id is not None
+            base_timeout = attempt_timeout_s(p.timeout_s, plan.prompt_tokens_est, cfg)
+            max_attempts = max_attempts_for(p.max_attempts, cfg.max_attempts)
+            breaker = self._breakers[provider]
+            with_hints = plan.cache_hints and plan.session_header is not None
             hints_dropped = False
-            retries = 0
+            made = 0
             while True:
+                now = self._clock()
+                remaining = plan.deadline.remaining(now)
+                if remaining <= 0:
+                    raise _Stop(f"the request deadline of {cfg.request_deadline_s:g} s passed")
+                if not breaker.allow(now):
+                    log.info("%s: circuit open, skipped (request %s)", provider, plan.request_id)
+                    skipped.append(provider)
+                    break
+                timeout = attempt_budget_s(base_timeout, remaining)
                 failure = yield _Try(provider, model, is_fallback, substituted, with_hints, timeout)
                 if failure is None:
                     return
-                if failure.hint_rejection and not hints_dropped:
+                delay = None
+                if wants_retry(failure, made + 1, max_attempts, cfg.retry_after_cap_s):
+                    delay = backoff.propose(made, failure.retry_after_s)
+                step = next_step(
+                    failure,
+                    attempts_made=made + 1,
+                    max_attempts=max_attempts,
+                    hints_dropped=hints_dropped,
+                    retry_after_cap_s=cfg.retry_after_cap_s,
+                    delay_s=delay,
+                    remaining_s=plan.deadline.remaining(self._clock()),
+                )
+                if step.action == "resend_without_hints":
                     log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
                     with_hints, hints_dropped = False, True
                     continue
-                if failure.retryable and retries + 1 < self.settings.retry.max_attempts:
-                    delay = backoff.next_delay(retries, failure.retry_after_s)
-                    if delay is not None:
-                        log.info(
-                            "%s: %s; retry in %.2fs (request %s)", provider, failure.describe(), delay, plan.request_id
-                        )
-                        self._sleep(delay)
-                        retries += 1
-                        continue
-                if failure.fallback:
+                made += 1
+                if step.action == "retry":
                     log.info(
-                        "%s: %s; trying the next route (request %s)", provider, failure.describe(), plan.request_id
+                        "%s: %s; retry in %.2fs (request %s)",
+                        provider,
+                        failure.describe(),
+                        step.delay_s,
+                        plan.request_id,
+                    )
+                    backoff.commit(step.delay_s)
+                    self._sleep(step.delay_s)
+                    continue
+                if step.action == "fail_over":
+                    log.info(
+                        "%s: %s; %s; trying the next route (request %s)",
+                        provider,
+                        failure.describe(),
+                        step.reason,
+                        plan.request_id,
                     )
                     break
                 raise _Stop(f"request refused by {provider}")
+        if skipped:
+            raise _Stop(f"all routes failed (circuit open: {', '.join(skipped)})")
         raise _Stop("all routes failed")
 
     def _succeed(
@@ -513,10 +685,13 @@ class RoutingClient:
         usage: Usage,
         ttft_ms: float | None,
         finish_reason: str | None,
+        attempt_ttft_ms: float | None = None,
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
-        self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, cost=cost, final=True)
+        self._record(
+            plan, attempt, ttft_ms=ttft_ms, attempt_ttft_ms=attempt_ttft_ms, usage=usage, cost=cost, final=True
+        )
         return ChatResult(
             text=text,
             provider=attempt.provider,
@@ -537,33 +712,52 @@ class RoutingClient:
             attempt_log=list(plan.infos),
         )
 
-    def _send(self, plan: _Plan, attempt: _Try, **extra: Any) -> Any:
-        return self._client(attempt.provider).chat.completions.create(
-            model=attempt.model,
-            messages=plan.messages,
-            timeout=attempt.timeout,
-            extra_headers=self._headers(plan, attempt.with_hints),
-            **plan.params,
-            **extra,
+    def _deadline(self, plan: _Plan, attempt: _Try) -> deadlines.AttemptDeadline:
+        """An attempt's deadlines: non-streamed, its whole budget; streamed, its budget until the
+        first token, then the idle gap and the request's deadline."""
+        budget_end = attempt.t0 + attempt.timeout
+        if not plan.stream:
+            return deadlines.AttemptDeadline(self._clock, budget_end)
+        return deadlines.AttemptDeadline(
+            self._clock,
+            plan.deadline.end,
+            first_token_by=budget_end,
+            idle_s=self.settings.retry.stream_idle_timeout_s,
         )
 
-    def _run(self, plan: _Plan) -> ChatResult:
+    def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline, **extra: Any) -> Any:
+        client = self._client(attempt.provider)
+        token = deadlines.activate(deadline)
+        try:
+            return client.chat.completions.create(
+                model=attempt.model,
+                messages=plan.messages,
+                timeout=attempt.timeout,
+                extra_headers=self._headers(plan, attempt.with_hints),
+                **plan.params,
+                **extra,
+            )
+        finally:
+            deadlines.deactivate(token)
+
+    def _start(self, plan: _Plan) -> float:
         started = self._clock()
+        plan.deadline = Deadline.after(started, self.settings.retry.request_deadline_s)
+        return started
+
+    def _run(self, plan: _Plan) -> ChatResult:
+        started = self._start(plan)
         steps = self._attempts(plan)
         try:
             attempt = next(steps)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
                 try:
-                    resp = self._send(plan, attempt)
-                    text = resp.choices[0].message.content or "" if resp.choices else ""
-                    usage = _usage(resp.usage)
-                except Exception as exc:  # noqa: BLE001 - classify() re-raises what it does not know
-                    failure = classify(exc, sent_hints=attempt.with_hints)
-                    self._record(plan, attempt, failure=failure)
-                    attempt = steps.send(failure)
+                    resp = self._send(plan, attempt, self._deadline(plan, attempt))
+                    text, finish, usage = _completion_parts(resp)
+                except Exception as exc:  # noqa: BLE001 - _failed() re-raises what is not an upstream fault
+                    attempt = steps.send(self._failed(plan, attempt, exc))
                     continue
-                finish = resp.choices[0].finish_reason if resp.choices else None
                 return self._succeed(plan, attempt, started, text, usage, None, finish)
         except _Stop as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
@@ -572,7 +766,7 @@ class RoutingClient:
             self._commit(plan)
 
     def _run_stream(self, plan: _Plan, holder: ChatStream) -> Generator[str, None, None]:
-        started = self._clock()
+        started = self._start(plan)
         steps = self._attempts(plan)
         try:
             attempt = next(steps)
@@ -580,21 +774,27 @@ class RoutingClient:
                 attempt = attempt.begin(self._wall(), self._clock())
                 pieces: list[str] = []
                 ttft_ms: float | None = None
+                attempt_ttft_ms: float | None = None
                 usage: Usage | None = None
                 finish: str | None = None
                 try:
-                    stream = self._send(plan, attempt, stream=True, stream_options={"include_usage": True})
+                    deadline = self._deadline(plan, attempt)
+                    stream = self._send(plan, attempt, deadline, stream=True, stream_options={"include_usage": True})
                     with stream:
                         for chunk in stream:
+                            choices = _chunk_choices(chunk)
                             if chunk.usage is not None:
                                 usage = _usage(chunk.usage)
-                            for choice in chunk.choices:
+                            for choice in choices:
                                 if choice.finish_reason:
                                     finish = choice.finish_reason
                                 content = choice.delta.content if choice.delta else None
                                 if content:
                                     if ttft_ms is None:
-                                        ttft_ms = (self._clock() - attempt.t0) * 1000.0
+                                        now = self._clock()
+                                        deadline.first_token()
+                                        ttft_ms = (now - started) * 1000.0  # what the caller waited
+                                        attempt_ttft_ms = (now - attempt.t0) * 1000.0
                                     pieces.append(content)
                                     yield content
                     if finish is None:
@@ -604,33 +804,39 @@ class RoutingClient:
                         plan,
                         attempt,
                         ttft_ms=ttft_ms,
+                        attempt_ttft_ms=attempt_ttft_ms,
                         usage=usage,
                         failure=Failure("cancelled", "the caller stopped reading the stream"),
                     )
                     raise
                 except Exception as exc:
+                    kw: dict[str, Any] = {"ttft_ms": ttft_ms, "attempt_ttft_ms": attempt_ttft_ms, "usage": usage}
+                    if isinstance(exc, _Truncated):
+                        exc = BadResponse(exc.args[0])
                     if pieces:
-                        cause = exc.args[0] if isinstance(exc, _Truncated) else f"{type(exc).__name__}: {exc}"
+                        try:
+                            classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
+                        except BaseException:
+                            internal = Failure("internal_error", f"{type(exc).__name__}: {exc}")
+                            self._record(plan, attempt, failure=internal, **kw)
+                            raise
+                        cause = self._clean(
+                            f"{type(exc).__name__}: {exc}" if not isinstance(exc, BadResponse) else str(exc)
+                        )
                         self._record(
                             plan,
                             attempt,
-                            ttft_ms=ttft_ms,
-                            usage=usage,
                             failure=Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"),
+                            **kw,
                         )
                         raise StreamBrokenError(
                             f"{attempt.provider}/{attempt.model} stream broke after {len(pieces)} chunks "
                             f"(request {plan.request_id}): {cause}; the answer is incomplete"
                         ) from exc
-                    if isinstance(exc, _Truncated):
-                        failure = Failure("bad_response", exc.args[0], retryable=True, fallback=True)
-                    else:
-                        failure = classify(exc, sent_hints=attempt.with_hints)
-                    self._record(plan, attempt, ttft_ms=ttft_ms, usage=usage, failure=failure)
-                    attempt = steps.send(failure)
+                    attempt = steps.send(self._failed(plan, attempt, exc, **kw))
                     continue
                 holder.result = self._succeed(
-                    plan, attempt, started, "".join(pieces), usage or Usage(), ttft_ms, finish
+                    plan, attempt, started, "".join(pieces), usage or Usage(), ttft_ms, finish, attempt_ttft_ms
                 )
                 return
         except _Stop as stop:
@@ -648,13 +854,71 @@ class _Truncated(Exception):
     """Internal: a stream ended cleanly at the transport level but without a finish reason."""
 
 
+def _int(v: object) -> int:
+    """A token count from an upstream: a finite non-negative number, else 0 (never raises)."""
+    if type(v) is int:
+        return v if v > 0 else 0
+    if type(v) is float and math.isfinite(v):
+        return int(v) if v > 0 else 0
+    return 0
+
+
 def _usage(u: Any) -> Usage:
     if u is None:
         return Usage()
     details = getattr(u, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0 if details is not None else 0
     return Usage(
-        prompt_tokens=int(u.prompt_tokens or 0),
-        cached_tokens=int(cached),
-        completion_tokens=int(u.completion_tokens or 0),
+        prompt_tokens=_int(getattr(u, "prompt_tokens", 0)),
+        cached_tokens=_int(getattr(details, "cached_tokens", 0)) if details is not None else 0,
+        completion_tokens=_int(getattr(u, "completion_tokens", 0)),
     )
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, str):
+        return f"text, not a JSON object: {value[:80]!r}"
+    return f"JSON {type(value).__name__}, not a completion object"
+
+
+def _completion_parts(resp: object) -> tuple[str, str | None, Usage]:
+    """(text, finish reason, usage) of a completion, or :class:`BadResponse` when the 200 is not one
+    (the SDK hands back a ``str`` for a text/html body and a ``list`` for a JSON array)."""
+    if not isinstance(resp, ChatCompletion):
+        raise BadResponse(f"malformed response from upstream: {_kind(resp)}")
+    choices = resp.choices
+    if not isinstance(choices, list) or not choices:
+        raise BadResponse(f"malformed response from upstream: choices is {choices!r}, expected at least one")
+    first = choices[0]
+    message = getattr(first, "message", None) if isinstance(first, CompletionChoice) else None
+    if not isinstance(message, ChatCompletionMessage):
+        raise BadResponse("malformed response from upstream: the first choice has no message")
+    content = message.content
+    if content is not None and not isinstance(content, str):
+        raise BadResponse(f"malformed response from upstream: message content is {type(content).__name__}")
+    return content or "", first.finish_reason, _usage(resp.usage)
+
+
+def _chunk_choices(chunk: object) -> list[ChunkChoice]:
+    """A stream chunk's choices, or :class:`BadResponse` when the chunk is not a chunk object."""
+    if not isinstance(chunk, ChatCompletionChunk):
+        raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
+    choices = chunk.choices
+    if not isinstance(choices, list) or not all(isinstance(c, ChunkChoice) for c in choices):
+        raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
+    return choices
+
+
+def _sendable_message(m: dict) -> dict:
+    """A validated message whose text can be encoded and stored: lone surrogates replaced, NUL and
+    other C0 controls (except tab and newlines) removed."""
+    content = m["content"]
+    if isinstance(content, str):
+        m["content"] = storable(content, max(len(content), 1))
+    else:
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                part = {**part, "text": storable(part["text"], max(len(part["text"]), 1))}
+            parts.append(part)
+        m["content"] = parts
+    return m

@@ -1,15 +1,30 @@
 """What a failed attempt means for the router: retry it, fall back, resend without hints, or stop.
 
-This is the single table of the retry and fallback policy:
+This is the single table of the retry and fallback policy (the data is :data:`STATUS_CLASSES` and
+:data:`ROUTE_MARKERS` below; :mod:`app.routing.policy` turns a :class:`Failure` into the next step):
 
-| cause                                   | retry same provider | fall back |
-|-----------------------------------------|---------------------|-----------|
-| 408, 409, 429, 5xx, timeout, connection | yes (backoff)       | yes       |
-| malformed / invalid response body       | yes (backoff)       | yes       |
-| 401, 403 (auth), key not configured     | no                  | yes       |
-| 404 (model not served there)            | no                  | yes       |
-| 400 rejecting the cache hints           | once, without hints | -         |
-| 400, 413, 422 and other 4xx             | no                  | no        |
+| cause                                               | class                | retry        | fall back |
+|-----------------------------------------------------|----------------------|--------------|-----------|
+| 408, 409, 429, 5xx, timeout, connection             | (by status) / timeout| yes, backoff | yes       |
+| 429 whose Retry-After is beyond retry_after_cap_s   | rate_limited         | no           | at once   |
+| 200 that is not a completion (HTML, array, no       | bad_response         | yes, backoff | yes       |
+|   choices, no message, bad JSON, bad stream chunk)  |                      |              |           |
+| 3xx (never followed: the key stays on its host)     | redirect             | no           | yes       |
+| 401, 403 (auth), key not configured                 | auth, not_configured | no           | yes       |
+| 402, 429 insufficient_quota (quota, billing)        | quota                | no           | yes       |
+| 404 (model not found or not served there)           | not_found            | no           | yes       |
+| 400 about the route: LiteLLM 'Invalid model name',  | model_not_served,    | no           | yes       |
+|   'No connected db.', model_not_found, quota        | gateway_misconfigured|              |           |
+| 400 rejecting the cache hints                       | cache_hints_rejected | once, no hints | -       |
+| 400, 413, 422 and other 4xx about the request       | bad_request          | no           | no        |
+|   (context length, invalid parameter, policy)       |                      |              |           |
+| an exception from our own code                      | internal_error       | raised to the caller      |
+
+Per-provider attempt counts: ``[providers.NAME] max_attempts`` (1 for a provider that is itself a
+retrying gateway such as a LiteLLM proxy), else ``[retry] max_attempts``.
+
+Failure texts here are raw upstream text; the client cleans them (:func:`core.text.clean`, keys
+scrubbed) before they are stored, logged or shown.
 """
 
 from __future__ import annotations
@@ -21,10 +36,40 @@ import httpx2
 import openai
 
 from app.config import ProviderNotConfigured
-from core.errors import UpstreamError
+from core.errors import GatewayError, UpstreamError
 
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-REQUEST_FAULT_STATUS = frozenset({400, 413, 422})
+# status -> (error_class, retryable, fallback). 5xx and 3xx are ranges, handled in status_failure().
+STATUS_CLASSES: dict[int, tuple[str, bool, bool]] = {
+    401: ("auth", False, True),
+    402: ("quota", False, True),
+    403: ("auth", False, True),
+    404: ("not_found", False, True),
+    408: ("request_timeout", True, True),
+    409: ("conflict", True, True),
+    429: ("rate_limited", True, True),
+}
+SERVER_ERROR = ("server_error", True, True)
+REDIRECT = ("redirect", False, True)
+REQUEST_FAULT = ("bad_request", False, False)  # 400, 413, 422 and any other 4xx
+
+# A 4xx (usually 400, or 429 for quota) whose message, code or type holds one of these (lower case)
+# is about the route, not the request: the next provider may well serve the same request.
+ROUTE_MARKERS: tuple[tuple[str, str], ...] = (
+    ("invalid model name", "model_not_served"),  # LiteLLM proxy: the model is not in its model_list
+    ("model_not_found", "not_found"),
+    ("no connected db", "gateway_misconfigured"),  # LiteLLM proxy: virtual keys without a database
+    ("no_db_connection", "gateway_misconfigured"),
+    ("insufficient_quota", "quota"),
+    ("billing_hard_limit", "quota"),
+    ("invalid_api_key", "auth"),
+)
+HINT_MARKERS = ("x-session-id", "x-cache-controls", "cache hint", "cache_hint")
+
+# Classes that say something about the provider's health (they count in its circuit breaker).
+HEALTH_CLASSES = frozenset(
+    {"timeout", "connection", "server_error", "rate_limited", "request_timeout", "bad_response", "redirect",
+     "stream_broken", "api_error"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -41,9 +86,22 @@ class Failure:
         status = f" {self.http_status}" if self.http_status else ""
         return f"{self.error_class}{status}: {self.message}"
 
+    @property
+    def provider_health(self) -> bool:
+        """Whether this failure counts against the provider in its circuit breaker."""
+        return self.error_class in HEALTH_CLASSES
+
 
 class StreamBrokenError(UpstreamError):
     """A streamed answer failed after text had been delivered; the answer is incomplete."""
+
+
+class BadResponse(UpstreamError):
+    """An upstream answered 200 with something that is not a valid completion (or stream chunk)."""
+
+
+class ClientClosedError(GatewayError, RuntimeError):
+    """``chat()`` was called on a RoutingClient that is closing or closed."""
 
 
 def retry_after_seconds(headers: httpx2.Headers | None) -> float | None:
@@ -53,65 +111,94 @@ def retry_after_seconds(headers: httpx2.Headers | None) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms:
         try:
-            return max(float(ms) / 1000.0, 0.0)
+            value_ms = float(ms)
+            if value_ms == value_ms:  # not NaN
+                return max(value_ms / 1000.0, 0.0)
         except ValueError:
             pass
     value = headers.get("retry-after")
     if value:
         try:
-            return max(float(value), 0.0)
+            seconds = float(value)
+            return max(seconds, 0.0) if seconds == seconds else None
         except ValueError:
             # An HTTP date is allowed too; treat it as "unknown" rather than guess a clock skew.
             return None
     return None
 
 
-def _error_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
+def _error_fields(body: object, fallback_message: str) -> tuple[str, str]:
+    """(message, lower-case text of message + code + type) from an OpenAI-style error body."""
     if isinstance(body, dict):
         inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-    return str(exc.message)
+        if isinstance(inner, dict):
+            message = str(inner.get("message") or fallback_message)
+            extra = " ".join(str(inner.get(k) or "") for k in ("code", "type", "param"))
+            return message, f"{message} {extra}".lower()
+        if isinstance(inner, str) and inner:
+            return inner, inner.lower()
+    return fallback_message, fallback_message.lower()
 
 
-def _is_hint_rejection(exc: openai.APIStatusError) -> bool:
-    text = json.dumps(exc.body, default=str).lower() if exc.body is not None else str(exc.message).lower()
-    return any(marker in text for marker in ("x-session-id", "x-cache-controls", "cache hint", "cache_hint"))
+def status_failure(
+    status: int,
+    message: str,
+    *,
+    detail: str = "",
+    sent_hints: bool = False,
+    retry_after_s: float | None = None,
+) -> Failure:
+    """The failure for an HTTP ``status`` with its error ``message`` (``detail``: lower-case message,
+    code and type, for the marker table). Pure: the async driver uses it as it is."""
+    detail = detail or message.lower()
+    if 300 <= status < 400:
+        name, retryable, fallback = REDIRECT
+        return Failure(name, message or "redirect not followed", status, retryable, fallback)
+    if status >= 500:
+        name, retryable, fallback = SERVER_ERROR
+        return Failure(name, message, status, retryable, fallback, retry_after_s=retry_after_s)
+    if status == 400 and sent_hints and any(m in detail for m in HINT_MARKERS):
+        return Failure("cache_hints_rejected", message, status, hint_rejection=True)
+    if 400 <= status < 500 and status not in (401, 403, 404, 402):
+        for marker, name in ROUTE_MARKERS:
+            if marker in detail:
+                return Failure(name, message, status, fallback=True)
+    name, retryable, fallback = STATUS_CLASSES.get(status, REQUEST_FAULT)
+    return Failure(name, message, status, retryable, fallback, retry_after_s=retry_after_s if retryable else None)
 
 
 def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
+    """The failure an exception from the SDK, the transport or response validation stands for.
+
+    Anything else (a plain ``ValueError``/``TypeError``/``AttributeError`` from our own code) is
+    re-raised: a bug of ours must surface, not be retried against an innocent provider."""
     if isinstance(exc, ProviderNotConfigured):
         return Failure("not_configured", str(exc), fallback=True)
+    if isinstance(exc, BadResponse):
+        return Failure("bad_response", str(exc), retryable=True, fallback=True)
     if isinstance(exc, openai.APITimeoutError):
-        return Failure("timeout", "no answer before the timeout", retryable=True, fallback=True)
+        cause = exc.__cause__ or exc.__context__
+        detail = str(cause) if isinstance(cause, httpx2.TimeoutException) and str(cause) else "no answer in time"
+        return Failure("timeout", detail, retryable=True, fallback=True)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
         return Failure("connection", detail, retryable=True, fallback=True)
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        msg = _error_message(exc)
-        if status == 400 and sent_hints and _is_hint_rejection(exc):
-            return Failure("cache_hints_rejected", msg, status, hint_rejection=True)
-        if status in RETRYABLE_STATUS or status >= 500:
-            name = {408: "request_timeout", 409: "conflict", 429: "rate_limited"}.get(status, "server_error")
-            return Failure(
-                name,
-                msg,
-                status,
-                retryable=True,
-                fallback=True,
-                retry_after_s=retry_after_seconds(exc.response.headers),
-            )
-        if status in (401, 403):
-            return Failure("auth", msg, status, fallback=True)
-        if status == 404:
-            return Failure("not_found", msg, status, fallback=True)
-        return Failure("bad_request", msg, status)
-    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, ValueError)):
+        message, detail = _error_fields(exc.body, str(exc.message))
+        return status_failure(
+            exc.status_code,
+            message,
+            detail=detail,
+            sent_hints=sent_hints,
+            retry_after_s=retry_after_seconds(exc.response.headers),
+        )
+    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
+        # The SDK raises a raw JSONDecodeError for a 200 whose JSON body does not parse.
         return Failure("bad_response", f"malformed response from upstream: {exc}", retryable=True, fallback=True)
-    if isinstance(exc, (httpx2.TransportError, OSError)):
+    if isinstance(exc, httpx2.TimeoutException):
+        return Failure("timeout", str(exc) or "no answer in time", retryable=True, fallback=True)
+    if isinstance(exc, httpx2.TransportError):
         return Failure("connection", f"{type(exc).__name__}: {exc}", retryable=True, fallback=True)
     if isinstance(exc, openai.APIError):
         return Failure("api_error", str(exc), retryable=True, fallback=True)

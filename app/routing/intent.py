@@ -2,9 +2,12 @@
 ``[intents]`` table of the gateway config).
 
 Order: a prompt estimated above ``long_context_tokens`` goes to the long-context model; otherwise
-the first rule with a matching keyword; otherwise the default model. ASCII keywords match at the
-start of a word ("debug" matches "Debugging", "math" matches "mathematics", "code" does not match
-"barcode"); Hangul keywords match as substrings because Korean attaches particles ("코드를").
+the first rule with a matching keyword or pattern; otherwise the default model. ASCII keywords match
+at the start of a word ("debug" matches "Debugging", "math" matches "mathematics", "code" does not
+match "barcode"); Hangul keywords match as substrings because Korean attaches particles ("코드를").
+A rule's ``patterns`` are regular expressions (case-insensitive), for what words cannot say: an
+equation such as ``x^2-5x+6=0``, ``d/dx``, or a word only in context. They are validated when the
+configuration loads (:class:`app.config.IntentRule`) and compiled once per rule.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from app.config import IntentConfig
+from app.config import IntentConfig, IntentRule
 from core.messages import messages_text
 
 
@@ -35,12 +38,22 @@ def estimate_tokens(text: str, chars_per_token: int = 4) -> int:
 
 
 @lru_cache(maxsize=64)
-def _pattern(keywords: tuple[str, ...]) -> re.Pattern[str]:
-    alts = []
-    for kw in keywords:
-        escaped = re.escape(kw.lower())
-        alts.append(rf"\b{escaped}" if kw.isascii() else escaped)
-    return re.compile("|".join(alts), re.IGNORECASE)
+def _matchers(keywords: tuple[str, ...], patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    # Each pattern is compiled on its own: joined with "|" an inline flag such as "(?x)" would no
+    # longer be at the start of the expression, and one rule's groups could clash with another's.
+    compiled = [re.compile(p, re.IGNORECASE) for p in patterns]
+    if keywords:
+        alts = []
+        for kw in keywords:
+            escaped = re.escape(kw.lower())
+            alts.append(rf"\b{escaped}" if kw.isascii() else escaped)
+        compiled.insert(0, re.compile("|".join(alts), re.IGNORECASE))
+    return tuple(compiled)
+
+
+def matches(rule: IntentRule, text: str) -> bool:
+    """Whether any keyword or pattern of ``rule`` is found in ``text``."""
+    return any(m.search(text) for m in _matchers(tuple(rule.keywords), tuple(rule.patterns)))
 
 
 def classify(messages: Sequence[dict], cfg: IntentConfig) -> IntentDecision:
@@ -51,6 +64,6 @@ def classify(messages: Sequence[dict], cfg: IntentConfig) -> IntentDecision:
     if tokens > cfg.long_context_tokens:
         return IntentDecision("long_context", cfg.long_context_model, tokens)
     for rule in cfg.rules:
-        if _pattern(tuple(rule.keywords)).search(user_text):
+        if matches(rule, user_text):
             return IntentDecision(rule.intent, rule.model, tokens)
     return IntentDecision("general", cfg.default_model, tokens)

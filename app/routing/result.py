@@ -29,6 +29,8 @@ class AttemptInfo:
     http_status: int | None = None
     error: str | None = None
     with_hints: bool = True
+    ttft_ms: float | None = None  # streams: first token, from the caller's request
+    attempt_ttft_ms: float | None = None  # streams: first token, from this attempt's start
 
 
 @dataclass(frozen=True)

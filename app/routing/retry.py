@@ -18,15 +18,25 @@ class Backoff:
         self.rng = rng or random.Random()
         self.waited_s = 0.0
 
-    def next_delay(self, retry_number: int, retry_after_s: float | None) -> float | None:
-        """Seconds to sleep before retry ``retry_number`` (0-based), or ``None`` if over budget."""
+    def propose(self, retry_number: int, retry_after_s: float | None) -> float | None:
+        """The sleep before retry ``retry_number`` (0-based), or ``None`` if over the total wait budget;
+        nothing is spent until :meth:`commit`."""
         cap = min(self.cfg.max_delay_s, self.cfg.base_delay_s * (2**retry_number))
         delay = self.rng.uniform(0.0, cap)
         if retry_after_s is not None:
             delay = max(delay, min(retry_after_s, self.cfg.retry_after_cap_s))
         if self.waited_s + delay > self.cfg.max_total_wait_s:
             return None
+        return delay
+
+    def commit(self, delay: float) -> None:
         self.waited_s += delay
+
+    def next_delay(self, retry_number: int, retry_after_s: float | None) -> float | None:
+        """Seconds to sleep before retry ``retry_number`` (0-based), or ``None`` if over budget."""
+        delay = self.propose(retry_number, retry_after_s)
+        if delay is not None:
+            self.commit(delay)
         return delay
 
 

@@ -57,6 +57,7 @@ class SimulatorHTTPServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}"
 
     def start_in_thread(self) -> threading.Thread:
@@ -196,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        stream = iter(response.stream)
+        stream = iter(response.stream)  # type: ignore[arg-type]  # a sync transport's stream
         try:
             for chunk in stream:
                 if chunk:

@@ -18,7 +18,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url"))
+    engine = config.attributes.get("engine") or create_engine(config.get_main_option("sqlalchemy.url") or "")
     with engine.begin() as conn:
         context.configure(
             connection=conn, target_metadata=target_metadata, render_as_batch=conn.dialect.name == "sqlite"

@@ -91,6 +91,8 @@ seed = 1
 {extra.pop("simulator", "latency_scale = 0")}
 [telemetry]
 {extra.pop("telemetry", "")}
+[breaker]
+{extra.pop("breaker", "")}
 """
     assert not extra, f"unknown sections {sorted(extra)}"
     path.write_text(toml)
@@ -143,7 +145,6 @@ def chaos_requests(up: ChaosUpstream) -> int:
 
 
 # -- 1. one upstream error text stops the request log ------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #1: a lone surrogate in an upstream error makes every batch fail")
 def test_1_lone_surrogate_in_an_upstream_error_is_logged(router, up):
     up.script(unavailable("bad \udcff thing"), provider="chaos")
     client = router()
@@ -155,7 +156,6 @@ def test_1_lone_surrogate_in_an_upstream_error_is_logged(router, up):
     assert "bad" in rows[0]["error_message"] and rows[0]["error_message"].encode("utf-8")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #1: a caller's lone surrogate breaks the send and the stored prompt")
 def test_1_lone_surrogate_in_a_prompt_is_sent_and_stored(router, up):
     client = router(sections={"telemetry": "store_prompts = true"})
     r = client.chat([{"role": "user", "content": "bad \udcff prompt"}])
@@ -166,7 +166,6 @@ def test_1_lone_surrogate_in_a_prompt_is_sent_and_stored(router, up):
 
 
 @pytest.mark.postgres
-@pytest.mark.xfail(strict=True, reason="issue 7 #1: PostgreSQL rejects NUL in an error text; the attempt vanishes")
 def test_1_nul_in_an_upstream_error_is_logged_on_postgresql(router, up, pg_url):
     up.script(unavailable("bad \u0000 thing"), provider="chaos")
     client = router(pg_url)
@@ -177,14 +176,13 @@ def test_1_nul_in_an_upstream_error_is_logged_on_postgresql(router, up, pg_url):
 
 
 # -- 2. malformed 200s -------------------------------------------------------------------------------
-MALFORMED = "issue 7 #2: a malformed 200 raises a raw AttributeError/TypeError instead of a retry"
 
 
 @pytest.mark.parametrize(
     "fault",
     [
-        pytest.param(html_200(), id="text-html", marks=pytest.mark.xfail(strict=True, reason=MALFORMED)),
-        pytest.param(json_array_200(), id="json-array", marks=pytest.mark.xfail(strict=True, reason=MALFORMED)),
+        pytest.param(html_200(), id="text-html"),
+        pytest.param(json_array_200(), id="json-array"),
         pytest.param(bad_json(), id="bad-json"),  # already a retryable bad_response today
     ],
 )
@@ -198,14 +196,11 @@ def test_2_malformed_200_is_an_upstream_failure_that_is_retried(router, up, faul
     assert [row["status"] for row in log_rows(client)] == ["error", "ok"]
 
 
-EMPTY = "issue 7 #2: a 200 with empty or null choices counts as a successful empty answer"
-
-
 @pytest.mark.parametrize(
     "fault",
     [
-        pytest.param(empty_choices(), id="empty", marks=pytest.mark.xfail(strict=True, reason=EMPTY)),
-        pytest.param(null_choices(), id="null", marks=pytest.mark.xfail(strict=True, reason=EMPTY)),
+        pytest.param(empty_choices(), id="empty"),
+        pytest.param(null_choices(), id="null"),
     ],
 )
 def test_2_no_choices_is_not_a_successful_answer(router, up, fault):
@@ -214,7 +209,6 @@ def test_2_no_choices_is_not_a_successful_answer(router, up, fault):
     assert r.text == OK_TEXT and r.attempts == 2 and r.attempt_log[0].status == "error"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #2: a stream chunk with choices null raises TypeError")
 def test_2_stream_chunk_with_null_choices_is_retried(router, up):
     up.script(stream_null_choices(), provider="chaos")
     stream = router().chat(HI, stream=True)
@@ -222,7 +216,6 @@ def test_2_stream_chunk_with_null_choices_is_retried(router, up):
     assert stream.result.attempts == 2 and stream.result.attempt_log[0].status == "error"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #2: classify() treats any ValueError as an upstream fault")
 def test_2_our_own_errors_are_not_classified_as_upstream_faults():
     from app.routing.errors import classify
 
@@ -231,7 +224,6 @@ def test_2_our_own_errors_are_not_classified_as_upstream_faults():
 
 
 # -- 3. session ids outside ASCII --------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #3: a non-ASCII session id fails every attempt ('ascii' codec)")
 @pytest.mark.parametrize("session_id", ["세션", "café", "\U0001f680", "\n"])
 def test_3_any_unicode_session_id_reaches_the_primary_as_an_ascii_header(router, up, session_id):
     r = router().chat(HI, session_id=session_id)
@@ -273,7 +265,6 @@ def test_5_a_failing_guardrail_check_does_not_duplicate_rows(router, up):
 
 
 # -- 6. the attempt timeout is per read --------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #6: timeout_s bounds each read, so a trickling upstream holds on")
 def test_6_attempt_timeout_is_a_deadline_over_the_whole_answer(router, up):
     up.set_default(trickle(0.02), provider="chaos")  # ~300 bytes: about 6 s at one byte per 20 ms
     client = router(sections={"providers.chaos": "timeout_s = 0.2", "retry": "max_attempts = 1"})
@@ -287,7 +278,6 @@ def test_6_attempt_timeout_is_a_deadline_over_the_whole_answer(router, up):
     assert ended and outcome[0].provider == "direct" and outcome[0].attempt_log[0].error_class == "timeout"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #6: a trickling stream is never cut (no first-token or idle deadline)")
 def test_6_a_trickling_stream_is_bounded_too(router, up):
     up.set_default(trickle(0.02), provider="chaos")  # first content after ~150 bytes, ~3 s
     client = router(sections={"providers.chaos": "timeout_s = 0.2", "retry": "max_attempts = 1"})
@@ -308,7 +298,6 @@ def test_6_a_trickling_stream_is_bounded_too(router, up):
 
 
 # -- 7. a 3xx disables fallback ----------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #7: a 307 from the primary is a bad_request that stops routing")
 def test_7_redirect_is_not_followed_and_fails_over(router, up):
     up.set_default(redirect(up.base_url("elsewhere") + "/chat/completions"), provider="chaos")
     r = router().chat(HI)
@@ -317,16 +306,11 @@ def test_7_redirect_is_not_followed_and_fails_over(router, up):
 
 
 # -- 8. gateways behind gateways ---------------------------------------------------------------------
-ROUTE_400 = "issue 7 #8: LiteLLM's route-level 400s end in AllRoutesFailed without trying the fallback"
-
-
 @pytest.mark.parametrize(
     "fault",
     [
-        pytest.param(
-            litellm_invalid_model(), id="invalid-model", marks=pytest.mark.xfail(strict=True, reason=ROUTE_400)
-        ),
-        pytest.param(litellm_no_db(), id="no-db", marks=pytest.mark.xfail(strict=True, reason=ROUTE_400)),
+        pytest.param(litellm_invalid_model(), id="invalid-model"),
+        pytest.param(litellm_no_db(), id="no-db"),
     ],
 )
 def test_8_route_level_400_fails_over(router, up, fault):
@@ -345,7 +329,6 @@ def test_8_request_level_400_does_not_fail_over(router, up, fault):
     assert [a.provider for a in e.value.attempts] == ["chaos"] and e.value.attempts[0].http_status == 400
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #8: a streamed fallback's ttft_ms is the fallback attempt's own")
 def test_8_stream_time_to_first_token_counts_from_the_callers_request(router, up):
     up.set_default(server_error(), provider="chaos")
     stream = router().chat(HI, stream=True)
@@ -356,7 +339,6 @@ def test_8_stream_time_to_first_token_counts_from_the_callers_request(router, up
 
 
 # -- 9. no circuit breaker ---------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #9: no circuit breaker; every request pays all primary attempts")
 def test_9_an_outage_opens_the_breaker(router, up):
     up.set_default(server_error(), provider="chaos")
     client = router()
@@ -367,7 +349,6 @@ def test_9_an_outage_opens_the_breaker(router, up):
     assert results[-1].attempt_log[0].provider == "direct"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 7 #9: a Retry-After beyond the cap is waited (capped) and retried")
 def test_9_retry_after_beyond_the_cap_fails_over_at_once(router, up):
     up.set_default(rate_limited(retry_after_s=3600), provider="chaos")
     sleeps: list[float] = []
@@ -376,7 +357,6 @@ def test_9_retry_after_beyond_the_cap_fails_over_at_once(router, up):
 
 
 # -- 10. chat after close ----------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #10: chat() after close() calls the upstream, then raises")
 def test_10_chat_after_close_raises_without_touching_the_network(router, up):
     client = router()
     client.close()
@@ -386,7 +366,6 @@ def test_10_chat_after_close_raises_without_touching_the_network(router, up):
 
 
 # -- 11. secrets and hygiene -------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="issue 7 #11: an upstream 401 echoing the key is stored and shown")
 def test_11_an_echoed_key_is_neither_stored_nor_shown(router, up):
     up.script(unauthorized_echo(), provider="chaos")
     client = router()

@@ -60,7 +60,9 @@ def test_router_passes_the_grown_timeout_to_the_sdk(client_factory, sqlite_url):
 
     with pytest.raises(AllRoutesFailed):
         client.chat([{"role": "user", "content": "x" * 40_000}], route="fallback")
-    assert seen and all(t >= 60 for t in seen)
+    # The read timeout is the grown 60 s attempt budget, capped at the transport by what is left of
+    # the attempt's deadline (issue 7 #6), so a few milliseconds under 60 by the time it is sent.
+    assert seen and all(59 < t <= 60 for t in seen)
 
 
 @pytest.mark.parametrize(

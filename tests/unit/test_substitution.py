@@ -1,0 +1,252 @@
+"""The cost-safe substitution policy (app.routing.substitution): prices from the catalog, the
+per-provider verdict for every model pair, and the route decision for every side and mode."""
+
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+
+import pytest
+
+from app import catalog
+from app.config import ConfigError, load_settings
+from app.routing.substitution import (
+    MODES,
+    Offer,
+    Policy,
+    SubstitutionRefused,
+    blended_price,
+    decide,
+    model_on,
+    price_factor,
+    served,
+)
+
+MODELS = catalog.model_names()
+SETTINGS = load_settings("gateway.toml", env={})
+OFFERS = {name: Offer(frozenset(p.models), p.default_model) for name, p in SETTINGS.providers.items()}
+P, F = SETTINGS.routing.primary, SETTINGS.routing.fallback
+DEFAULT = Policy()
+DS, GEM, CLAUDE, GPT = "deepseek-chat-v3.2", "gemini-2.5-flash", "claude-sonnet-4-20250514", "gpt-4.1"
+
+
+def test_blended_price_is_input_plus_output_per_million_from_the_catalog():
+    for name in MODELS:
+        info = catalog.get(name)
+        assert blended_price(name) == info.input + info.output
+    assert blended_price(DS) == Decimal("0.70") and blended_price(GPT) == Decimal("10.00")
+
+
+@pytest.mark.parametrize(
+    ("chosen", "substitute", "factor"),
+    [
+        (DS, GPT, Decimal("10.00") / Decimal("0.70")),  # the incident: 14.29x
+        (DS, GEM, Decimal("4")),
+        (GEM, GPT, Decimal("10.00") / Decimal("2.80")),
+        (GPT, CLAUDE, Decimal("1.8")),
+        (CLAUDE, GPT, Decimal("10.00") / Decimal("18.00")),
+        (GPT, GPT, Decimal(1)),
+    ],
+)
+def test_price_factor_is_exact(chosen, substitute, factor):
+    assert price_factor(chosen, substitute) == factor
+
+
+def test_a_free_chosen_model_makes_any_paid_substitute_infinitely_dearer():
+    prices = {"free": Decimal(0), "also-free": Decimal(0), "paid": Decimal("0.01")}
+    assert price_factor("free", "paid", prices.__getitem__) == Decimal("Infinity")
+    assert price_factor("free", "also-free", prices.__getitem__) == 1
+    verdict = served(
+        "p", Offer(frozenset({"paid"}), "paid"), "free", Policy("route", Decimal(1000)), prices.__getitem__
+    )
+    assert verdict.substituted and not verdict.allowed
+
+
+@pytest.mark.parametrize(("chosen", "default"), list(itertools.product(MODELS, MODELS)))
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("factor", [Decimal(1), Decimal("1.5"), Decimal(20), Decimal("Infinity")])
+def test_verdict_for_every_model_pair_follows_the_price_table(chosen, default, mode, factor):
+    offer = Offer(frozenset({default}), default)
+    v = served("p", offer, chosen, Policy(mode, factor))
+    if chosen == default:
+        assert (v.model, v.substituted, v.allowed) == (chosen, False, True)
+        return
+    info_c, info_d = catalog.get(chosen), catalog.get(default)
+    within = info_d.input + info_d.output <= factor * (info_c.input + info_c.output)
+    assert (v.model, v.substituted) == (default, True)
+    assert v.allowed == (mode != "refuse" and within)
+
+
+def test_model_on_keeps_a_served_model_and_otherwise_names_the_default():
+    assert model_on(OFFERS[F], GEM) == (GEM, False)
+    assert model_on(OFFERS[F], DS) == (GPT, True)
+
+
+def _routes(side: str) -> list[tuple[str, bool]]:
+    return [(P, False), (F, True)] if side == "primary" else [(F, False)]
+
+
+def _alternatives(side: str) -> list[str]:
+    return [F] if side == "primary" else [P]
+
+
+# The decision table on the default gateway.toml: (chosen model, canary side, mode) -> the routes
+# taken, or "refuse". holysheep (primary) serves all four models; direct (fallback) serves gpt-4.1
+# and gemini-2.5-flash and substitutes gpt-4.1 for the others.
+TABLE = [
+    # deepseek: direct's gpt-4.1 would cost 14.29x; the primary serves it.
+    (DS, "primary", "route", [(P, False)]),
+    (DS, "primary", "substitute", [(P, False)]),
+    (DS, "primary", "refuse", [(P, False)]),
+    (DS, "fallback", "route", [(P, False)]),  # moved to the side that serves it
+    (DS, "fallback", "substitute", "refuse"),
+    (DS, "fallback", "refuse", "refuse"),
+    # gemini and gpt-4.1: served on both sides, nothing to decide.
+    (GEM, "primary", "route", [(P, False), (F, True)]),
+    (GEM, "fallback", "refuse", [(F, False)]),
+    (GPT, "primary", "refuse", [(P, False), (F, True)]),
+    (GPT, "fallback", "substitute", [(F, False)]),
+    # claude: direct's gpt-4.1 is cheaper (0.56x), a substitution within the factor.
+    (CLAUDE, "primary", "route", [(P, False), (F, True)]),
+    (CLAUDE, "primary", "refuse", [(P, False)]),
+    (CLAUDE, "fallback", "route", [(F, False)]),
+    (CLAUDE, "fallback", "substitute", [(F, False)]),
+    (CLAUDE, "fallback", "refuse", "refuse"),
+]
+
+
+@pytest.mark.parametrize(("model", "side", "mode", "expected"), TABLE)
+def test_decision_table_on_the_default_config(model, side, mode, expected):
+    policy = Policy(mode, Decimal("1.5"))
+    if expected == "refuse":
+        with pytest.raises(SubstitutionRefused):
+            decide(model, _routes(side), OFFERS, policy, alternatives=_alternatives(side))
+        return
+    d = decide(model, _routes(side), OFFERS, policy, alternatives=_alternatives(side))
+    assert d.routes == expected
+    assert d.rerouted == (expected[0][0] != _routes(side)[0][0])
+
+
+@pytest.mark.parametrize(
+    ("model", "side", "mode", "forced"), list(itertools.product(MODELS, ("primary", "fallback"), MODES, (False, True)))
+)
+@pytest.mark.parametrize("factor", [Decimal(1), Decimal("1.5"), Decimal(5), Decimal("Infinity")])
+def test_no_decision_ever_answers_above_the_factor(model, side, mode, forced, factor):
+    policy = Policy(mode, factor)
+    routes = [(P, False)] if forced and side == "primary" else _routes(side)
+    try:
+        d = decide(model, routes, OFFERS, policy, alternatives=_alternatives(side), forced=forced)
+    except SubstitutionRefused as exc:
+        assert "routing.substitution" in str(exc) and "Fix:" in str(exc) and model in str(exc)
+        return
+    assert d.routes and not d.routes[0][1]  # the request's own route is never a failure fallback
+    for provider, _ in d.routes:
+        v = served(provider, OFFERS[provider], model, policy)
+        assert v.allowed and v.factor <= factor
+        assert not (mode == "refuse" and v.substituted)
+    if d.rerouted:
+        assert mode == "route" and not forced
+    dropped = {v.provider for v in d.dropped}
+    assert dropped.isdisjoint(p for p, _ in d.routes)
+
+
+def test_substitution_within_the_factor_is_kept_and_named():
+    d = decide(CLAUDE, [(F, False)], OFFERS, DEFAULT, alternatives=[P])
+    assert d.routes == [(F, False)] and not d.rerouted
+    v = served(F, OFFERS[F], CLAUDE, DEFAULT)
+    assert (v.model, v.substituted, v.allowed) == (GPT, True, True)
+
+
+def test_a_too_dear_failure_fallback_is_dropped_and_reported():
+    d = decide(DS, [(P, False), (F, True)], OFFERS, DEFAULT, alternatives=[F])
+    assert d.routes == [(P, False)] and not d.rerouted
+    assert [(v.provider, v.model) for v in d.dropped] == [(F, GPT)]
+
+
+def test_a_raised_factor_allows_the_old_substitution():
+    anything = Policy("route", Decimal("Infinity"))
+    d = decide(DS, [(F, False)], OFFERS, anything, alternatives=[P])
+    assert d.routes == [(F, False)] and not d.rerouted
+
+
+def test_a_pinned_route_is_refused_with_a_message_naming_the_policy_and_the_fix():
+    with pytest.raises(SubstitutionRefused) as info:
+        decide(DS, [(F, False)], OFFERS, DEFAULT, alternatives=[P], forced=True)
+    msg = str(info.value)
+    assert info.value.model == DS and isinstance(info.value, ValueError)
+    assert "pinned by the caller" in msg
+    assert f"{F} would answer with {GPT} at 14.29x the price" in msg
+    assert 'routing.substitution (mode = "route") allows a substitute at most 1.5x the price' in msg
+    assert f"Fix: choose a model {F} serves (gemini-2.5-flash, gpt-4.1)" in msg
+
+
+def test_refuse_mode_message_says_no_substitute():
+    with pytest.raises(SubstitutionRefused) as info:
+        decide(DS, [(F, False)], OFFERS, Policy("refuse"), alternatives=[P])
+    assert f"{F} does not serve it" in str(info.value)
+    assert 'routing.substitution.mode = "refuse" allows no substitute' in str(info.value)
+
+
+def test_decide_needs_a_route():
+    with pytest.raises(ValueError):
+        decide(DS, [], OFFERS, DEFAULT)
+
+
+def test_default_policy_in_the_shipped_config_is_route_at_1_5():
+    sub = SETTINGS.routing.substitution
+    assert (sub.mode, sub.max_price_factor) == ("route", 1.5)
+    assert Policy.of(sub.mode, sub.max_price_factor) == Policy("route", Decimal("1.5"))
+
+
+def _with_policy(tmp_path, body: str):
+    text = open("gateway.toml").read()
+    start = text.index("[routing.substitution]")
+    end = text.index("\n\n", start)
+    p = tmp_path / "g.toml"
+    p.write_text(text[:start] + "[routing.substitution]\n" + body + text[end:])
+    return p
+
+
+def test_policy_section_is_read(tmp_path):
+    sub = load_settings(
+        _with_policy(tmp_path, 'mode = "substitute"\nmax_price_factor = inf'), env={}
+    ).routing.substitution
+    assert sub.mode == "substitute"
+    assert Policy.of(sub.mode, sub.max_price_factor).max_price_factor == Decimal("Infinity")
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ('mode = "cheapest"', "routing.substitution.mode"),
+        ("max_price_factor = 0.5", "routing.substitution.max_price_factor"),
+        ("max_price_factor = nan", "routing.substitution.max_price_factor"),
+        ("factor = 2", "unknown key; allowed: mode, max_price_factor"),
+    ],
+)
+def test_bad_policy_values_are_refused_at_load(tmp_path, body, needle):
+    with pytest.raises(ConfigError) as info:
+        load_settings(_with_policy(tmp_path, body), env={})
+    assert needle in str(info.value)
+
+
+GPT_ONLY = {name: Offer(frozenset({GPT}), GPT) for name in (P, F)}
+
+
+def test_an_intent_model_no_provider_serves_answers_with_the_defaults():
+    # A config whose providers all serve only gpt-4.1: an intent rule's gemini cannot be honoured
+    # anywhere, so auto requests keep their canary routes (each answer flagged as substituted).
+    d = decide(GEM, [(P, False), (F, True)], GPT_ONLY, DEFAULT, alternatives=[F], by_intent=True)
+    assert d.routes == [(P, False), (F, True)] and not d.rerouted and not d.dropped
+    assert served(P, GPT_ONLY[P], GEM, DEFAULT).substituted
+
+
+@pytest.mark.parametrize(("by_intent", "mode"), [(False, "route"), (True, "refuse")])
+def test_an_unserved_model_is_refused_when_the_caller_chose_it_or_the_mode_is_refuse(by_intent, mode):
+    with pytest.raises(SubstitutionRefused):
+        decide(GEM, [(P, False), (F, True)], GPT_ONLY, Policy(mode), alternatives=[F], by_intent=by_intent)
+
+
+def test_an_intent_model_served_somewhere_is_held_to_the_policy():
+    with pytest.raises(SubstitutionRefused):
+        decide(DS, [(F, False)], OFFERS, Policy("substitute"), alternatives=[P], by_intent=True)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m app chat|canary|loadgen|simulate|dashboard|serve|keys``.
+"""Command line: ``python -m app chat|canary|loadgen|simulate|dashboard|serve|keys|status|users``.
 
 Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
 configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
@@ -135,6 +135,10 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     if not args.reason.strip():
         raise CliError("--reason must not be empty")
+    from app.accounts import RESERVED_ACTORS
+
+    if args.actor and args.actor.strip().lower() in RESERVED_ACTORS:
+        raise CliError(f"--actor {args.actor!r} is a reserved system actor; name yourself instead")
     actor = args.actor or getpass.getuser() or "cli"
     engine = _engine(_settings())
     from db.canary import get_state
@@ -235,6 +239,56 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return sig.exit_code or 0
 
 
+def _accounts():
+    from app.accounts import Accounts
+
+    return Accounts(_engine(_settings()))
+
+
+def _read_password(from_stdin: bool) -> str:
+    """The new password: one line from stdin (``--password-stdin``), else typed twice at the
+    terminal without echo. Never from argv, where ``ps`` and shell history would show it."""
+    if from_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass("Password: ")
+    if getpass.getpass("Repeat the password: ") != first:
+        raise CliError("the two passwords differ; nothing was written")
+    return first
+
+
+def cmd_users_add(args: argparse.Namespace) -> int:
+    from app.accounts import check_role, normalize_name
+
+    normalize_name(args.name)  # refuse a bad name or role before asking for a password
+    check_role(args.role)
+    user = _accounts().add(args.name, args.role, _read_password(args.password_stdin), actor="cli")
+    print(f"account {user.name} added with role {user.role}")
+    return 0
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    users = _accounts().list()
+    if args.json:
+        print(json.dumps([{"name": u.name, "role": u.role, "created_at": u.created_at} for u in users]))
+    elif not users:
+        print("no accounts: the dashboard is open (or uses DASHBOARD_PASSWORD); add one with `users add`")
+    for u in [] if args.json else users:
+        print(f"{u.name:<32} {u.role:<9} created {_ts(u.created_at)} by {u.created_by}")
+    return 0
+
+
+def cmd_users_remove(args: argparse.Namespace) -> int:
+    _accounts().remove(args.name)
+    print(f"account {args.name} removed")
+    return 0
+
+
+def cmd_users_set_role(args: argparse.Namespace) -> int:
+    user = _accounts().set_role(args.name, args.role)
+    print(f"account {user.name} now has role {user.role}")
+    return 0
+
+
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
     """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the entry
     script (``dashboard/entry.py``, resolved from this package so any working directory finds it).
@@ -300,6 +354,24 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--port", default="8001")
     sim.add_argument("--host", default="127.0.0.1")
     sim.set_defaults(func=cmd_simulate)
+
+    users = sub.add_parser("users", help="dashboard accounts: add, list, remove, set-role")
+    usub = users.add_subparsers(dest="users_command", required=True)
+    uadd = usub.add_parser("add", help="add an account (the password is asked for, or read from stdin)")
+    uadd.add_argument("name")
+    uadd.add_argument("--role", required=True, choices=["viewer", "operator", "admin"])
+    uadd.add_argument("--password-stdin", action="store_true", help="read the password from the first line of stdin")
+    uadd.set_defaults(func=cmd_users_add)
+    ulist = usub.add_parser("list")
+    ulist.add_argument("--json", action="store_true")
+    ulist.set_defaults(func=cmd_users_list)
+    urm = usub.add_parser("remove")
+    urm.add_argument("name")
+    urm.set_defaults(func=cmd_users_remove)
+    urole = usub.add_parser("set-role")
+    urole.add_argument("name")
+    urole.add_argument("role", choices=["viewer", "operator", "admin"])
+    urole.set_defaults(func=cmd_users_set_role)
 
     # Every argument after "dashboard" goes to `streamlit run` as is ("+" prefix: none is ours).
     dash = sub.add_parser(

@@ -14,6 +14,7 @@ verification as a known one, so timing does not tell which names exist.
 
 from __future__ import annotations
 
+import hmac
 import re
 import time
 import unicodedata
@@ -35,6 +36,8 @@ MAX_PASSWORD = 1024
 FREE_TRIES = 3
 MAX_DELAY_S = 900.0
 FORGET_AFTER_S = 3600.0
+
+SHARED_PASSWORD_KEY = "password"  # the throttle key of the single DASHBOARD_PASSWORD mode
 
 _DUMMY_HASH: str | None = None
 
@@ -174,6 +177,33 @@ class Accounts:
             db.set_blocked_until(self.engine, key, now + delay)
             return SignIn(None, f"wrong name or password; next try in {delay:.0f} s", retry_after_s=delay)
         return SignIn(None, "wrong name or password")
+
+    def check_shared_password(self, given: object, expected: str) -> SignIn:
+        """The single ``DASHBOARD_PASSWORD`` mode's sign-in, compared in constant time and throttled
+        like an account under the key ``password`` (same free tries, same growing delay). The
+        returned user is the shared actor ``dashboard`` with operator rights."""
+        now = self.clock()
+        wait = db.blocked_until(self.engine, SHARED_PASSWORD_KEY) - now
+        if wait > 0:
+            return SignIn(None, f"too many failed sign-ins: try again in {wait:.0f} s", retry_after_s=wait)
+        given_bytes = given.encode("utf-8", "surrogatepass") if isinstance(given, str) else b""
+        if hmac.compare_digest(given_bytes, expected.encode("utf-8", "surrogatepass")):
+            db.clear_failures(self.engine, SHARED_PASSWORD_KEY)
+            return SignIn(User("dashboard", "operator", now, "config"), "signed in")
+        failures = db.add_failure(self.engine, SHARED_PASSWORD_KEY, now, FORGET_AFTER_S)
+        delay = throttle_delay_s(failures)
+        if delay > 0:
+            db.set_blocked_until(self.engine, SHARED_PASSWORD_KEY, now + delay)
+            return SignIn(None, f"wrong password; next try in {delay:.0f} s", retry_after_s=delay)
+        return SignIn(None, "wrong password")
+
+    def get(self, name: str) -> User | None:
+        """The account ``name`` as stored now (its role may have changed since sign-in), or None."""
+        try:
+            row = db.get_user(self.engine, normalize_name(name))
+        except AccountError:
+            return None
+        return _user(row) if row is not None else None
 
     def _verify(self, row: db.UserRow, password: str) -> bool:
         try:

@@ -254,8 +254,20 @@ class DatabaseConfig(_Strict):
     lock_timeout_s: float = Field(default=10.0, gt=0, le=3600)
 
 
+class DashboardRoles(_Strict):
+    """Roles for identities from an OpenID Connect provider (``st.login``): a claim naming the role,
+    else the lists below (matched against the e-mail, else the subject), else ``default``."""
+
+    claim: str | None = None
+    admins: list[str] = []
+    operators: list[str] = []
+    viewers: list[str] = []
+    default: Literal["viewer", "operator", "admin"] = "viewer"
+
+
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
+    roles: DashboardRoles = DashboardRoles()
 
 
 class FileConfig(_Strict):

@@ -1,5 +1,9 @@
 """Canary control: set the ratio (optimistic-locked, audited), quick rollback / promote, the audit
-trail beside the observed split, the guardrail and fault injection for simulated providers."""
+trail beside the observed split, the guardrail and fault injection for simulated providers.
+
+Inputs are text fields, so whatever the operator typed reaches the validation in
+``app.dashboard.canary_form`` and a refusal is shown under the field it is about (a number input
+with bounds would keep its old value in the browser and hide the message in a tooltip)."""
 
 import time
 
@@ -8,14 +12,39 @@ import streamlit as st
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.fmt import ago, ratio_pct, when
+from app.dashboard.safe_text import inert
+from app.guardrail import guardrail_defaults
 from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.state import CanaryPageState
 
 PCT_KEY, SLIDER_KEY, REASON_KEY = "canary_pct", "canary_pct_slider", "canary_reason"
+GUARD_KEYS = {"threshold": "guard_threshold", "window": "guard_window", "min_requests": "guard_min"}
 
 state = CanaryPageState.get()
+who = auth.actor()
+
+
+def show_ratio(ratio: float) -> None:
+    value = canary_form.input_percent(ratio)
+    st.session_state[PCT_KEY] = f"{value:.1f}"
+    st.session_state[SLIDER_KEY] = value
+    state.errors.pop("ratio", None)
+
+
+def field_error(name: str) -> None:
+    """The refusal about input ``name``, right under it."""
+    if name in state.errors:
+        st.error(inert(state.errors[name]), icon="⚠️")
+
+
+def note(area: str) -> None:
+    """The outcome of the last write in ``area`` (guardrail, faults_NAME), shown once beside it."""
+    if area in state.notes:
+        render.flash(*state.notes.pop(area))
+
+
 settings = resources.settings()
 engine = resources.engine()
 current = get_state(engine)  # uncached: this page must show exactly what Apply is locked on
@@ -23,27 +52,40 @@ if state.seen_version is None or PCT_KEY not in st.session_state:
     # Opening the page (its widgets were not on screen in the previous run) is what "loaded" means
     # for the optimistic lock: Apply is refused if the ratio moves on after this point.
     state.seen_version = current.version
-    st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = canary_form.input_percent(current.ratio)
+    show_ratio(current.ratio)
 
 
 def after_write(outcome: canary_form.Outcome) -> None:
-    """Remember the outcome, lock on the version now current and show its value in the inputs."""
-    state.flash = ("success" if outcome.ok else "error", outcome.message)
+    """Remember the outcome (next to its field when it is about one), lock on the version now
+    current and show its value in the inputs."""
+    state.errors.pop("ratio", None)
+    state.errors.pop("reason", None)
+    if outcome.field:
+        state.errors[outcome.field] = outcome.message
+    else:
+        state.flash = ("success" if outcome.ok else "error", outcome.message)
     if outcome.state is not None:
         state.seen_version = outcome.state.version
-        st.session_state[PCT_KEY] = st.session_state[SLIDER_KEY] = canary_form.input_percent(outcome.state.ratio)
+        show_ratio(outcome.state.ratio)
     if outcome.ok:
         st.session_state[REASON_KEY] = ""
     resources.refresh()
 
 
 def on_number() -> None:
-    if st.session_state[PCT_KEY] is not None:
-        st.session_state[SLIDER_KEY] = round(float(st.session_state[PCT_KEY]), 1)
+    """Check the typed value at once: a valid one moves the slider, another is refused in place."""
+    try:
+        ratio = canary_form.parse_percent(st.session_state[PCT_KEY])
+    except ValueError as exc:
+        state.errors["ratio"] = f"{exc}. Nothing will be written until it is fixed."
+        return
+    state.errors.pop("ratio", None)
+    st.session_state[SLIDER_KEY] = canary_form.input_percent(ratio)
 
 
 def on_slider() -> None:
-    st.session_state[PCT_KEY] = float(st.session_state[SLIDER_KEY])
+    st.session_state[PCT_KEY] = f"{float(st.session_state[SLIDER_KEY]):.1f}"
+    state.errors.pop("ratio", None)
 
 
 def on_apply() -> None:
@@ -53,7 +95,7 @@ def on_apply() -> None:
             st.session_state[PCT_KEY],
             st.session_state[REASON_KEY],
             expected_version=state.seen_version,
-            actor=auth.actor(),
+            actor=who,
         )
     )
 
@@ -62,20 +104,19 @@ def on_quick(action: str) -> None:
     percent, _label, _ = canary_form.QUICK_ACTIONS[action]
     reason = st.session_state.get(f"quick_reason_{action}") or ""
     state.pending = None
-    after_write(
-        canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version, actor=auth.actor())
-    )
+    after_write(canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version, actor=who))
 
 
 st.title("Canary control")
 m1, m2 = st.columns([1, 3], vertical_alignment="center")
 m1.metric("Current canary ratio", ratio_pct(current.ratio))
 m2.markdown(
-    f"**{settings.routing.primary}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
-    f"**{settings.routing.fallback}** the rest.  \nVersion {current.version}, set by "
-    f"**{current.updated_by}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
-    f"{current.reason}"
+    f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
+    f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {current.version}, set by "
+    f"**{inert(current.updated_by)}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
+    f"{inert(current.reason)}"
 )
+read_only = auth.viewer_note()
 notices = st.container()  # always present, so messages appearing never shift (and reset) the inputs below
 if state.flash:
     with notices:
@@ -83,7 +124,7 @@ if state.flash:
     state.flash = None
 if current.version != state.seen_version:
     notices.warning(
-        f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {current.updated_by}); "
+        f"The ratio changed since this page loaded (now {ratio_pct(current.ratio)} by {inert(current.updated_by)}); "
         "Apply will be refused until you reload the value."
     )
     notices.button(
@@ -95,17 +136,14 @@ if current.version != state.seen_version:
 form_col, chart_col = st.columns([2, 3], gap="large")
 with form_col:
     st.subheader("Change the ratio")
-    st.number_input(
+    st.text_input(
         "Canary ratio (%)",
-        min_value=0.0,
-        max_value=100.0,
-        value=None,
-        step=1.0,
-        format="%.1f",
         key=PCT_KEY,
         on_change=on_number,
-        help="Share of traffic for the primary, 0 to 100",
+        help="Share of traffic for the primary, 0 to 100 (e.g. 25 or 12.5)",
+        disabled=read_only,
     )
+    field_error("ratio")
     st.slider(
         "Canary ratio slider",
         min_value=0.0,
@@ -115,22 +153,25 @@ with form_col:
         on_change=on_slider,
         label_visibility="collapsed",
         format="%.1f %%",
+        disabled=read_only,
     )
     st.text_input(
         "Reason (required)",
         key=REASON_KEY,
         max_chars=500,
         placeholder="e.g. error rate stable for 30 min, widening the canary",
+        disabled=read_only,
     )
-    st.button("Apply", type="primary", on_click=on_apply)
+    field_error("reason")
+    st.button("Apply", type="primary", on_click=on_apply, disabled=read_only)
 
     st.markdown("**Quick actions**")
     q1, q2 = st.columns(2)
-    if q1.button("Roll back to 0 %", width="stretch"):
+    if q1.button("Roll back to 0 %", width="stretch", disabled=read_only):
         state.pending = "rollback"
-    if q2.button("Promote to 100 %", width="stretch"):
+    if q2.button("Promote to 100 %", width="stretch", disabled=read_only):
         state.pending = "promote"
-    if state.pending:
+    if state.pending and not read_only:
         percent, label, effect = canary_form.QUICK_ACTIONS[state.pending]
         with st.container(border=True):
             st.warning(f"{label}: {effect}. Confirm?")
@@ -159,31 +200,58 @@ st.subheader("Guardrail")
 g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 st.caption(
-    f"Automatic rollback to 0 % (audited as actor `guardrail`) when {settings.routing.primary}'s error rate "
-    f"over the window exceeds the threshold. Now: {canary_form.guardrail_status(reading, g.window_minutes)}. "
-    f"Last changed by {g.updated_by} ({when(g.updated_at)})."
+    f"Automatic rollback to 0 % (audited as actor `guardrail`) when {inert(settings.routing.primary)}'s error "
+    f"rate over the window exceeds the threshold. Now: {canary_form.guardrail_status(reading, g.window_minutes)}. "
+    f"Last changed by {inert(g.updated_by)} ({when(g.updated_at)})."
 )
-with st.form("guardrail"):
-    enabled = st.toggle("Enable automatic rollback", value=g.enabled)
-    gc1, gc2, gc3 = st.columns(3)
-    threshold = gc1.number_input(
-        "Error-rate threshold (%)",
-        min_value=1.0,
-        max_value=100.0,
-        value=canary_form.input_percent(g.error_rate_threshold),
-        step=5.0,
+if GUARD_KEYS["threshold"] not in st.session_state:
+    st.session_state[GUARD_KEYS["threshold"]] = f"{canary_form.input_percent(g.error_rate_threshold):g}"
+    st.session_state[GUARD_KEYS["window"]] = str(g.window_minutes)
+    st.session_state[GUARD_KEYS["min_requests"]] = str(g.min_requests)
+    st.session_state["guard_enabled"] = g.enabled
+
+
+def on_save_guardrail() -> None:
+    outcome = canary_form.save_guardrail(
+        engine,
+        st.session_state["guard_enabled"],
+        *(st.session_state[k] for k in GUARD_KEYS.values()),
+        actor=who,
+        defaults=guardrail_defaults(settings),
     )
-    window = gc2.number_input("Window (minutes)", min_value=1, max_value=60, value=g.window_minutes)
-    min_requests = gc3.number_input("Minimum attempts in window", min_value=1, value=g.min_requests)
-    if st.form_submit_button("Save guardrail"):
-        outcome = canary_form.save_guardrail(engine, enabled, threshold, window, min_requests, actor=auth.actor())
-        render.flash("success" if outcome.ok else "error", outcome.message)
+    for name in GUARD_KEYS:
+        state.errors.pop(name, None)
+    if outcome.field:
+        state.errors[outcome.field] = outcome.message
+    else:
+        state.notes["guardrail"] = ("success" if outcome.ok else "error", outcome.message)
+    resources.refresh()
+
+
+with st.form("guardrail"):
+    st.toggle("Enable automatic rollback", key="guard_enabled", disabled=read_only)
+    gc1, gc2, gc3 = st.columns(3)
+    for col, (name, label) in zip(
+        (gc1, gc2, gc3),
+        [
+            ("threshold", "Error-rate threshold (%)"),
+            ("window", "Window (minutes)"),
+            ("min_requests", "Minimum attempts in window"),
+        ],
+        strict=True,
+    ):
+        with col:
+            st.text_input(label, key=GUARD_KEYS[name], disabled=read_only)
+            field_error(name)
+    st.form_submit_button("Save guardrail", on_click=on_save_guardrail, disabled=read_only)
+    note("guardrail")
 
 st.subheader("Fault injection (simulated providers)")
 st.caption(
     "Rehearse an outage: make a simulated provider fail or slow down, then watch the fallback "
     "and the guardrail act on the Monitor page. Clear to go back to the configuration's values."
 )
+FAULT_FIELDS = ("error_rate", "rate_limit_rate", "latency_multiplier")
 
 
 def fault_keys(name: str) -> tuple[str, str, str]:
@@ -191,24 +259,28 @@ def fault_keys(name: str) -> tuple[str, str, str]:
 
 
 def show_faults(name: str, faults) -> None:
-    for key, value in zip(
-        fault_keys(name),
-        canary_form.fault_inputs(faults),
-        strict=False,
-    ):
-        st.session_state[key] = float(value)
+    for key, field, value in zip(fault_keys(name), FAULT_FIELDS, canary_form.fault_inputs(faults), strict=True):
+        st.session_state[key] = f"{value:g}"
+        state.errors.pop(f"{field}_{name}", None)
 
 
 def on_save_faults(name: str, base) -> None:
     err, limited, mult = (st.session_state[k] for k in fault_keys(name))
-    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=auth.actor(), base=base)
-    state.flash = ("success" if outcome.ok else "error", outcome.message)
+    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=who, base=base)
+    for field in FAULT_FIELDS:
+        state.errors.pop(f"{field}_{name}", None)
+    if outcome.field:
+        state.errors[f"{outcome.field}_{name}"] = outcome.message
+    else:
+        state.notes[f"faults_{name}"] = ("success" if outcome.ok else "error", outcome.message)
     resources.refresh()
 
 
 def on_clear_faults(name: str, config_faults) -> None:
-    state.flash = ("success", canary_form.reset_faults(engine, name).message)
-    show_faults(name, config_faults)
+    outcome = canary_form.reset_faults(engine, name, actor=who)
+    state.notes[f"faults_{name}"] = ("success" if outcome.ok else "error", outcome.message)
+    if outcome.ok:
+        show_faults(name, config_faults)
     resources.refresh()
 
 
@@ -218,12 +290,16 @@ for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, 
     faults = stored_faults.get(name) or provider.faults
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)
-    err_key, limit_key, lat_key = fault_keys(name)
     with col, st.form(f"faults_{name}"):
-        st.markdown(f"**{name}** ({'primary' if name == settings.routing.primary else 'fallback'})")
-        st.number_input("Error rate (%)", 0.0, 100.0, step=5.0, key=err_key)
-        st.number_input("429 rate (%)", 0.0, 100.0, step=5.0, key=limit_key)
-        st.number_input("Latency multiplier", 0.1, 100.0, step=0.5, key=lat_key)
+        st.markdown(f"**{inert(name)}** ({'primary' if name == settings.routing.primary else 'fallback'})")
+        for key, field, label in zip(
+            fault_keys(name), FAULT_FIELDS, ("Error rate (%)", "429 rate (%)", "Latency multiplier"), strict=True
+        ):
+            st.text_input(label, key=key, disabled=read_only)
+            field_error(f"{field}_{name}")
         b1, b2 = st.columns(2)
-        b1.form_submit_button("Save faults", type="primary", on_click=on_save_faults, args=(name, faults))
-        b2.form_submit_button("Clear", on_click=on_clear_faults, args=(name, provider.faults))
+        b1.form_submit_button(
+            "Save faults", type="primary", on_click=on_save_faults, args=(name, faults), disabled=read_only
+        )
+        b2.form_submit_button("Clear", on_click=on_clear_faults, args=(name, provider.faults), disabled=read_only)
+        note(f"faults_{name}")

@@ -12,6 +12,11 @@ if flash := st.session_state.pop("keys_flash", None):  # the outcome of a revoke
 server = resources.gateway_server()
 st.caption(f"Clients call the gateway server at `{server.url}` with `Authorization: Bearer <key>`. {server.line()}")
 
+identity = auth.actor()
+admin = identity.is_admin
+if not admin:
+    st.info(f"Signed in as {identity.name} ({identity.role}): only admins create or revoke gateway keys.")
+
 st.subheader("Create a key")
 with st.form("create_key", clear_on_submit=True):
     name = st.text_input("Name", max_chars=64, help="Letters, digits, '.', '_' or '-'")
@@ -21,8 +26,8 @@ with st.form("create_key", clear_on_submit=True):
     tpm = c2.number_input("Tokens per minute (0 = no limit)", min_value=0, step=1000)
     budget = c3.number_input("Budget USD (0 = none)", min_value=0.0, step=1.0, format="%.2f")
     period = c4.selectbox("Budget period", ["month", "day"])
-    submitted = st.form_submit_button("Create key", type="primary")
-if submitted:
+    submitted = st.form_submit_button("Create key", type="primary", disabled=not admin)
+if submitted and admin:
     outcome = keys.create_from_form(
         resources.engine(),
         name=name,
@@ -31,7 +36,7 @@ if submitted:
         tpm=int(tpm),
         budget_usd=float(budget),
         period=period,
-        actor=auth.actor(),
+        actor=identity.name,
     )
     if outcome.ok:
         resources.refresh()
@@ -53,8 +58,8 @@ st.subheader("Revoke a key")
 active = [r.name for r in rows if r.active]
 with st.form("revoke_key"):
     target = st.selectbox("Key", active, index=None, placeholder="Choose a key")
-    revoke = st.form_submit_button("Revoke", disabled=not active)
-if revoke:
+    revoke = st.form_submit_button("Revoke", disabled=not (active and admin))
+if revoke and admin:
     st.session_state["keys_flash"] = keys.revoke_from_form(resources.engine(), target)
     resources.refresh()
     st.rerun()

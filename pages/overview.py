@@ -9,7 +9,9 @@ from app.dashboard import demo_traffic
 from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, when
 from app.dashboard.log_health import log_counters
 from app.dashboard.providers import provider_statuses, status_rows
+from app.dashboard.safe_text import inert
 from ui import resources
+from ui.state import OverviewState
 
 st.title("Overview")
 now = time.time()
@@ -19,9 +21,9 @@ canary = resources.current_canary()
 left, right = st.columns([1, 3], vertical_alignment="center")
 left.metric("Canary ratio", ratio_pct(canary.ratio), help="Share of new sessions sent to the primary")
 right.markdown(
-    f"**{settings.routing.primary}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
-    f"**{settings.routing.fallback}** the rest.  \nSet by **{canary.updated_by}** "
-    f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {canary.reason}"
+    f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
+    f"**{inert(settings.routing.fallback)}** the rest.  \nSet by **{inert(canary.updated_by)}** "
+    f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {inert(canary.reason)}"
 )
 
 st.caption(resources.gateway_server().line())
@@ -70,8 +72,8 @@ if job is not None and job.running:
             st.rerun(scope="app")
 
     demo_progress()
-elif job is not None and job.finished:
-    (st.error if job.error else st.success)(job.label())
+elif job is not None and job.finished and job is OverviewState.get().demo_job:
+    (st.error if job.error else st.success)(inert(job.label()))
 elif not resources.has_requests():
     st.subheader("No traffic yet")
     client = resources.client()
@@ -81,7 +83,7 @@ elif not resources.has_requests():
             "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
         )
         if st.button("Generate demo traffic", type="primary"):
-            demo_traffic.start_job(job_key, client)
+            OverviewState.get().demo_job = demo_traffic.start_job(job_key, client)
             st.rerun()
     else:
         st.info(

@@ -3,8 +3,8 @@
 import streamlit as st
 
 from app.catalog import model_names
-from app.dashboard.answer import build_messages
-from app.dashboard.safe_text import safe_markdown
+from app.dashboard.answer import build_messages, parse_max_tokens
+from app.dashboard.safe_text import inert
 from ui import render, resources
 from ui.state import PlaygroundState
 
@@ -21,7 +21,13 @@ with st.sidebar:
     )
     system_prompt = st.text_area("System prompt", placeholder="You are a helpful assistant.", height=80)
     temperature = st.slider("Temperature", 0.0, 2.0, 0.7, 0.1)
-    max_tokens = st.number_input("Max tokens", min_value=1, max_value=32_768, value=512, step=64)
+    # A text field: a number input with bounds would keep (and send) its old value when 0 is typed.
+    max_tokens_text = st.text_input("Max tokens", value="512", help="A whole number from 1 to 32,768")
+    try:
+        max_tokens: int | None = parse_max_tokens(max_tokens_text)
+    except ValueError as exc:
+        max_tokens = None
+        st.error(f"{inert(exc)}. Nothing is sent until it is fixed.", icon="⚠️")
     st.text_input(
         "Session id",
         value=state.session_id,
@@ -36,12 +42,12 @@ chat_options = {
     "model": model,
     "session_id": state.session_id,
     "temperature": temperature,
-    "max_tokens": int(max_tokens),
+    "max_tokens": max_tokens,
 }
 
 st.title("Playground")
 st.caption(
-    f"Session `{state.session_id}` · model {model} · "
+    f"Session {inert(state.session_id)} · model {inert(model)} · "
     + ("compare mode: primary vs fallback" if compare else "routed by the canary split")
 )
 
@@ -56,11 +62,13 @@ if not state.turns and not prompt:
         "attempts, latency, tokens and cost."
     )
 
-if prompt:
-    user_turn = {"role": "user", "content": prompt}
+if prompt and max_tokens is None:
+    st.error("Not sent: Max tokens in the sidebar is not valid. Fix it and send the prompt again.")
+elif prompt:
+    user_turn: dict[str, object] = {"role": "user", "content": prompt}
     state.turns.append(user_turn)
     with st.chat_message("user"):
-        st.markdown(safe_markdown(prompt))
+        render.long_text(prompt)
     messages = build_messages(system_prompt, state.history()[:-1], prompt)
     with st.chat_message("assistant"):
         if compare:
@@ -71,7 +79,7 @@ if prompt:
             results = []
             for col, (route, label) in zip(st.columns(2), routes, strict=False):
                 with col:
-                    st.markdown(f"**{label}**")
+                    st.markdown(f"**{inert(label)}**")
                     result, error = render.streamed_answer(client, settings, messages, chat_options, route)
                     results.append((label, result, error))
             state.turns.append({"role": "assistant", "content": "", "compare": results})

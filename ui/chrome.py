@@ -1,4 +1,4 @@
-"""What every page gets around it: page config, the password gate, a configuration check and the
+"""What every page gets around it: page config, the sign-in gate, a configuration check and the
 shared sidebar, drawn by the entry (``dashboard/entry.py``) before ``page.run()``."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import streamlit as st
 
 from app.config import ConfigError
 from app.dashboard.fmt import ratio_pct
+from app.dashboard.safe_text import inert
 from ui import auth, resources
 
 
@@ -17,22 +18,26 @@ def page_config() -> None:
 def sidebar() -> None:
     with st.sidebar:
         canary = resources.current_canary()
-        st.metric("Canary ratio", ratio_pct(canary.ratio), help=f"set by {canary.updated_by}: {canary.reason}")
-        st.caption(f"Database: {resources.database_label(resources.settings().database_url)}")
-        auth.actor_input()
+        st.metric(
+            "Canary ratio",
+            ratio_pct(canary.ratio),
+            help=f"set by {inert(canary.updated_by)}: {inert(canary.reason, limit=300)}",
+        )
+        st.caption(f"Database: {inert(resources.database_label(resources.settings().database_url))}")
+        auth.who_panel()
         if st.button("Refresh", help="Re-read everything from the database"):
             resources.refresh()
             st.rerun()
 
 
 def setup() -> None:
-    """Gate, configuration check and sidebar; stops the run when locked or misconfigured."""
-    if not auth.gate_open():
-        auth.sign_in_form()
-        st.stop()
+    """Configuration check, gate and sidebar; stops the run when locked or misconfigured."""
     try:
         resources.settings()
     except ConfigError as exc:
-        st.error(f"Configuration error: {exc}")
+        st.error(f"Configuration error: {inert(exc)}")
+        st.stop()
+    if not auth.gate_open():
+        auth.sign_in_form()
         st.stop()
     sidebar()

@@ -5,29 +5,43 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.dashboard.answer import AnswerMeta, FailureView, explain_failure
+from app.dashboard.answer import AnswerMeta, FailureView, explain_failure, preview
 from app.dashboard.answer import answer_meta as build_answer_meta
-from app.dashboard.safe_text import safe_markdown, safe_stream
+from app.dashboard.safe_text import inert, safe_markdown, safe_stream
 
 
 def answer_meta(meta: AnswerMeta) -> None:
-    st.caption(meta.headline)
-    st.caption(f"{meta.timing} · {meta.tokens}")
+    # Provider, model and error texts come from configuration and upstream answers: shown inert.
+    st.caption(inert(meta.headline))
+    st.caption(inert(meta.timing))
+    st.caption(inert(meta.tokens))
     for note in meta.notes:
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {inert(note)}")
     failed = [a for a in meta.attempts if a["status"] != "ok"]
-    label = f"Attempts ({len(meta.attempts)}, {len(failed)} failed) · request {meta.request_id}"
+    label = f"Attempts ({len(meta.attempts)}, {len(failed)} failed) · request {inert(meta.request_id)}"
     with st.expander(label, expanded=bool(failed)):
         st.dataframe(pd.DataFrame(meta.attempts), hide_index=True, width="stretch")
 
 
 def failure(view: FailureView) -> None:
-    body = "\n".join(f"- {line}" for line in view.lines)
-    st.error(f"**{view.title}**\n\n{body}\n\n**Fix:** {view.fix}")
+    """A failure with its fix; the title and lines carry upstream error texts, so they are inert."""
+    body = "\n".join(f"- {inert(line, limit=1000)}" for line in view.lines)
+    st.error(f"**{inert(view.title)}**\n\n{body}\n\n**Fix:** {inert(view.fix)}")
 
 
 def flash(kind: str, message: str) -> None:
-    {"success": st.success, "error": st.error, "warning": st.warning}.get(kind, st.info)(message)
+    """A write's outcome; its message can quote stored text (a reason, an actor), so it is inert."""
+    {"success": st.success, "error": st.error, "warning": st.warning}.get(kind, st.info)(inert(message))
+
+
+def long_text(text: str) -> None:
+    """A message that may be very long (a pasted 40k-character prompt): the start, and the whole
+    text behind a 'Show all' expander. Images in it never load."""
+    head, hidden = preview(text)
+    st.markdown(safe_markdown(head) + ("…" if hidden else ""))
+    if hidden:
+        with st.expander(f"Show all ({len(text):,} characters, {hidden:,} more)"):
+            st.text(text)
 
 
 def chat_turn(turn: dict) -> None:
@@ -36,7 +50,7 @@ def chat_turn(turn: dict) -> None:
         if turn.get("compare"):
             for col, (label, meta, error) in zip(st.columns(len(turn["compare"])), turn["compare"], strict=False):
                 with col:
-                    st.markdown(f"**{label}**")
+                    st.markdown(f"**{inert(label)}**")
                     if meta:
                         st.markdown(safe_markdown(meta["text"]))
                         answer_meta(build_answer_meta(meta))
@@ -44,7 +58,7 @@ def chat_turn(turn: dict) -> None:
                         failure(error)
             return
         if turn.get("content"):
-            st.markdown(safe_markdown(turn["content"]))
+            long_text(turn["content"])
         if turn.get("meta"):
             answer_meta(build_answer_meta(turn["meta"]))
         if turn.get("error"):

@@ -147,7 +147,7 @@ def monitor_filter_choices(window: str, selected=None):
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _overview_figures(key: tuple[str, str]):
-    from app.monitor.view import overview_figures
+    from app.dashboard.overview import overview_figures
 
     return overview_figures(engine())
 

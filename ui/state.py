@@ -8,6 +8,8 @@ from typing import Any, ClassVar, TypeVar
 
 import streamlit as st
 
+from app.dashboard.identity import Identity
+
 T = TypeVar("T", bound="_PageState")
 
 
@@ -30,8 +32,7 @@ def new_session_id() -> str:
 @dataclass
 class AuthState(_PageState):
     KEY: ClassVar[str] = "_auth_state"
-    authenticated: bool = False
-    actor: str | None = None
+    identity: Identity | None = None  # set by a successful sign-in (accounts or DASHBOARD_PASSWORD)
 
 
 @dataclass
@@ -52,11 +53,23 @@ class PlaygroundState(_PageState):
 
 
 @dataclass
+class OverviewState(_PageState):
+    KEY: ClassVar[str] = "_overview_state"
+    # The demo-traffic job this session started: only its own session is told it is done (the job
+    # is shared by the process, a new visitor should not find an old banner).
+    demo_job: Any = None
+
+
+@dataclass
 class CanaryPageState(_PageState):
     KEY: ClassVar[str] = "_canary_state"
     seen_version: int | None = None  # the version this page showed; Apply is locked on it
     flash: tuple[str, str] | None = None  # (kind, message) shown once after a rerun
     pending: str | None = None  # quick action awaiting confirmation: rollback | promote
+    # A refused input's message, shown next to that input: field ("ratio", "reason", "threshold",
+    # "err_holysheep", ...) -> message. Cleared when the field changes or a write goes through.
+    errors: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, tuple[str, str]] = field(default_factory=dict)  # area -> (kind, message), shown once
 
 
 @dataclass

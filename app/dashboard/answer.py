@@ -12,6 +12,10 @@ from app.catalog import UnknownModelError, model_names
 from app.config import ConfigError, ProviderNotConfigured, Settings
 from app.dashboard.fmt import ms, usd
 from app.routing import AllRoutesFailed, ChatResult, StreamBrokenError
+from core.bounds import parse_int
+
+MAX_TOKENS_LIMIT = 32_768
+PROMPT_PREVIEW_CHARS = 2_000  # a longer message is shown cut, with the whole text one click away
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,19 @@ def explain_failure(exc: BaseException, settings: Settings | None = None) -> Fai
     return FailureView(
         f"Unexpected error: {type(exc).__name__}", [str(exc)[:500]], "Try again; if it persists, check the server log."
     )
+
+
+def parse_max_tokens(raw: object) -> int:
+    """The playground's Max tokens as typed; ``ValueError`` (one line, for the operator) when it is
+    not a whole number from 1 to :data:`MAX_TOKENS_LIMIT`: nothing is sent then."""
+    return parse_int(raw, field="Max tokens", lo=1, hi=MAX_TOKENS_LIMIT)  # type: ignore[arg-type]
+
+
+def preview(text: str, limit: int = PROMPT_PREVIEW_CHARS) -> tuple[str, int]:
+    """``text`` cut to ``limit`` characters for display, and how many characters were left out."""
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text) - limit
 
 
 def build_messages(system_prompt: str, history: list[dict], prompt: str) -> list[dict]:

@@ -1,7 +1,10 @@
 """The canary page's writes: parse what the operator typed, refuse bad input with a message and
 write nothing, and turn the database's optimistic-lock refusal into a sentence.
 
-Every function returns an :class:`Outcome` instead of raising, so the page only decides the colour.
+Every function returns an :class:`Outcome` instead of raising, so the page only decides the colour
+and, from ``Outcome.field``, which input the message goes under. Each write function refuses a
+viewer (:func:`app.dashboard.identity.refusal`) and a value equal to the stored one ("no change")
+before it touches the database.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.dashboard.fmt import pct, ratio_pct, when
+from app.dashboard.identity import Identity, refusal
 from core.canary import GuardrailSettings, ratio_in_range
 from core.faults import FaultSettings
-from db.canary import MAX_REASON, CanaryState, StaleCanaryError, set_guardrail, set_ratio
+from db.canary import MAX_REASON, CanaryState, StaleCanaryError, get_guardrail, get_state, set_guardrail, set_ratio
 from db.events import record_fault_change
-from db.faults import clear_faults, set_faults
+from db.faults import clear_faults, get_faults, set_faults
 from db.monitor import GuardrailReading
 
 
@@ -25,6 +29,18 @@ class Outcome:
     ok: bool
     message: str
     state: CanaryState | None = None  # the current canary state after the attempt, when known
+    field: str | None = None  # the input the refusal is about (shown next to it), if one
+
+
+class FieldError(ValueError):
+    """A refused input, naming the field it is about."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+NOTHING_WRITTEN = "Nothing was written."
 
 
 def parse_percent(value: object, *, name: str = "Canary ratio") -> float:
@@ -70,20 +86,33 @@ def stale_message(current: CanaryState) -> str:
 
 
 def apply_ratio(
-    engine: Engine, percent: object, reason: object, *, expected_version: int | None, actor: str
+    engine: Engine, percent: object, reason: object, *, expected_version: int | None, actor: Identity
 ) -> Outcome:
-    """Validate and write a new ratio, optimistic-locked on ``expected_version``."""
+    """Validate and write a new ratio, optimistic-locked on ``expected_version``; the value the
+    ratio already has is refused as "no change" (no new version, no audit row)."""
+    if (why_not := refusal(actor)) is not None:
+        return Outcome(False, why_not)
     try:
         ratio = parse_percent(percent)
+    except ValueError as exc:
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field="ratio")
+    try:
         why = parse_reason(reason)
     except ValueError as exc:
-        return Outcome(False, f"{exc}. Nothing was written.")
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field="reason")
+    current = get_state(engine)
+    if expected_version is not None and current.version != expected_version:
+        return Outcome(False, stale_message(current), current)
+    if ratio == current.ratio:
+        return Outcome(
+            False, f"No change: the canary ratio is already {ratio_pct(ratio)}. {NOTHING_WRITTEN}", field="ratio"
+        )
     try:
-        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor or "dashboard", reason=why)
+        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor.name, reason=why)
     except StaleCanaryError as exc:
         return Outcome(False, stale_message(exc.current), exc.current)
     except ValueError as exc:
-        return Outcome(False, f"{exc}. Nothing was written.")
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field="ratio")
     return Outcome(
         True, f"Canary ratio set to {ratio_pct(state.ratio)} (version {state.version}) by {state.updated_by}.", state
     )
@@ -103,39 +132,80 @@ class GuardrailInput:
     min_requests: int
 
 
+def _whole(value: object, field: str, name: str) -> int:
+    """A whole number typed by the operator (``"5"``, ``5``, ``5.0``); anything else is refused."""
+    if isinstance(value, bool) or value is None:
+        raise FieldError(field, f"{name} must be a whole number")
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.lstrip("-").isdigit():
+            raise FieldError(field, f"{name} must be a whole number, got {value!r}")
+        return int(value)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise FieldError(field, f"{name} must be a whole number, got {value!r}")
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise FieldError(field, f"{name} must be a whole number, got {value!r}") from None
+
+
 def parse_guardrail(
     enabled: bool, threshold_pct: object, window_minutes: object, min_requests: object
 ) -> GuardrailInput:
-    threshold = parse_percent(threshold_pct, name="Error-rate threshold")
     try:
-        window = int(window_minutes)  # type: ignore[arg-type]
-        minimum = int(min_requests)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError("Window and minimum requests must be whole numbers") from None
+        threshold = parse_percent(threshold_pct, name="Error-rate threshold")
+    except ValueError as exc:
+        raise FieldError("threshold", str(exc)) from None
+    if threshold == 0:
+        raise FieldError("threshold", "Error-rate threshold must be above 0 % (0 would roll back on any error)")
+    window = _whole(window_minutes, "window", "Window (minutes)")
+    minimum = _whole(min_requests, "min_requests", "Minimum attempts")
     try:  # the bounds are the guardrail's own (core.canary), not restated here
         g = GuardrailSettings.checked(
             enabled=enabled, error_rate_threshold=threshold, window_minutes=window, min_requests=minimum
         )
     except ValueError as exc:
-        raise ValueError(str(exc)[:1].upper() + str(exc)[1:]) from None
+        text = str(exc)[:1].upper() + str(exc)[1:]
+        field = "window" if "window" in text.lower() else "min_requests" if "min" in text.lower() else "threshold"
+        raise FieldError(field, text) from None
     return GuardrailInput(g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests)
 
 
 def save_guardrail(
-    engine: Engine, enabled: bool, threshold_pct: object, window_minutes: object, min_requests: object, *, actor: str
+    engine: Engine,
+    enabled: bool,
+    threshold_pct: object,
+    window_minutes: object,
+    min_requests: object,
+    *,
+    actor: Identity,
+    defaults: GuardrailSettings | None = None,
 ) -> Outcome:
+    if (why_not := refusal(actor)) is not None:
+        return Outcome(False, why_not)
     try:
         g = parse_guardrail(enabled, threshold_pct, window_minutes, min_requests)
+    except FieldError as exc:
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field=exc.field)
+    now = get_guardrail(engine, defaults)
+    if (now.enabled, now.error_rate_threshold, now.window_minutes, now.min_requests) == (
+        g.enabled,
+        g.threshold,
+        g.window_minutes,
+        g.min_requests,
+    ):
+        return Outcome(False, f"No change: the guardrail already has these settings. {NOTHING_WRITTEN}")
+    try:
         set_guardrail(
             engine,
             enabled=g.enabled,
             error_rate_threshold=g.threshold,
             window_minutes=g.window_minutes,
             min_requests=g.min_requests,
-            actor=actor or "dashboard",
+            actor=actor.name,
         )
     except ValueError as exc:
-        return Outcome(False, f"{exc}. Nothing was written.")
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}")
     state = "on" if g.enabled else "off"
     return Outcome(
         True,
@@ -147,14 +217,25 @@ def save_guardrail(
 def parse_faults(
     error_pct: object, rate_limit_pct: object, latency_multiplier: object, base: FaultSettings | None = None
 ) -> FaultSettings:
-    errors = parse_percent(error_pct, name="Error rate")
-    limited = parse_percent(rate_limit_pct, name="429 rate")
     try:
-        mult = float(latency_multiplier)  # type: ignore[arg-type]
+        errors = parse_percent(error_pct, name="Error rate")
+    except ValueError as exc:
+        raise FieldError("error_rate", str(exc)) from None
+    try:
+        limited = parse_percent(rate_limit_pct, name="429 rate")
+    except ValueError as exc:
+        raise FieldError("rate_limit_rate", str(exc)) from None
+    try:
+        text = latency_multiplier.strip().lower().removeprefix("x") if isinstance(latency_multiplier, str) else None
+        mult = float(text if text is not None else latency_multiplier)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError("Latency multiplier must be a number") from None
-    if not math.isfinite(mult) or not 0.1 <= mult <= 100:
-        raise ValueError("Latency multiplier must be between 0.1 and 100")
+        raise FieldError(
+            "latency_multiplier", f"Latency multiplier must be a number, got {latency_multiplier!r}"
+        ) from None
+    if isinstance(latency_multiplier, bool) or not math.isfinite(mult) or not 0.1 <= mult <= 100:
+        raise FieldError(
+            "latency_multiplier", f"Latency multiplier must be between 0.1 and 100, got {latency_multiplier!r}"
+        )
     return (base or FaultSettings()).model_copy(
         update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult}
     )
@@ -167,26 +248,34 @@ def save_faults(
     rate_limit_pct: object,
     latency_multiplier: object,
     *,
-    actor: str,
+    actor: Identity,
     base: FaultSettings | None = None,
 ) -> Outcome:
+    """Validate and store fault injection for ``provider``; ``base`` is what is in force now (the
+    stored override, else the config's), so saving the same values is refused as "no change"."""
+    if (why_not := refusal(actor)) is not None:
+        return Outcome(False, why_not)
     try:
         faults = parse_faults(error_pct, rate_limit_pct, latency_multiplier, base)
-    except ValueError as exc:
-        return Outcome(False, f"{exc}. Nothing was written.")
-    set_faults(engine, provider, faults, actor=actor or "dashboard")
+    except FieldError as exc:
+        return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field=exc.field)
+    if faults == (get_faults(engine, provider) or base or FaultSettings()):
+        return Outcome(False, f"No change: {provider} already has these fault settings. {NOTHING_WRITTEN}")
+    set_faults(engine, provider, faults, actor=actor.name)
     message = (
         f"Fault injection for {provider}: {ratio_pct(faults.error_rate)} errors, "
         f"{ratio_pct(faults.rate_limit_rate)} 429s, latency x{faults.latency_multiplier:g}."
     )
-    record_fault_change(engine, provider, message, actor=actor or "dashboard")  # a Monitor chart marker
+    record_fault_change(engine, provider, message, actor=actor.name)  # a Monitor chart marker
     return Outcome(True, message)
 
 
-def reset_faults(engine: Engine, provider: str, *, actor: str = "dashboard") -> Outcome:
+def reset_faults(engine: Engine, provider: str, *, actor: Identity) -> Outcome:
+    if (why_not := refusal(actor)) is not None:
+        return Outcome(False, why_not)
     clear_faults(engine, provider)
     message = f"Fault injection for {provider} cleared: back to the configuration's values."
-    record_fault_change(engine, provider, message, actor=actor)  # a Monitor chart marker
+    record_fault_change(engine, provider, message, actor=actor.name)  # a Monitor chart marker
     return Outcome(True, message)
 
 

@@ -8,6 +8,7 @@ syntax is therefore escaped, so it shows as text; links stay, since following on
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 
@@ -29,3 +30,28 @@ def safe_stream(chunks: Iterable[str]) -> Iterator[str]:
             yield safe_markdown(text)
     if pending:
         yield pending
+
+
+WORD_JOINER = "\u2060"
+_AUTOLINK = re.compile(r"(?i)(?:https?:|www\.)")
+
+# Every ASCII punctuation character CommonMark lets a backslash escape, so each shows as itself.
+_MD_SPECIALS = frozenset("\\`*_{}[]()#+-.!|<>~$:=\"'&%^@,;?/")
+
+
+def inert(text: object, *, limit: int | None = None) -> str:
+    """Untrusted text (an error message, a reason, an actor, a session id) made to show as exactly
+    those characters when Streamlit renders it as Markdown (captions, ``st.markdown``, alerts and
+    ``help=`` tooltips all do): every Markdown special character is backslash-escaped, so no image
+    loads, no link forms, no ``:red[...]`` directive or ``$...$`` formula applies, and line breaks
+    become spaces (a stored text cannot add headings or list items). ``limit`` shortens the text
+    first, marking the cut with an ellipsis."""
+    s = "" if text is None else str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: max(limit - 1, 0)] + "…"
+    s = " ".join(s.split())
+    # GitHub-flavoured Markdown turns a bare http://, https:// or www. address into a link even when
+    # its punctuation is escaped; a word joiner (invisible) in the scheme or prefix stops that, so a
+    # stored text cannot put a link on the page. E-mail addresses keep their harmless mailto: link.
+    s = _AUTOLINK.sub(lambda m: m.group(0)[:-1] + WORD_JOINER + m.group(0)[-1], s)
+    return "".join(f"\\{c}" if c in _MD_SPECIALS else c for c in s)

@@ -12,6 +12,7 @@ the whole database read.
 from __future__ import annotations
 
 import html
+import textwrap
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -22,6 +23,7 @@ from app.monitor.series import WindowSeries
 from db.events import Event
 
 EMPTY_TEXT = "No requests in this window"
+NOTE_WIDTH_CHARS = 40  # an empty chart's note, per line (fits a half-width chart on a laptop)
 TIME_ZONE = "UTC"  # every time axis is UTC; hover labels say so
 # Okabe-Ito palette: distinguishable for colour-blind readers.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F")
@@ -109,7 +111,8 @@ def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.F
     layout["yaxis"]["visible"] = False
     layout["annotations"] = [
         {
-            "text": text or EMPTY_TEXT,
+            # Plotly never wraps an annotation: a long note in a half-width chart ran off both sides.
+            "text": "<br>".join(textwrap.wrap(text or EMPTY_TEXT, NOTE_WIDTH_CHARS)),
             "x": 0.5,
             "y": 0.5,
             "xref": "paper",

@@ -49,7 +49,6 @@ DEFAULT_INTERVAL_S = 5  # the default of ``[dashboard] refresh_s``; the page pas
 RECENT_ROWS = 200
 
 
-
 def refresh_intervals(default_s: float = DEFAULT_INTERVAL_S) -> tuple[float, ...]:
     """Auto-refresh intervals the page offers: the usual ones plus the configured default
     (``[dashboard] refresh_s``), in order."""

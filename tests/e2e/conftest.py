@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -55,12 +55,13 @@ class Server:
     proc: subprocess.Popen
     log: Path
 
-    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess:
         """``python -m app ...`` against the same database and configuration as the server."""
         return subprocess.run(
             [sys.executable, "-m", "app", *args],
             cwd=REPO,
             env=self.env,
+            input=input,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -90,10 +91,22 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str, poll: fl
         pause.wait(poll)
 
 
-def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
+def start_server(
+    tmp: Path,
+    extra_env: dict[str, str] | None = None,
+    config_text: str | None = None,
+    cwd: Path = REPO,
+    port: int | None = None,
+) -> Server:
+    """``config_text`` replaces the default configuration (gateway.toml with a fast simulator);
+    ``cwd`` is where Streamlit looks for ``.streamlit/`` (config.toml, secrets.toml)."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.toml"
-    config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n")
+    config.write_text(
+        config_text
+        if config_text is not None
+        else (REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0.05\n"
+    )
     database_url = f"sqlite:///{tmp / 'gateway.db'}"
     env = {
         k: v for k, v in os.environ.items() if k not in ("DASHBOARD_PASSWORD", "HOLYSHEEP_API_KEY", "OPENAI_API_KEY")
@@ -101,7 +114,7 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
     env.update(
         {"GATEWAY_CONFIG": str(config), "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     )
-    port = _free_port()
+    port = port or free_port()
     log = tmp / "server.log"
     proc = subprocess.Popen(
         [
@@ -116,8 +129,8 @@ def start_server(tmp: Path, extra_env: dict[str, str] | None = None) -> Server:
             "--browser.gatherUsageStats",
             "false",
         ],
-        cwd=REPO,
-        env=env,
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(REPO)},
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
     )

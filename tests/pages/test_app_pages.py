@@ -4,6 +4,7 @@ validation messages, and never an exception element."""
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -76,10 +77,15 @@ def open_app(page: str | None = None) -> AppTest:
     return at
 
 
+def shown(markdown: str) -> str:
+    """Text as the browser shows it: untrusted text is backslash-escaped Markdown (``inert``)."""
+    return re.sub(r"\\([^A-Za-z0-9\s])", r"\1", markdown).replace("\u2060", "")
+
+
 def texts(at: AppTest) -> str:
     """Every piece of text the app rendered (for 'never shown' checks)."""
     parts = [
-        str(getattr(el, "value", ""))
+        shown(str(getattr(el, "value", "")))
         for kind in ("markdown", "caption", "error", "info", "warning", "success", "title", "subheader", "metric")
         for el in getattr(at, kind)
     ]
@@ -126,7 +132,7 @@ def test_config_error_is_a_message_not_a_traceback(env, monkeypatch):
     monkeypatch.setenv("GATEWAY_CONFIG", str(env.tmp / "missing.toml"))
     at = AppTest.from_file(ENTRY, default_timeout=30).run()
     assert not at.exception
-    assert "configuration file not found" in at.error[0].value
+    assert "configuration file not found" in shown(at.error[0].value)
 
 
 @pytest.mark.parametrize("via", ["env", "secrets"])
@@ -139,18 +145,18 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     at.run()
     assert not at.exception
     assert at.title[0].value == "Sign in" and not at.metric  # nothing of the dashboard is shown
-    at.text_input[1].set_value("wrong")
+    assert [w.label for w in at.text_input] == ["Password"]  # no typed name: the actor is not typed
+    at.text_input[0].set_value("wrong")
     at.button[0].click().run()
-    assert "Wrong password" in at.error[0].value and at.title[0].value == "Sign in"
-    at.text_input[0].set_value("alice")
-    at.text_input[1].set_value("s3cret")
+    assert "Wrong password" in shown(at.error[0].value) and at.title[0].value == "Sign in"
+    at.text_input[0].set_value("s3cret")
     at.button[0].click().run()
     assert not at.exception and at.title[0].value == "Overview"
     at.switch_page("../pages/canary.py").run()
-    at.number_input(key="canary_pct").set_value(30)
+    at.text_input(key="canary_pct").set_value("30")
     at.text_input(key="canary_reason").set_value("gated change")
     button(at, "Apply").click().run()
-    assert get_state(engine()).updated_by == "alice"
+    assert get_state(engine()).updated_by == "dashboard"
     assert "s3cret" not in texts(at)
 
 
@@ -168,7 +174,11 @@ def test_first_run_of_a_page_url_is_gated(tmp_path, monkeypatch):
         for page in ("../pages/canary.py", "../pages/playground.py", "../pages/monitor.py", "../pages/overview.py"):
             at.switch_page(page).run()
             assert not at.exception
-            assert at.title[0].value == "Sign in" and not at.metric and not at.number_input
+            assert (
+                at.title[0].value == "Sign in"
+                and not at.metric
+                and not [w for w in at.text_input if w.key == "canary_pct"]
+            )
     finally:
         _clear_caches()
 
@@ -265,6 +275,18 @@ def test_overview_demo_traffic_fills_an_empty_log(env):
     titles = [s["layout"]["title"]["text"] for s in specs]
     assert any(t.startswith("Request rate") for t in titles) and any(t.startswith("Latency") for t in titles)
     assert all(s["data"] for s in specs)
+    # Under the "Last 15 minutes" heading the charts span 15 minutes, not an hour.
+    from datetime import datetime
+
+    for s in specs:
+        lo, hi = (datetime.fromisoformat(t) for t in s["layout"]["xaxis"]["range"])
+        assert (hi - lo).total_seconds() == 900
+        xs = [datetime.fromisoformat(str(x)) for trace in s["data"] for x in trace["x"]]
+        assert xs and min(xs) >= lo.replace(second=0) - (hi - lo) / 15  # first bucket starts on a minute
+    # A new visitor (another session) is not shown this session's "done" banner.
+    other = open_app()
+    assert not any("Demo traffic done" in s.value for s in other.success)
+    assert any("Demo traffic done" in s.value for s in at.run().success)
     from sqlalchemy import text
 
     with engine().connect() as conn:
@@ -293,7 +315,7 @@ def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
     assert at.chat_message[0].markdown[0].value == "Write a python function that reverses a list"
     answer = at.chat_message[1]
     assert "simulated" in answer.markdown[0].value
-    captions = " ".join(c.value for c in answer.caption)
+    captions = shown(" ".join(c.value for c in answer.caption))
     assert "intent coding" in captions and "canary side" in captions and "TTFT" in captions
     assert "prompt /" in captions and "cached /" in captions and "cost $" in captions
     rows = _rows("source = 'playground'")
@@ -323,15 +345,67 @@ def test_playground_never_loads_images_from_model_output(env, monkeypatch):
     assert "![" not in at.chat_message[1].markdown[0].value
 
 
+def max_tokens_field(at: AppTest):
+    return next(w for w in at.sidebar.text_input if w.label == "Max tokens")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "32769", "1.5", "abc", "", "1e3"])
+def test_playground_invalid_max_tokens_is_refused_and_nothing_is_sent(env, value):
+    at = open_app("../pages/playground.py")
+    max_tokens_field(at).set_value(value).run()
+    assert "Max tokens must be a whole number from 1 to 32768" in shown(at.sidebar.error[0].value)
+    at.chat_input[0].set_value("hello").run()
+    assert not at.exception and not at.chat_message
+    assert any("Not sent" in e.value for e in at.main.error)
+    assert _rows("source = 'playground'") == []
+    max_tokens_field(at).set_value("64").run()
+    assert not at.sidebar.error
+    at.chat_input[0].set_value("hello").run()
+    assert len(at.chat_message) == 2 and len(_rows("source = 'playground'")) == 1
+
+
+def test_playground_long_prompt_is_shown_cut_with_the_whole_text_behind_show_all(env):
+    from app.dashboard.answer import PROMPT_PREVIEW_CHARS
+
+    prompt = "word " * 7_999 + "last!"  # 40,000 characters
+    at = open_app("../pages/playground.py")
+    at.chat_input[0].set_value(prompt).run()
+    assert not at.exception
+    user = at.chat_message[0]
+    assert len(user.markdown[0].value) <= PROMPT_PREVIEW_CHARS + 1
+    assert user.expander[0].label.startswith("Show all (40,000 characters")
+    assert user.expander[0].text[0].value == prompt
+    at.run()  # redrawn from the session: still cut
+    assert len(at.chat_message[0].markdown[0].value) <= PROMPT_PREVIEW_CHARS + 1
+
+
+def test_playground_failure_texts_are_inert(env, monkeypatch):
+    """An upstream error message holding Markdown image syntax is shown as text, not loaded."""
+    import app.catalog
+
+    real_get = app.catalog.get
+    evil = "gpt-4.1 ![x](http://127.0.0.1:9/pixel) :red[boom]"
+    monkeypatch.setattr(
+        app.catalog,
+        "get",
+        lambda m: (_ for _ in ()).throw(app.catalog.UnknownModelError(evil)) if m == "gpt-4.1" else real_get(m),
+    )
+    at = open_app("../pages/playground.py")
+    at.selectbox[0].set_value("gpt-4.1")
+    at.chat_input[0].set_value("hello").run()
+    err = at.chat_message[1].error[0].value
+    assert "![" not in err and ":red[" not in err and "\\!\\[x\\]" in err
+
+
 def test_playground_settings_reach_the_router(env):
     at = open_app("../pages/playground.py")
     at.selectbox[0].set_value("gpt-4.1")
     at.text_area[0].set_value("Answer in one line.")
     at.slider[0].set_value(0.2)
-    at.number_input[0].set_value(64)
+    max_tokens_field(at).set_value("64")
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
-    captions = " ".join(c.value for c in at.chat_message[1].caption)
+    captions = shown(" ".join(c.value for c in at.chat_message[1].caption))
     assert "gpt-4.1" in captions and "intent explicit" in captions
 
 
@@ -341,7 +415,7 @@ def test_playground_compare_mode_runs_both_routes(env):
     at.chat_input[0].set_value("Summarise canary rollouts").run()
     assert not at.exception
     answer = at.chat_message[1]
-    labels = [m.value for m in answer.markdown if m.value.startswith("**")]
+    labels = [shown(m.value) for m in answer.markdown if m.value.startswith("**")]
     assert labels == ["**Primary: holysheep**", "**Fallback: direct**"]
     rows = _rows("source = 'playground'")
     assert sorted((r.provider, r.side) for r in rows) == [("direct", "fallback"), ("holysheep", "primary")]
@@ -356,7 +430,7 @@ def test_playground_missing_key_is_a_clear_message_with_the_fix(env):
     resources.client().refresh()  # the background refresher would apply it within ratio_refresh_s
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
-    err = at.chat_message[1].error[0].value
+    err = shown(at.chat_message[1].error[0].value)
     assert "All routes failed" in err and "set HOLYSHEEP_API_KEY" in err and "OPENAI_API_KEY" in err
     assert "Traceback" not in err
 
@@ -376,7 +450,7 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
     )
     at.chat_input[0].set_value("hello").run()
     assert not at.exception
-    err = at.chat_message[1].error[0].value
+    err = shown(at.chat_message[1].error[0].value)
     assert "Unknown model" in err and "Fix:" in err
 
 
@@ -385,22 +459,22 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     at = open_app("../pages/canary.py")
-    assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
-    assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0
-    at.number_input(key="canary_pct").set_value(25).run()
+    assert at.text_input(key="canary_pct").label == "Canary ratio (%)"
+    assert at.text_input(key="canary_pct").value == "10.0" and at.slider(key="canary_pct_slider").value == 10.0
+    at.text_input(key="canary_pct").set_value("25").run()
     assert at.slider(key="canary_pct_slider").value == 25.0
     at.slider(key="canary_pct_slider").set_value(37.5).run()
-    assert at.number_input(key="canary_pct").value == 37.5
+    assert at.text_input(key="canary_pct").value == "37.5"
     at.text_input(key="canary_reason").set_value("error rate flat for an hour")
     button(at, "Apply").click().run()
     assert not at.exception
     state = get_state(engine())
-    assert (state.ratio, state.updated_by, state.reason) == (0.375, "dashboard", "error rate flat for an hour")
-    assert "37.5 %" in at.success[0].value
+    assert (state.ratio, state.updated_by, state.reason) == (0.375, "local", "error rate flat for an hour")
+    assert "37.5 %" in shown(at.success[0].value)
     entry = audit_log(engine())[0]
-    assert (entry.old_ratio, entry.new_ratio, entry.actor) == (0.1, 0.375, "dashboard")
+    assert (entry.old_ratio, entry.new_ratio, entry.actor) == (0.1, 0.375, "local")
     table = at.dataframe[0].value
-    assert table.iloc[0]["new %"] == 37.5 and table.iloc[0]["actor"] == "dashboard"
+    assert table.iloc[0]["new %"] == 37.5 and table.iloc[0]["actor"] == "local"
     assert at.text_input(key="canary_reason").value == ""
     import json
 
@@ -411,44 +485,103 @@ def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
 @pytest.mark.parametrize(
     "value, reason, message",
     [
-        (None, "why", "must be a number between 0 and 100"),
-        (150, "why", "must be a number between 0 and 100"),
-        (20, "", "reason is required"),
+        ("", "why", "must be a number between 0 and 100"),
+        ("150", "why", "must be between 0 and 100"),
+        ("-5", "why", "must be between 0 and 100"),
+        ("nan", "why", "must be between 0 and 100"),
+        ("1e400", "why", "must be between 0 and 100"),
+        ("text", "why", "must be a number between 0 and 100"),
+        ("10", "why", "No change: the canary ratio is already 10 %"),
+        ("20", "", "reason is required"),
     ],
 )
 def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
     at = open_app("../pages/canary.py")
     before = get_state(engine())
-    at.number_input(key="canary_pct").set_value(value)
+    at.text_input(key="canary_pct").set_value(value)
     at.text_input(key="canary_reason").set_value(reason)
     button(at, "Apply").click().run()
     assert not at.exception
-    assert message in at.error[0].value and "Nothing was written" in at.error[0].value
+    assert message in shown(at.error[0].value) and "Nothing was written" in shown(at.error[0].value)
+    assert not at.success
     assert get_state(engine()) == before and audit_log(engine()) == []
+    # The message sits in the form column, right under the field it is about, not in the page notices.
+    field = "canary_pct" if reason else "canary_reason"
+    column = at.columns[2]  # m1, m2, then the form column
+    assert any(message in shown(e.value) for e in column.error) and at.text_input(key=field) is not None
 
 
-def test_canary_actor_from_sidebar_name(env):
-    at = open_app("../pages/canary.py")
-    at.sidebar.text_input(key="actor_name").set_value("carol").run()
-    at.number_input(key="canary_pct").set_value(5)
+def _add_account(name: str, role: str, password: str = "correct horse 1") -> None:
+    from argon2 import PasswordHasher
+
+    from app.accounts import Accounts
+
+    Accounts(engine(), hasher=PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)).add(
+        name, role, password, actor="test"
+    )
+
+
+def _sign_in(at: AppTest, name: str, password: str = "correct horse 1") -> AppTest:
+    at.text_input(key="sign_in_name").set_value(name)
+    at.text_input(key="sign_in_password").set_value(password)
+    return button(at, "Sign in").click().run()
+
+
+def test_canary_actor_is_the_signed_in_account(env):
+    _add_account("carol", "operator")
+    at = AppTest.from_file(ENTRY, default_timeout=30).run()
+    assert at.title[0].value == "Sign in" and not at.metric
+    _sign_in(at, "carol", "wrong password")
+    assert "wrong name or password" in shown(at.error[0].value).lower()
+    _sign_in(at, "carol")
+    assert not at.exception and at.title[0].value == "Overview"
+    assert "carol" in " ".join(c.value for c in at.sidebar.caption) and "operator" in " ".join(
+        c.value for c in at.sidebar.caption
+    )
+    assert not [w for w in at.sidebar.text_input if w.label == "Your name"]  # nothing to type a name into
+    at.switch_page("../pages/canary.py").run()
+    at.text_input(key="canary_pct").set_value("5")
     at.text_input(key="canary_reason").set_value("narrow")
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "carol"
 
 
+def test_a_viewer_sees_the_canary_page_with_every_control_disabled(env):
+    _add_account("vera", "viewer")
+    at = _sign_in(AppTest.from_file(ENTRY, default_timeout=30).run(), "vera")
+    at.switch_page("../pages/canary.py").run()
+    assert not at.exception
+    assert any("viewer role" in shown(i.value) for i in at.info)
+    assert at.text_input(key="canary_pct").disabled and at.text_input(key="canary_reason").disabled
+    for label in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail", "Save faults", "Clear"):
+        assert button(at, label).disabled, label
+    assert all(w.disabled for w in at.text_input if w.key not in ("sign_in_name", "sign_in_password"))
+
+
+def test_sign_in_delay_grows_and_is_shown(env):
+    _add_account("dave", "operator")
+    at = AppTest.from_file(ENTRY, default_timeout=30).run()
+    messages = [_sign_in(at, "dave", f"wrong {i}").error[0].value for i in range(4)]
+    assert messages[:2] == ["Wrong name or password."] * 2
+    assert "next try in 1 s" in messages[2]
+    assert "try again in" in messages[3]  # refused without looking at the password
+    _sign_in(at, "dave")  # even the right password waits
+    assert at.title[0].value == "Sign in" and "try again in" in shown(at.error[0].value)
+
+
 def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
     at = open_app("../pages/canary.py")
     set_ratio(engine(), 0.4, expected_version=None, actor="bob", reason="other tab")
-    at.number_input(key="canary_pct").set_value(90)
+    at.text_input(key="canary_pct").set_value("90")
     at.text_input(key="canary_reason").set_value("mine")
     button(at, "Apply").click().run()
     assert not at.exception
-    err = at.error[0].value
+    err = shown(at.error[0].value)
     assert "Refused" in err and "bob" in err and "40 %" in err
     assert get_state(engine()).ratio == 0.4 and len(audit_log(engine())) == 1
     # The page re-locked on the current version and shows its value; a second Apply goes through.
-    assert at.number_input(key="canary_pct").value == 40.0
-    at.number_input(key="canary_pct").set_value(90)
+    assert at.text_input(key="canary_pct").value == "40.0"
+    at.text_input(key="canary_pct").set_value("90")
     at.text_input(key="canary_reason").set_value("mine, after checking")
     button(at, "Apply").click().run()
     assert get_state(engine()).ratio == 0.9
@@ -458,7 +591,7 @@ def test_canary_quick_actions_need_confirmation(env):
     at = open_app("../pages/canary.py")
     button(at, "Roll back to 0 %").click().run()
     assert get_state(engine()).ratio == 0.1  # nothing yet
-    assert "Confirm?" in at.warning[0].value
+    assert "Confirm?" in shown(at.warning[0].value)
     button(at, "Cancel").click().run()
     assert not [b for b in at.button if b.label.startswith("Confirm")]
     button(at, "Promote to 100 %").click().run()
@@ -495,23 +628,26 @@ def _client_without_background_guardrail():
 def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     from app.guardrail import check_guardrail
 
+    # The circuit breaker would stop sending to the failing primary after its minimum attempts; this
+    # test is about the guardrail, which must see every primary attempt fail, so the breaker is off.
+    env.config.write_text(env.config.read_text() + "\n[breaker]\nenabled = false\n")
     at = open_app("../pages/canary.py")
     form = at.get("form")
     at.toggle[0].set_value(True)
     threshold, window, minimum = [
         n
-        for n in at.number_input
+        for n in at.text_input
         if n.label in ("Error-rate threshold (%)", "Window (minutes)", "Minimum attempts in window")
     ]
-    threshold.set_value(50)
-    window.set_value(5)
-    minimum.set_value(5)
+    threshold.set_value("50")
+    window.set_value("5")
+    minimum.set_value("5")
     next(b for b in at.button if b.label == "Save guardrail").click().run()
     assert not at.exception and form is not None
     g = get_guardrail(engine())
     assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests) == (True, 0.5, 5, 5)
 
-    at.number_input(key="err_holysheep").set_value(100)
+    at.text_input(key="err_holysheep").set_value("100")
     next(b for b in at.button if b.label == "Save faults").click().run()
     assert not at.exception
     assert get_faults(engine(), "holysheep").error_rate == 1.0
@@ -538,4 +674,4 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     assert at.dataframe[0].value.iloc[0]["actor"] == "guardrail"
     next(b for b in at.button if b.label == "Clear").click().run()
     assert get_faults(engine(), "holysheep") is None
-    assert at.number_input(key="err_holysheep").value == 0.0
+    assert at.text_input(key="err_holysheep").value == "0"

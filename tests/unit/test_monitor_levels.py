@@ -353,10 +353,12 @@ def test_recent_rows_link_to_their_drilldown(eng):
 
 def test_fault_save_and_clear_are_recorded_as_events(eng):
     from app.dashboard import canary_form
+    from app.dashboard.identity import Identity
 
-    assert canary_form.save_faults(eng, "holysheep", 70, 0, 1, actor="carol").ok
-    assert not canary_form.save_faults(eng, "holysheep", 150, 0, 1, actor="carol").ok  # refused: no event
-    assert canary_form.reset_faults(eng, "holysheep", actor="carol").ok
+    carol = Identity("carol", "operator", "account")
+    assert canary_form.save_faults(eng, "holysheep", 70, 0, 1, actor=carol).ok
+    assert not canary_form.save_faults(eng, "holysheep", 150, 0, 1, actor=carol).ok  # refused: no event
+    assert canary_form.reset_faults(eng, "holysheep", actor=carol).ok
     events = events_between(eng, since=0, until=4e9)
     assert [(e.kind, e.provider, e.actor) for e in events] == [("fault", "holysheep", "carol")] * 2
     assert "70" in events[0].detail and "cleared" in events[1].detail

@@ -289,15 +289,25 @@ def cmd_users_set_role(args: argparse.Namespace) -> int:
     return 0
 
 
+# Security defaults that hold from any working directory (Streamlit reads .streamlit/config.toml
+# only from the current one); an option the operator passes wins.
+DASHBOARD_DEFAULTS = {
+    "--server.address": "127.0.0.1",
+    "--client.showErrorDetails": "none",
+    "--browser.gatherUsageStats": "false",
+}
+
+
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
     """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the entry
-    script (``dashboard/entry.py``, resolved from this package so any working directory finds it).
-    Streamlit reads ``.streamlit/config.toml`` from the working directory: run it from the
-    repository root to get its local-only defaults."""
+    script (``dashboard/entry.py``, resolved from this package so any working directory finds it),
+    with the local-only defaults unless the caller set those options."""
     from pathlib import Path
 
     entry = Path(__file__).resolve().parent.parent / "dashboard" / "entry.py"
-    return [sys.executable, "-m", "streamlit", "run", str(entry), *streamlit_args]
+    given = {a.split("=", 1)[0] for a in streamlit_args if a.startswith("--")}
+    defaults = [f"{k}={v}" for k, v in DASHBOARD_DEFAULTS.items() if k not in given]
+    return [sys.executable, "-m", "streamlit", "run", str(entry), *defaults, *streamlit_args]
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

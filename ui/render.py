@@ -8,6 +8,7 @@ import streamlit as st
 from app.dashboard.answer import AnswerMeta, FailureView, explain_failure, preview
 from app.dashboard.answer import answer_meta as build_answer_meta
 from app.dashboard.safe_text import inert, safe_markdown, safe_stream
+from app.monitor import request_link
 
 
 def answer_meta(meta: AnswerMeta) -> None:
@@ -21,6 +22,8 @@ def answer_meta(meta: AnswerMeta) -> None:
     label = f"Attempts ({len(meta.attempts)}, {len(failed)} failed) · request {inert(meta.request_id)}"
     with st.expander(label, expanded=bool(failed)):
         st.dataframe(pd.DataFrame(meta.attempts), hide_index=True, width="stretch")
+    if meta.request_id:
+        st.link_button("Open in request drill-down", request_link(meta.request_id), type="tertiary")
 
 
 def failure(view: FailureView) -> None:

@@ -18,10 +18,12 @@ def incident_server(tmp_path_factory):
         r = server.cli("canary", "set", "0.5", "--reason", "incident drill: half the traffic on the primary")
         assert r.returncode == 0, r.stderr
         from app.dashboard.canary_form import save_faults
+        from app.dashboard.identity import Identity
         from db.engine import dispose_all, get_engine
 
         engine = get_engine(server.database_url)
-        assert save_faults(engine, "holysheep", 70, 0, 1, actor="e2e-operator").ok
+        operator = Identity("e2e-operator", "operator", "account")
+        assert save_faults(engine, "holysheep", 70, 0, 1, actor=operator).ok
         dispose_all()
         r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
         assert r.returncode == 0, r.stderr

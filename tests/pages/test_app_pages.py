@@ -304,7 +304,9 @@ def _rows(where: str = "1=1") -> list:
     resources.client().flush()
     with engine().connect() as conn:
         return list(
-            conn.execute(text(f"select provider, side, source, session_id, final from request_log where {where}"))
+            conn.execute(
+                text(f"select request_id, provider, side, source, session_id, final from request_log where {where}")
+            )
         )
 
 
@@ -320,6 +322,11 @@ def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
     assert "prompt /" in captions and "cached /" in captions and "cost $" in captions
     rows = _rows("source = 'playground'")
     assert len(rows) == 1 and rows[0].session_id == at.session_state["_playground_state"].session_id
+    # The answer links to its request drill-down.
+    links = [el.proto for el in answer.get("link_button")]
+    assert [(link.label, link.url) for link in links] == [
+        ("Open in request drill-down", f"/request?id={rows[0].request_id}")
+    ]
     # The conversation goes on in the same session (sticky routing), then New session starts afresh.
     at.chat_input[0].set_value("and now in Korean").run()
     assert len(at.chat_message) == 4 and not at.exception

@@ -21,9 +21,22 @@ def test_streamlit_options_pass_through_untouched():
 def test_it_runs_streamlit_on_the_entry_with_the_options():
     argv = dashboard_argv(["--server.port", "8600"])
     assert argv[:4] == [sys.executable, "-m", "streamlit", "run"]
-    assert argv[5:] == ["--server.port", "8600"]
+    assert argv[5:] == [
+        "--server.address=127.0.0.1",
+        "--client.showErrorDetails=none",
+        "--browser.gatherUsageStats=false",
+        "--server.port",
+        "8600",
+    ]
     entry = Path(argv[4])
     assert entry == REPO / "dashboard" / "entry.py" and entry.is_file()
     # Streamlit's legacy pages-folder mode starts when a pages/ folder is beside the main script.
     assert not (entry.parent / "pages").exists()
     assert (REPO / "pages" / "canary.py").is_file()
+
+
+def test_an_option_the_operator_passes_wins_over_the_local_only_default():
+    argv = dashboard_argv(["--server.address", "0.0.0.0"])
+    assert "--server.address=127.0.0.1" not in argv
+    assert argv[-2:] == ["--server.address", "0.0.0.0"]
+    assert dashboard_argv(["--server.address=10.0.0.1"])[-1] == "--server.address=10.0.0.1"

@@ -107,3 +107,29 @@ def events_between(engine: Engine, *, since: float, until: float, limit: int = M
             out.append(Event(float(r.ts), r.kind, r.provider, r.detail, r.actor))
     out.sort(key=lambda ev: ev.ts)
     return out[-limit:]
+
+
+def latest_breaker_states(engine: Engine, *, since: float) -> dict[str, tuple[str, float]]:
+    """Each provider's newest breaker transition since ``since``, from every process that recorded
+    one: ``{provider: (state it moved to, when)}``. Read from the ``ts`` index, newest first."""
+    e = OpsEvent.__table__
+    q = (
+        select(e.c.ts, e.c.provider, e.c.detail)
+        .where(e.c.kind == "breaker", e.c.ts >= since)
+        .order_by(e.c.ts.desc())
+        .limit(MAX_EVENTS)
+    )
+    out: dict[str, tuple[str, float]] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(q):
+            if r.provider and r.provider not in out:
+                out[r.provider] = (breaker_state_of(r.detail), float(r.ts))
+    return out
+
+
+def breaker_state_of(detail: str) -> str:
+    """The state a breaker moved to, from the detail :func:`record_breaker_change` wrote
+    (``"old -> new: why"``); ``"unknown"`` for anything else."""
+    _, arrow, rest = detail.partition(" -> ")
+    state = rest.split(":", 1)[0].strip()
+    return state if arrow and state in ("closed", "open", "half_open") else "unknown"

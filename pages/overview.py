@@ -45,7 +45,13 @@ if stats.requests or resources.has_requests():
     right.plotly_chart(figures["latency"], key="overview_latency")
 
 st.subheader("Providers")
-statuses = provider_statuses(settings, resources.health(), secrets=resources.secrets(), faults=resources.faults())
+statuses = provider_statuses(
+    settings,
+    resources.health(),
+    secrets=resources.secrets(),
+    faults=resources.faults(),
+    breakers=resources.breakers(),
+)
 st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")
 
 st.subheader("Request log")

@@ -182,6 +182,21 @@ def faults() -> dict:
     return _faults(_config_key())
 
 
+BREAKER_LOOKBACK_S = 86_400  # a breaker that opened and saw no traffic since still counts as open
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _breakers(key: tuple[str, str]) -> dict[str, tuple[str, float]]:
+    from db.events import latest_breaker_states
+
+    return latest_breaker_states(engine(), since=time.time() - BREAKER_LOOKBACK_S)
+
+
+def breakers() -> dict[str, tuple[str, float]]:
+    """Each provider's newest circuit-breaker transition, recorded by any gateway process."""
+    return _breakers(_config_key())
+
+
 def guardrail():
     """Not cached: the canary page edits it and must show what is stored."""
     from app.guardrail import guardrail_defaults

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.config import Settings, key_state
-from app.dashboard.fmt import pct, ratio_pct
+from app.dashboard.fmt import pct, ratio_pct, utc_time
 from core.faults import FaultSettings, effective_faults
 
 # A provider is "failing recently" with at least this many attempts in the health window and at
@@ -37,6 +37,7 @@ class ProviderStatus:
     attempts: int = 0
     error_rate: float | None = None
     faults: str | None = None  # active fault injection, described
+    breaker: str | None = None  # the newest circuit-breaker transition, described
 
     @property
     def ok(self) -> bool:
@@ -73,9 +74,14 @@ def provider_statuses(
     env: Mapping[str, str] | None = None,
     secrets: Mapping[str, Any] | None = None,
     faults: Mapping[str, FaultSettings] | None = None,
+    breakers: Mapping[str, tuple[str, float]] | None = None,
 ) -> list[ProviderStatus]:
-    """One status per configured provider, primary first, then fallback, then the rest."""
+    """One status per configured provider, primary first, then fallback, then the rest.
+
+    ``breakers`` is each provider's newest circuit-breaker transition (state, epoch seconds) as
+    recorded by any gateway process; an open or half-open breaker is the provider's state."""
     health = health or {}
+    breakers = breakers or {}
     faults = faults or {}
     str_secrets = {k: v for k, v in (secrets or {}).items() if isinstance(v, str)}
     order = [settings.routing.primary, settings.routing.fallback]
@@ -95,8 +101,15 @@ def provider_statuses(
         attempts = int(getattr(h, "attempts", 0) or 0)
         rate = float(h.error_rate) if h is not None and attempts else None
         active_faults = describe_faults(effective_faults(faults.get(name), p.faults)) if p.is_simulated else None
+        breaker_state, breaker_ts = breakers.get(name, (None, 0.0))
+        breaker = f"{breaker_state.replace('_', '-')} since {utc_time(breaker_ts)}" if breaker_state else None
         if key == "missing":
             state, detail = "key missing", f"set {p.api_key_env} (environment or .streamlit/secrets.toml)"
+        elif breaker_state in ("open", "half_open"):
+            state = "breaker open" if breaker_state == "open" else "breaker half-open"
+            detail = f"circuit breaker {breaker}: requests fail over without trying it"
+            if breaker_state == "half_open":
+                detail = f"circuit breaker {breaker}: one probe request is let through"
         elif rate is not None and attempts >= FAILING_MIN_ATTEMPTS and rate >= FAILING_ERROR_RATE:
             last = getattr(h, "last_error_class", None)
             state = "failing recently"
@@ -116,6 +129,7 @@ def provider_statuses(
                 attempts=attempts,
                 error_rate=rate,
                 faults=active_faults,
+                breaker=breaker,
             )
         )
     return out
@@ -132,6 +146,7 @@ def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
             "state": s.state,
             "attempts (5 min)": s.attempts,
             "error rate": pct(s.error_rate),
+            "breaker": s.breaker or "closed",
             "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
         }
         for s in statuses

@@ -237,6 +237,17 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     assert all("simulated" in s for s in states)
 
 
+def test_overview_shows_a_breaker_another_process_opened(env):
+    from db.events import record_breaker_change
+
+    assert record_breaker_change(engine(), "holysheep", "closed", "open", "10/10 attempts failed in 30 s")
+    at = open_app()
+    table = at.dataframe[0].value
+    row = table[table["provider"] == "holysheep"].iloc[0]
+    assert row["state"] == "breaker open" and row["breaker"].startswith("open since")
+    assert table[table["provider"] == "direct"].iloc[0]["breaker"] == "closed"
+
+
 def test_overview_shows_the_request_log_counters(env):
     from ui import resources
 

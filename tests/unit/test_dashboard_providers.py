@@ -58,3 +58,18 @@ def test_fault_injection_is_described(settings_factory):
     st = provider_statuses(s, env={}, faults={"direct": FaultSettings(error_rate=0.25)})[1]
     assert st.faults == "25 % errors"
     assert "fault injection: 25 % errors" in status_rows([st])[0]["detail"]
+
+
+def test_an_open_breaker_is_the_providers_state_and_says_what_it_does(settings_factory):
+    s = settings_factory()
+    t = 1_764_484_800.0  # 2025-11-30 06:40:00 UTC
+    statuses = provider_statuses(s, {}, env={}, breakers={"holysheep": ("open", t), "direct": ("closed", t + 60)})
+    primary, fallback = statuses
+    assert (primary.state, primary.ok) == ("breaker open", False)
+    assert "fail over" in primary.detail and "open since 2025-11-30 06:40:00" in primary.detail
+    assert (fallback.state, fallback.ok) == ("simulated", True)
+    rows = status_rows(statuses)
+    assert [r["breaker"] for r in rows] == ["open since 2025-11-30 06:40:00", "closed since 2025-11-30 06:41:00"]
+    half = provider_statuses(s, {}, env={}, breakers={"holysheep": ("half_open", t)})[0]
+    assert half.state == "breaker half-open" and "one probe" in half.detail
+    assert status_rows(provider_statuses(s, {}, env={}))[0]["breaker"] == "closed"  # no transition recorded

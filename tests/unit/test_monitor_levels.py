@@ -399,3 +399,18 @@ def test_overview_charts_carry_the_markers_too(eng):
     figures = overview_figures(eng, now=T0)
     for fig in figures.values():
         assert [t.name for t in fig.data if t.yaxis == "y9"] == ["circuit breaker"]
+
+
+def test_latest_breaker_state_per_provider_across_processes(eng):
+    from db.events import breaker_state_of, latest_breaker_states, record_breaker_change, record_event
+
+    assert record_breaker_change(eng, "holysheep", "closed", "open", "9/10 attempts failed in 30 s")
+    record_event(
+        eng, kind="breaker", provider="holysheep", detail="open -> half_open: cooldown over", actor="b", ts=4e9
+    )
+    record_event(eng, kind="breaker", provider="direct", detail="closed -> open: 5/5", actor="b", ts=1.0)
+    record_event(eng, kind="fault", provider="direct", detail="faults cleared", actor="carol", ts=4e9)
+    latest = latest_breaker_states(eng, since=100.0)
+    assert latest == {"holysheep": ("half_open", 4e9)}  # direct's transition is older than `since`
+    assert latest_breaker_states(eng, since=0.0)["direct"] == ("open", 1.0)
+    assert breaker_state_of("garbage") == "unknown" and breaker_state_of("a -> nonsense: x") == "unknown"

@@ -14,6 +14,7 @@ from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.fmt import ago, ratio_pct, when
 from app.dashboard.safe_text import inert
 from app.guardrail import guardrail_defaults
+from core.faults import effective_faults
 from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
@@ -287,7 +288,7 @@ def on_clear_faults(name: str, config_faults) -> None:
 simulated = [(n, p) for n, p in settings.providers.items() if p.is_simulated]
 stored_faults = resources.faults()  # one cached read for every provider (cleared after each write)
 for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, strict=False):
-    faults = stored_faults.get(name) or provider.faults
+    faults = effective_faults(stored_faults.get(name), provider.faults)
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)
     with col, st.form(f"faults_{name}"):

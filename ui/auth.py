@@ -15,11 +15,11 @@ so the wait holds across sessions and dashboard processes.
 from __future__ import annotations
 
 import hmac
-import os
 
 import streamlit as st
 
 from app.accounts import Accounts
+from app.config import lookup
 from app.dashboard.identity import LOCAL, SHARED_PASSWORD, Identity, oidc_name, oidc_role
 from app.dashboard.safe_text import inert
 from ui import resources
@@ -29,13 +29,8 @@ DEFAULT_ACTOR = SHARED_PASSWORD.name
 
 
 def expected_password() -> str | None:
-    value = os.environ.get("DASHBOARD_PASSWORD")
-    if not value:
-        try:
-            value = st.secrets.get("DASHBOARD_PASSWORD")
-        except Exception:  # noqa: BLE001 - no secrets file
-            value = None
-    return value if isinstance(value, str) and value else None
+    # The one precedence rule (environment, then Streamlit secrets): app.config.lookup.
+    return lookup("DASHBOARD_PASSWORD", secrets=resources.secrets())
 
 
 def check_password(given: str, expected: str) -> bool:

@@ -10,6 +10,7 @@ gateway started (which, like every gateway process, then replays what dead proce
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -34,8 +35,16 @@ def gateway_status(gateway: Any, slots: list[SlotInfo] | None = None) -> dict[st
     if callable(breakers_of):
         breakers = {name: _plain(state) for name, state in (breakers_of() or {}).items()}
     roles = {settings.routing.primary: "primary", settings.routing.fallback: "fallback"}
+    recorded = recorded_breakers(getattr(gateway, "engine", None))
     providers = [
-        {"name": name, "role": roles.get(name, "other"), "base_url": p.base_url, "breaker": breakers.get(name)}
+        {
+            "name": name,
+            "role": roles.get(name, "other"),
+            "base_url": p.base_url,
+            "breaker": breakers.get(name),
+            # The newest transition any gateway process recorded (this process's breakers start closed).
+            "breaker_recorded": recorded.get(name),
+        }
         for name, p in settings.providers.items()
     ]
     directory = journal_dir_for(settings.database_url, settings.telemetry.journal_dir)
@@ -67,6 +76,24 @@ def _plain(state: Any) -> Any:
     return state if isinstance(state, (int, float, str, bool, type(None), dict, list)) else str(state)
 
 
+RECORDED_LOOKBACK_S = 86_400
+
+
+def recorded_breakers(engine: Any, now: float | None = None) -> dict[str, dict[str, Any]]:
+    """Each provider's newest breaker transition recorded by any process in the last day, as
+    ``{provider: {"state", "ts"}}``; empty when there is no engine or the database does not answer
+    (status must still print what this process knows)."""
+    if engine is None:
+        return {}
+    from db.events import latest_breaker_states
+
+    try:
+        latest = latest_breaker_states(engine, since=(time.time() if now is None else now) - RECORDED_LOOKBACK_S)
+    except Exception:  # noqa: BLE001 - a stalled database is reported by the ratio's refresh error
+        return {}
+    return {name: {"state": state, "ts": ts} for name, (state, ts) in latest.items()}
+
+
 def status_lines(status: dict[str, Any]) -> list[str]:
     """The status record as a few lines of text."""
     r = status["ratio"]
@@ -77,6 +104,10 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     for p in status["providers"]:
         breaker = p["breaker"]
         shown = breaker.get("state") if isinstance(breaker, dict) else breaker
+        recorded = p.get("breaker_recorded")
+        if recorded and recorded["state"] != "closed":
+            when = time.strftime("%H:%M:%S", time.gmtime(recorded["ts"]))
+            shown = f"{recorded['state']} (recorded by a gateway process at {when} UTC)"
         providers.append(f"{p['name']} ({p['role']}{', breaker ' + str(shown) if shown is not None else ''})")
     log = status["log"]
     j = status["journal"]

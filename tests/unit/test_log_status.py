@@ -125,3 +125,30 @@ def test_overview_counters_warn_while_the_database_refuses_writes() -> None:
     )
     assert down is not None and down.warning is not None and "1,500 records" in down.warning
     assert log_counters(SimpleNamespace()) is None
+
+
+def test_status_shows_a_breaker_another_process_opened(tmp_path) -> None:
+    from app.config import load_settings
+    from db.engine import dispose_all, get_engine
+    from db.events import record_breaker_change
+
+    url = f"sqlite:///{tmp_path / 'gateway.db'}"
+    settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": url})
+    engine = get_engine(url)
+    try:
+        assert record_breaker_change(engine, "holysheep", "closed", "open", "10/10 attempts failed in 30 s")
+        state = SimpleNamespace(value=0.1, age_s=0.2, last_error=None)
+        gateway = SimpleNamespace(
+            settings=settings,
+            engine=engine,
+            client=SimpleNamespace(breaker_states=lambda: {}),  # this process's breakers: all closed
+            snapshot=lambda: {"canary_ratio": state},
+            telemetry=SimpleNamespace(stats=lambda: _stats()),
+        )
+        status = gateway_status(gateway, slots=[])
+        holysheep = next(p for p in status["providers"] if p["name"] == "holysheep")
+        assert holysheep["breaker_recorded"]["state"] == "open"
+        assert "holysheep (primary, breaker open (recorded by a gateway process at" in status_lines(status)[1]
+        assert next(p for p in status["providers"] if p["name"] == "direct")["breaker_recorded"] is None
+    finally:
+        dispose_all()

@@ -33,6 +33,7 @@ class AttemptRecord:
     session_id: str | None = None
     prompt_text: str | None = None
     key_name: str | None = None  # the gateway key that sent it (server requests only)
+    answer_text: str | None = None  # the answer of a successful attempt, only with store_prompts
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""

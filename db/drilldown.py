@@ -91,7 +91,7 @@ def _select(engine: Engine):
     log = RequestLog.__table__
     cols = [log.c[c] for c in ATTEMPT_COLUMNS]
     have = log_columns(engine)
-    for name in ("prompt_text", "key_name"):
+    for name in ("prompt_text", "key_name", "answer_text"):
         if name in have:
             cols.append(log.c[name] if name in log.c else column(name))
     return log, cols

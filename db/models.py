@@ -94,6 +94,7 @@ class RequestLog(Base):
     session_id: Mapped[str | None] = mapped_column(String(128))
     prompt_text: Mapped[str | None] = mapped_column(Text)  # only with store_prompts = true
     key_name: Mapped[str | None] = mapped_column(String(64))  # gateway key (server requests), for spend per key
+    answer_text: Mapped[str | None] = mapped_column(Text)  # successful answers, only with store_prompts = true
 
 
 class _RollupColumns:

@@ -57,6 +57,11 @@ if kind == "request":
         st.text(view.prompt_text)  # plain text: a prompt is caller data
     else:
         st.caption("Not stored (prompts are kept only with telemetry.store_prompts = true).")
+    st.subheader("Answer")
+    if view.answer_text:
+        st.text(view.answer_text)  # plain text: model output is never rendered as Markdown or HTML here
+    else:
+        st.caption("Not stored (answers are kept only with telemetry.store_prompts = true).")
 else:
     result = search(engine, kind, value)
     if result.error:

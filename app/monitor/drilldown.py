@@ -91,6 +91,7 @@ class RequestStory:
     total_ms: float
     attempts: tuple[Attempt, ...]
     prompt_text: str | None
+    answer_text: str | None = None
 
     def timeline_rows(self) -> list[dict]:
         return [
@@ -202,6 +203,7 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
         total_ms=((prev_end or first) - first) * 1000.0,
         attempts=tuple(attempts),
         prompt_text=next((r.get("prompt_text") for r in rows if r.get("prompt_text")), None),
+        answer_text=next((r.get("answer_text") for r in rows if r.get("answer_text")), None),
     )
 
 

@@ -531,6 +531,7 @@ class RoutingClient:
         usage: Usage | None = None,
         cost: float = 0.0,
         final: bool = False,
+        answer: str | None = None,
     ) -> Failure | None:
         """Log one attempt (and tell its provider's breaker); returns ``failure`` with its text
         cleaned, which is the only form of it that goes further (logs, retries, the caller)."""
@@ -570,6 +571,7 @@ class RoutingClient:
                 session_id=plan.session_id,
                 prompt_text=plan.prompt_text,
                 key_name=plan.key_name,
+                answer_text=answer,
             )
         )
         plan.infos.append(
@@ -700,8 +702,17 @@ class RoutingClient:
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+        # The answer is stored only with store_prompts, cleaned like the prompt (keys scrubbed).
+        answer = clean(text, PROMPT_STORE_LIMIT, self._secret_values) if self.settings.telemetry.store_prompts else None
         self._record(
-            plan, attempt, ttft_ms=ttft_ms, attempt_ttft_ms=attempt_ttft_ms, usage=usage, cost=cost, final=True
+            plan,
+            attempt,
+            ttft_ms=ttft_ms,
+            attempt_ttft_ms=attempt_ttft_ms,
+            usage=usage,
+            cost=cost,
+            final=True,
+            answer=answer,
         )
         return ChatResult(
             text=text,

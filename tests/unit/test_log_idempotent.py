@@ -68,8 +68,8 @@ def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path)
     # What the old writer did on a retried batch: the rows and their rollups, twice.
     records = [rec(i) for i in range(6)]
     batches = [records, records[:4], records[:1]]
-    # The log's columns at revision 0003 (key_name arrives with 0005).
-    old = [i for i, name in enumerate(FIELD_NAMES) if name != "key_name"]
+    # The log's columns at revision 0003 (key_name arrives with 0005, answer_text with 0007).
+    old = [i for i, name in enumerate(FIELD_NAMES) if name not in ("key_name", "answer_text")]
     cols = ", ".join(FIELD_NAMES[i] for i in old)
     with engine.begin() as conn:
         for batch in batches:

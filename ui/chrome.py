@@ -7,6 +7,7 @@ import streamlit as st
 
 from app.config import ConfigError
 from app.dashboard.fmt import ratio_pct
+from app.dashboard.log_health import ratio_freshness
 from app.dashboard.safe_text import inert
 from ui import auth, resources
 
@@ -24,6 +25,9 @@ def sidebar() -> None:
             help=f"set by {inert(canary.updated_by)}: {inert(canary.reason, limit=300)}",
         )
         st.caption(f"Database: {inert(resources.database_label(resources.settings().database_url))}")
+        freshness = ratio_freshness(resources.client())
+        if freshness is not None:
+            (st.warning if freshness.stale else st.caption)(freshness.text())
         auth.who_panel()
         if st.button("Refresh", help="Re-read everything from the database"):
             resources.refresh()

@@ -54,3 +54,33 @@ def log_counters(client: Any) -> LogCounters | None:
         database_ok=s.database_ok,
         last_error=s.last_error,
     )
+
+
+@dataclass(frozen=True)
+class RatioFreshness:
+    """How old the canary ratio this process routes by is (the background refresher re-reads it
+    every ``refresh_s``; while the database does not answer, the last known value is served)."""
+
+    age_s: float
+    refresh_s: float
+
+    @property
+    def stale(self) -> bool:
+        # Two missed refreshes plus a second of slack: the database is not answering.
+        return self.age_s > 2 * self.refresh_s + 1.0
+
+    def text(self) -> str:
+        if self.stale:
+            return (
+                f"Routing uses the ratio read {self.age_s:.0f} s ago: the database has not answered since, "
+                "so the last known ratio is served."
+            )
+        return f"Routing re-reads the ratio every {self.refresh_s:g} s (last read {self.age_s:.1f} s ago)."
+
+
+def ratio_freshness(client: Any) -> RatioFreshness | None:
+    """The freshness of ``client``'s ratio, ``None`` when it cannot tell (no refresher)."""
+    try:
+        return RatioFreshness(float(client.ratio_age_s()), float(client.settings.routing.ratio_refresh_s))
+    except Exception:  # noqa: BLE001 - a client built without a gateway has no refresher
+        return None

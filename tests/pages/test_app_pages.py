@@ -235,6 +235,7 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     assert any("bob" in m.value and "widen" in m.value for m in at.markdown)
     states = list(at.dataframe[0].value["state"])
     assert all("simulated" in s for s in states)
+    assert any(c.value.startswith("Routing re-reads the ratio every 0.5 s") for c in at.sidebar.caption)
 
 
 def test_overview_shows_a_breaker_another_process_opened(env):

@@ -152,3 +152,18 @@ def test_status_shows_a_breaker_another_process_opened(tmp_path) -> None:
         assert next(p for p in status["providers"] if p["name"] == "direct")["breaker_recorded"] is None
     finally:
         dispose_all()
+
+
+def test_ratio_freshness_says_when_the_database_stopped_answering() -> None:
+    from app.dashboard.log_health import RatioFreshness, ratio_freshness
+
+    fresh = RatioFreshness(age_s=0.3, refresh_s=0.5)
+    assert not fresh.stale and fresh.text() == "Routing re-reads the ratio every 0.5 s (last read 0.3 s ago)."
+    assert not RatioFreshness(age_s=2.0, refresh_s=0.5).stale  # exactly two missed reads plus a second
+    stale = RatioFreshness(age_s=42.0, refresh_s=0.5)
+    assert stale.stale and "42 s ago" in stale.text() and "last known ratio is served" in stale.text()
+    client = SimpleNamespace(
+        ratio_age_s=lambda: 7.0, settings=SimpleNamespace(routing=SimpleNamespace(ratio_refresh_s=1))
+    )
+    assert ratio_freshness(client) == RatioFreshness(7.0, 1.0)
+    assert ratio_freshness(SimpleNamespace()) is None  # no refresher: nothing to say

@@ -184,6 +184,57 @@ def render(engine, now: float) -> int:
     return size + len(view.recent_csv)
 
 
+def _figures_json(figures) -> int:
+    import plotly.io
+
+    return sum(len(plotly.io.to_json(fig, validate=False)) for fig in figures)
+
+
+def render_overview(engine, now: float, providers: list[str]) -> int:
+    """The Overview's data and figures, as ``ui.resources`` reads them for a first render."""
+    from app.dashboard.overview import overview_figures
+    from app.monitor.stats import overview_stats, provider_health
+    from db.canary import get_state
+    from db.events import latest_breaker_states
+    from db.faults import all_faults
+    from db.monitor import has_requests
+
+    get_state(engine)
+    overview_stats(engine, now=now, window_s=900)
+    has_requests(engine)
+    provider_health(engine, providers=providers, now=now, window_s=300)
+    all_faults(engine)
+    latest_breaker_states(engine, since=now - 86_400)
+    return _figures_json(overview_figures(engine, now=now).values())
+
+
+def render_canary(engine, now: float) -> int:
+    """The Canary page's data and figures (audit step chart, observed split, guardrail reading)."""
+    from app.dashboard.charts import ratio_step_figure, split_figure
+    from app.monitor.stats import observed_split
+    from db.canary import audit_log, get_guardrail, get_state
+    from db.faults import all_faults
+    from db.monitor import provider_error_rate
+
+    current = get_state(engine)
+    audit = audit_log(engine, limit=200)
+    minutes = 60
+    split = observed_split(engine, now=now, minutes=minutes)
+    g = get_guardrail(engine)
+    provider_error_rate(engine, "holysheep", g.window_minutes, now)
+    all_faults(engine)
+    return _figures_json([ratio_step_figure(audit, current, now), split_figure(split, audit, current, now, minutes)])
+
+
+def render_request(engine, request_id: str, session_id: str) -> int:
+    """The request drill-down: one request's story, and a search by session id."""
+    from app.monitor import load_story, search
+
+    story = load_story(engine, request_id)
+    found = search(engine, "session", session_id)
+    return (1 if story else 0) + len(found.matches)
+
+
 def run() -> list[dict]:
     """Measure one render of the 24 h window (no filters) over the 1M-request database.
 
@@ -215,7 +266,24 @@ def run() -> list[dict]:
     series_ms = _dist(lambda: window_series(engine, since=now - SPAN_S, until=now))
     options_ms = _dist(lambda: filter_options(engine, since=now - SPAN_S))
     what = f"monitor_view + serialisation ({size:,} bytes of chart JSON, Arrow table and CSV per render)"
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        request_id, session_id = conn.execute(
+            text("SELECT request_id, session_id FROM request_log WHERE session_id IS NOT NULL ORDER BY id DESC LIMIT 1")
+        ).one()
+    from db.canary import ensure_setting
+
+    ensure_setting(engine, 0.1)  # what every gateway process does at start (the dataset has no setting row)
+    providers = ["holysheep", "direct"]
+    overview_ms = _dist(lambda: render_overview(engine, now, providers))
+    canary_ms = _dist(lambda: render_canary(engine, now))
+    request_ms = _dist(lambda: render_request(engine, request_id, session_id))
+    pages = "the page's queries as ui.resources makes them (no cache) + plotly.io.to_json of its figures"
     return [
+        _result("overview page first render / 1M requests", overview_ms, BUDGET_MS, pages),
+        _result("canary page first render / 1M requests", canary_ms, BUDGET_MS, pages),
+        _result("request drill-down first render / 1M requests", request_ms, BUDGET_MS, "load_story + session search"),
         _result("render 24h / 1M requests incl. serialisation, first render, empty cache", cold_ms, BUDGET_MS, what),
         _result("render 24h / 1M requests incl. serialisation, live refresh", render_ms, BUDGET_MS, what),
         _result("  of which monitor_view (data + figure objects), live refresh", view_ms, None),

@@ -22,6 +22,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path(__file__).parent / "screenshots"
+# A bound on one script run, not a timing assertion: generous, because two cores shared with a
+# Streamlit server, Chromium and the database can stall a run for many seconds under load.
+RUN_TIMEOUT_MS = 90_000
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -196,7 +199,7 @@ def new_page(browser):
         ctx.close()
 
 
-def wait_ready(page, timeout: float = 30_000) -> None:
+def wait_ready(page, timeout: float = RUN_TIMEOUT_MS) -> None:
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout)
     page.wait_for_selector(READY, timeout=timeout)
 
@@ -215,7 +218,7 @@ _COUNT_RUNS = """() => {
 
 
 @contextmanager
-def rerun(page, timeout: float = 30_000) -> Iterator[None]:
+def rerun(page, timeout: float = RUN_TIMEOUT_MS) -> Iterator[None]:
     """Wait for the script run the body triggers (an input committed, a button clicked) to end."""
     before = page.evaluate(_COUNT_RUNS)
     yield

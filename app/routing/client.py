@@ -139,6 +139,13 @@ class _Try:
         return replace(self, ts=wall, t0=clock)
 
 
+@dataclass(frozen=True)
+class _Wait:
+    """The backoff before a retry: the driver sleeps ``seconds`` (its own way) and sends ``None``."""
+
+    seconds: float
+
+
 class ChatStream:
     """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
 
@@ -615,12 +622,14 @@ class RoutingClient:
             return None
         return {"x-session-id": plan.session_header or "", "x-cache-controls": "session_scope"}
 
-    def _attempts(self, plan: _Plan) -> Generator[_Try, Failure | None, None]:
+    def _attempts(self, plan: _Plan) -> Generator[_Try | _Wait, Failure | None, None]:
         """Drive the retry/fallback loop; yields what to try next and learns each outcome.
 
-        The caller sends back ``None`` on success (the loop ends) or the (cleaned) :class:`Failure`.
-        The decisions are :mod:`app.routing.policy`'s; this only reads the clock, draws the
-        backoff, asks the breakers and sleeps.
+        The caller sends back ``None`` on success (the loop ends) or the (cleaned) :class:`Failure`;
+        for a :class:`_Wait` it sleeps that long and sends ``None``. The decisions are
+        :mod:`app.routing.policy`'s; this only reads the clock, draws the backoff and asks the
+        breakers. No I/O and no sleeping happen here, so the sync driver (:meth:`_advance`) and the
+        async one (:class:`app.routing.async_client.AsyncRoutingClient`) share it.
         """
         cfg = self.settings.retry
         backoff = Backoff(cfg, self._rng)
@@ -673,7 +682,7 @@ class RoutingClient:
                         plan.request_id,
                     )
                     backoff.commit(step.delay_s)
-                    self._sleep(step.delay_s)
+                    yield _Wait(step.delay_s)
                     continue
                 if step.action == "fail_over":
                     log.info(
@@ -688,6 +697,15 @@ class RoutingClient:
         if skipped:
             raise _Stop(f"all routes failed (circuit open: {', '.join(skipped)})")
         raise _Stop("all routes failed")
+
+    def _advance(self, steps: Generator[_Try | _Wait, Failure | None, None], outcome: Failure | None) -> _Try:
+        """The sync driver's step: send ``outcome`` to the decision loop, sleeping through its waits,
+        until it names the next attempt (or raises :class:`_Stop`)."""
+        step = steps.send(outcome)
+        while isinstance(step, _Wait):
+            self._sleep(step.seconds)
+            step = steps.send(None)
+        return step
 
     def _succeed(
         self,
@@ -771,14 +789,14 @@ class RoutingClient:
         started = self._start(plan)
         steps = self._attempts(plan)
         try:
-            attempt = next(steps)
+            attempt = self._advance(steps, None)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
                 try:
                     resp = self._send(plan, attempt, self._deadline(plan, attempt))
                     text, finish, usage = _completion_parts(resp)
                 except Exception as exc:  # noqa: BLE001 - _failed() re-raises what is not an upstream fault
-                    attempt = steps.send(self._failed(plan, attempt, exc))
+                    attempt = self._advance(steps, self._failed(plan, attempt, exc))
                     continue
                 return self._succeed(plan, attempt, started, text, usage, None, finish)
         except _Stop as stop:
@@ -791,7 +809,7 @@ class RoutingClient:
         started = self._start(plan)
         steps = self._attempts(plan)
         try:
-            attempt = next(steps)
+            attempt = self._advance(steps, None)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
                 holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
@@ -856,7 +874,7 @@ class RoutingClient:
                             f"{attempt.provider}/{attempt.model} stream broke after {len(pieces)} chunks "
                             f"(request {plan.request_id}): {cause}; the answer is incomplete"
                         ) from exc
-                    attempt = steps.send(self._failed(plan, attempt, exc, **kw))
+                    attempt = self._advance(steps, self._failed(plan, attempt, exc, **kw))
                     continue
                 holder.result = self._succeed(
                     plan, attempt, started, "".join(pieces), usage or Usage(), ttft_ms, finish, attempt_ttft_ms

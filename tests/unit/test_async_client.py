@@ -1,0 +1,183 @@
+"""The async driver (:class:`app.routing.async_client.AsyncRoutingClient`) routes as the sync client
+does, because it is built from one and shares its policy: the same answers, retries, fail-overs,
+deadlines and attempt records; and cancelling it cancels the upstream request.
+
+Built like tests/unit/test_incident_defects.py (``make_router``): primary ``chaos`` is the loopback
+chaos upstream, fallback ``direct`` is the instant simulator. Each test drives the loop with
+``asyncio.run`` and bounds every wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from app.routing import AllRoutesFailed, RoutingClient
+from app.routing.async_client import AsyncRoutingClient
+from tests.support.chaos_upstream import ChaosUpstream, Fault, hang, server_error, unavailable
+from tests.unit.test_incident_defects import HI, KEY, KEY_ENV, OK_TEXT, chaos_requests, flushed, log_rows, make_router
+
+BOUND_S = 10.0  # a bound on each wait, never a timing assertion
+# Columns that differ between any two requests (ids, clocks, the simulator's random answer).
+VOLATILE = {"id", "request_id", "ts", "latency_ms", "ttft_ms", "completion_tokens", "cost_usd", "answer_text"}
+
+
+@pytest.fixture
+def up() -> Iterator[ChaosUpstream]:
+    with ChaosUpstream() as server:
+        yield server
+
+
+@pytest.fixture
+def router(tmp_path, up, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", "")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    made: list[RoutingClient] = []
+
+    def build(**options) -> RoutingClient:
+        url = f"sqlite:///{tmp_path / f'gateway-{len(made)}.db'}"
+        client = make_router(tmp_path / f"gateway-{len(made)}.toml", url, up, **options)
+        made.append(client)
+        return client
+
+    yield build
+    for client in made:
+        client.close()
+
+
+def run_async(client: RoutingClient, **chat):
+    """One request through the async driver built from ``client``: its result or its exception."""
+
+    async def go():
+        async with AsyncRoutingClient(client) as driver:
+            try:
+                return await asyncio.wait_for(driver.chat(HI, **chat), BOUND_S)
+            except AllRoutesFailed as exc:
+                return exc
+
+    return asyncio.run(go())
+
+
+def run_sync(client: RoutingClient, **chat):
+    try:
+        return client.chat(HI, **chat)
+    except AllRoutesFailed as exc:
+        return exc
+
+
+def test_a_plain_answer_through_the_simulator_matches_the_sync_client(router):
+    client = router()
+    sync, async_ = run_sync(client, route="fallback"), run_async(client, route="fallback")
+    assert async_.provider == sync.provider == "direct"
+    assert async_.text and async_.attempts == sync.attempts == 1
+    assert (async_.model, async_.intent, async_.side) == (sync.model, sync.intent, sync.side)
+    assert async_.usage.prompt_tokens == sync.usage.prompt_tokens > 0
+    assert async_.request_id != sync.request_id
+
+
+def test_a_plain_answer_from_the_loopback_upstream(router, up):
+    result = run_async(router())
+    assert (result.text, result.provider, result.attempts) == (OK_TEXT, "chaos", 1)
+
+
+def test_retries_then_fails_over_on_500s_like_the_sync_client(router, up):
+    up.set_default(server_error(), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 3"})
+    sync = run_sync(client)
+    after_sync = chaos_requests(up)
+    async_ = run_async(client)
+    assert after_sync == 3 and chaos_requests(up) - after_sync == 3  # three tries on chaos, each driver
+    assert async_.provider == sync.provider == "direct" and async_.fallback_used
+    shape = [(a.provider, a.status, a.error_class, a.http_status) for a in async_.attempt_log]
+    assert shape == [(a.provider, a.status, a.error_class, a.http_status) for a in sync.attempt_log]
+    assert [a.error_class for a in async_.attempt_log] == ["server_error"] * 3 + [None]
+
+
+def test_the_backoff_is_awaited_with_the_drawn_delays(router, up):
+    up.set_default(unavailable(), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 3"})  # base_delay_s = 0: every drawn wait is 0
+    waits: list[float] = []
+
+    async def sleep(s: float) -> None:
+        waits.append(s)
+
+    async def go():
+        async with AsyncRoutingClient(client, sleep=sleep) as driver:
+            return await asyncio.wait_for(driver.chat(HI), BOUND_S)
+
+    result = asyncio.run(go())
+    assert result.provider == "direct" and waits == [0.0, 0.0]  # one wait before each retry
+
+
+def test_every_route_failing_raises_all_routes_failed(router, up):
+    up.set_default(server_error(), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 2", "routing": "fallback_enabled = false"})
+    exc = run_async(client)
+    assert isinstance(exc, AllRoutesFailed) and [a.error_class for a in exc.attempts] == ["server_error"] * 2
+
+
+def test_a_hang_is_cut_at_the_attempt_deadline_and_fails_over(router, up):
+    up.set_default(hang(), provider="chaos")
+    client = router(sections={"providers.chaos": "timeout_s = 0.2", "retry": "max_attempts = 1"})
+    result = run_async(client)
+    assert result.provider == "direct" and result.attempt_log[0].error_class == "timeout"
+
+
+def test_records_are_logged_as_the_sync_client_logs_them(router, up):
+    up.set_default(server_error(), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 2"})
+    sync, async_ = run_sync(client), run_async(client)
+    assert flushed(client)
+    rows = log_rows(client)
+    by_request = {rid: [r for r in rows if r["request_id"] == rid] for rid in (sync.request_id, async_.request_id)}
+    sync_rows, async_rows = by_request[sync.request_id], by_request[async_.request_id]
+    assert len(sync_rows) == len(async_rows) == 3
+    for s, a in zip(sync_rows, async_rows, strict=True):
+        assert s.keys() == a.keys()
+        assert {k for k in s if s[k] != a[k]} <= VOLATILE
+    assert [r["final"] for r in async_rows] == [False, False, True]
+
+
+def hang_until_the_client_closes(closed: threading.Event) -> Fault:
+    """Read the request, never answer; ``closed`` is set when the client closes the connection."""
+
+    def serve(h, req) -> None:
+        h.connection.settimeout(0.05)
+        while not h.server.stopping.is_set():
+            try:
+                if not h.connection.recv(1):
+                    closed.set()
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed.set()
+                break
+        h.abort(reset=False)
+
+    return Fault("hang_until_the_client_closes", serve)
+
+
+def test_cancelling_the_request_closes_the_upstream_connection_and_logs_the_attempt(router, up):
+    closed = threading.Event()
+    up.set_default(hang_until_the_client_closes(closed), provider="chaos")
+    client = router(sections={"providers.chaos": "timeout_s = 60"})
+
+    async def go() -> None:
+        async with AsyncRoutingClient(client) as driver:
+            task = asyncio.create_task(driver.chat(HI))
+            await asyncio.to_thread(up.wait_for_requests, 1, BOUND_S)
+            assert not closed.is_set()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await asyncio.to_thread(closed.wait, BOUND_S)
+
+    asyncio.run(go())
+    assert flushed(client)
+    rows = log_rows(client)
+    assert [(r["provider"], r["error_class"], r["final"]) for r in rows] == [("chaos", "cancelled", True)]
+    assert chaos_requests(up) == 1  # no retry, no fail-over after a cancel

@@ -34,7 +34,7 @@ import openai
 from app.config import resolve_api_key
 from app.routing import deadline as deadlines
 from app.routing.canary import Side
-from app.routing.client import RoutingClient, _completion_parts, _Plan, _Stop, _Try, _Wait
+from app.routing.client import RoutingClient, _completion_parts, _Plan, _Stop, _Try, _Wait, upstream_base_url
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.result import AllRoutesFailed, ChatResult
 
@@ -158,7 +158,7 @@ class AsyncRoutingClient:
             transport = ThreadedTransport(sync_transport) if sync_transport is not None else httpx2.AsyncHTTPTransport()
         # Redirects are never followed, so the key never leaves the configured host.
         http_client = httpx2.AsyncClient(transport=transport, follow_redirects=False)
-        base_url = f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
+        base_url = upstream_base_url(p)
         client = openai.AsyncOpenAI(
             api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
         )

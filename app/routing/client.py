@@ -39,7 +39,7 @@ from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from sqlalchemy import Engine
 
 from app import catalog
-from app.config import Settings, load_settings, lookup, resolve_api_key
+from app.config import ProviderConfig, Settings, load_settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.canary import Side, assign_side
@@ -65,6 +65,12 @@ ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
+
+
+def upstream_base_url(p: ProviderConfig) -> str:
+    """Where the SDK sends a provider's requests: the simulator's in-process host for ``sim://``
+    providers (its transport answers them), else the configured URL. Both drivers use this."""
+    return f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
 
 
 class RatioSource(Protocol):
@@ -484,7 +490,7 @@ class RoutingClient:
             # never leaves the configured host (a 3xx is a failure that fails over).
             transport = deadlines.DeadlineTransport(self._transports.get(name) or httpx2.HTTPTransport())
             http_client = httpx2.Client(transport=transport, follow_redirects=False)
-            base_url = f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
+            base_url = upstream_base_url(p)
             client = openai.OpenAI(
                 api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
             )

@@ -35,7 +35,7 @@ from app.routing.client import MAX_SESSION_ID, ChatStream, RoutingClient
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
-from app.server.admission import estimate_prompt_tokens
+from app.server.admission import Admission, estimate_prompt_tokens
 from app.server.asgi import ChatReply, ChatStreamReply
 from app.server.metrics import GatewayMetrics
 from core.errors import InvalidRequest
@@ -116,6 +116,7 @@ class ChatHandler:
         self.metrics = metrics
         self.workers = workers
         self.clock = clock
+        self._admission = Admission(engine, metrics, clock=clock)
         self._limiter: anyio.CapacityLimiter | None = None
 
     @property
@@ -153,19 +154,8 @@ class ChatHandler:
         if key is None or (key.rpm is None and key.tpm is None and key.budget_micro_usd is None):
             return _Admitted(None)
         tokens, cost = self._estimate(req)
-        now = self.clock()
-        decision = await anyio.to_thread.run_sync(
-            lambda: limits.admit(self.engine, key, est_tokens=tokens, est_cost_usd=cost, now=now)
-        )
-        if decision.allowed:
-            return _Admitted(decision.reservation_id)
-        if self.metrics is not None and decision.code:
-            self.metrics.observe_key_denial(decision.code)
-        if decision.code == limits.BUDGET_EXCEEDED:
-            raise wire.budget_exceeded(decision.message + ". Fix: raise it with a new key or wait for the next period.")
-        raise wire.rate_limited(
-            decision.message + ".", decision.retry_after_s or 1, tokens=decision.code == limits.TOKENS_LIMITED
-        )
+        # The one admission rule (limits, budget, the 429 it answers, the denial metric).
+        return _Admitted(await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost))
 
     def _settle(self, key: KeyRecord | None, admitted: _Admitted, result: ChatResult | None, partial: float) -> None:
         """In the worker thread: the real tokens and cost (``partial`` when a stream was cut)."""

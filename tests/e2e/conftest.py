@@ -25,6 +25,7 @@ SHOTS = Path(__file__).parent / "screenshots"
 # A bound on one script run, not a timing assertion: generous, because two cores shared with a
 # Streamlit server, Chromium and the database can stall a run for many seconds under load.
 RUN_TIMEOUT_MS = 90_000
+RUN_SEEN_MS = 15_000  # how long to watch for the script run an action triggers
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -222,7 +223,15 @@ def rerun(page, timeout: float = RUN_TIMEOUT_MS) -> Iterator[None]:
     """Wait for the script run the body triggers (an input committed, a button clicked) to end."""
     before = page.evaluate(_COUNT_RUNS)
     yield
-    page.wait_for_function("n => window.__stRunsDone > n", arg=before, timeout=timeout)
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    try:
+        page.wait_for_function("n => window.__stRunsDone > n", arg=before, timeout=RUN_SEEN_MS)
+    except PlaywrightTimeoutError:
+        # Streamlit sometimes folds the run into one already under way without flipping the
+        # script state we watch (seen about once in 30 runs). Nothing is asserted here: the test's
+        # own expectations that follow wait for what the run must show, with their own bounds.
+        pass
     wait_ready(page, timeout)
 
 

@@ -7,24 +7,26 @@ retry/fallback decision loop (:meth:`RoutingClient._attempts`, which yields the 
 driver instead of sleeping), the circuit breakers, failure classification, the attempt records and
 the telemetry hand-off. A request routed here is logged exactly as the sync client logs it.
 
-Deadlines: each attempt runs under ``asyncio.timeout_at`` at the same end as the sync driver's
-transport deadline (the attempt's budget, capped by the request deadline); a passed deadline is an
-ordinary ``httpx2`` timeout to the classifier. Cancellation (a server's client went away) cancels the
-upstream request: httpx closes the connection of a cancelled request, the attempt is logged as
-``cancelled`` and the records are committed.
+Deadlines are the sync driver's :class:`~app.routing.deadline.AttemptDeadline`, enforced with
+``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a
+stream must send its headers and first text by the first-token deadline, then each chunk within the
+idle gap, all by the request deadline. A passed deadline is an ordinary ``httpx2`` timeout to the
+classifier. Cancellation (a server's client went away) cancels the upstream request: httpx closes
+the connection of a cancelled request, the attempt is logged as ``cancelled`` and the records are
+committed. Streams (:meth:`AsyncRoutingClient.chat_stream`) share the chunk handling, the
+broken-stream rule (no fallback once text was delivered) and the records with the sync driver.
 
 Transports: a provider the sync client reaches through a (sync) transport of its own (the built-in
 simulator, a test's mock) is reached here through that same transport run in a worker thread
 (:class:`ThreadedTransport`), so the simulator's latency sleeps never block the event loop; other
-providers use ``httpx2.AsyncHTTPTransport``. Streaming is not driven here yet: streams still go
-through the sync client.
+providers use ``httpx2.AsyncHTTPTransport``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -34,13 +36,22 @@ import openai
 from app.config import resolve_api_key
 from app.routing import deadline as deadlines
 from app.routing.canary import Side
-from app.routing.client import RoutingClient, _completion_parts, _Plan, _Stop, _Try, _Wait, upstream_base_url
+from app.routing.client import (
+    RoutingClient,
+    _completion_parts,
+    _Plan,
+    _Stop,
+    _StreamAttempt,
+    _Try,
+    _Wait,
+    upstream_base_url,
+)
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.result import AllRoutesFailed, ChatResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AsyncRoutingClient", "ThreadedTransport"]
+__all__ = ["AsyncChatStream", "AsyncRoutingClient", "ThreadedTransport"]
 
 
 class _ThreadedStream(httpx2.AsyncByteStream):
@@ -80,6 +91,41 @@ class ThreadedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self.inner.close()
+
+
+class AsyncChatStream:
+    """``async for piece in stream``: the text chunks; afterwards ``.result`` holds the
+    :class:`ChatResult`. ``aclose()`` (or leaving ``async with``) before the end cancels the
+    upstream stream and logs the attempt as ``cancelled``. The async twin of :class:`ChatStream`."""
+
+    def __init__(self, plan: _Plan):
+        self.result: ChatResult | None = None
+        self.request_id = plan.request_id
+        self.intent = plan.intent
+        self.side = plan.side
+        # The attempt being streamed right now (the server names it in its response headers).
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.attempts = 0
+        self._gen: AsyncGenerator[str, None] | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        assert self._gen is not None
+        return self._gen
+
+    async def __anext__(self) -> str:
+        assert self._gen is not None
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        if self._gen is not None:
+            await self._gen.aclose()
+
+    async def __aenter__(self) -> AsyncChatStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class AsyncRoutingClient:
@@ -142,6 +188,30 @@ class AsyncRoutingClient:
         plan.key_name = key_name
         return await self._run(plan)
 
+    def chat_stream(
+        self,
+        messages: Sequence[dict],
+        model: str = "auto",
+        *,
+        session_id: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+        key_name: str | None = None,
+    ) -> AsyncChatStream:
+        """One streamed chat request, routed as ``RoutingClient.chat(..., stream=True)`` routes it.
+        Invalid input raises here, before any network I/O; the request starts at the first read."""
+        if self.closed:
+            raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
+        c = self.sync
+        plan = c._plan(messages, model, session_id, True, temperature, max_tokens, source, route, cache_hints)
+        plan.key_name = key_name
+        stream = AsyncChatStream(plan)
+        stream._gen = self._run_stream(plan, stream)
+        return stream
+
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
         client = self._clients.get(name)
@@ -174,20 +244,19 @@ class AsyncRoutingClient:
             step = steps.send(None)
         return step
 
-    async def _send(self, plan: _Plan, attempt: _Try) -> Any:
-        c = self.sync
+    async def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline, **extra: Any) -> Any:
+        """The SDK call, under the attempt's deadline (non-streamed: the whole answer; streamed:
+        until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
-        # The same end as the sync driver's transport deadline, on the router's clock.
-        left = attempt.t0 + attempt.timeout - c._clock()
-        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout_at(loop.time() + max(left, 0.0)):
+            async with _timeout(deadline.time_left(deadline.clock())):
                 return await client.chat.completions.create(
                     model=attempt.model,
                     messages=plan.messages,  # type: ignore[arg-type]  # validated dicts, not the SDK's TypedDicts
                     timeout=attempt.timeout,
-                    extra_headers=c._headers(plan, attempt.with_hints),
+                    extra_headers=self.sync._headers(plan, attempt.with_hints),
                     **plan.params,
+                    **extra,
                 )
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
@@ -201,7 +270,7 @@ class AsyncRoutingClient:
             while True:
                 attempt = attempt.begin(c._wall(), c._clock())
                 try:
-                    resp = await self._send(plan, attempt)
+                    resp = await self._send(plan, attempt, c._deadline(plan, attempt))
                     text, finish, usage = _completion_parts(resp)
                 except asyncio.CancelledError:
                     c._record(plan, attempt, failure=Failure("cancelled", "the caller went away"))
@@ -215,3 +284,54 @@ class AsyncRoutingClient:
         finally:
             steps.close()
             c._commit(plan)
+
+    async def _run_stream(self, plan: _Plan, holder: AsyncChatStream) -> AsyncGenerator[str, None]:
+        """:meth:`RoutingClient._run_stream` with async I/O: every read of the upstream stream
+        waits at most until the first-token deadline (before the first text), the idle gap and
+        the request's deadline; a passed deadline is an ordinary timeout to the classifier."""
+        c = self.sync
+        started = c._start(plan)
+        steps = c._attempts(plan)
+        try:
+            attempt = await self._advance(steps, None)
+            while True:
+                attempt = attempt.begin(c._wall(), c._clock())
+                holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
+                acc = _StreamAttempt(started, attempt.t0, c._clock)
+                try:
+                    deadline = c._deadline(plan, attempt)
+                    stream = await self._send(
+                        plan, attempt, deadline, stream=True, stream_options={"include_usage": True}
+                    )
+                    async with stream:
+                        chunks = stream.__aiter__()
+                        while True:
+                            try:
+                                async with _timeout(deadline.time_left(deadline.clock(), body=True)):
+                                    chunk = await chunks.__anext__()
+                            except StopAsyncIteration:
+                                break
+                            except TimeoutError:
+                                deadline.check()  # the first-token or request deadline, by name
+                                raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
+                            for piece in acc.take(chunk, deadline):
+                                yield piece
+                    acc.check_finished()
+                except (GeneratorExit, asyncio.CancelledError):
+                    c._stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
+                    raise
+                except Exception as exc:  # noqa: BLE001 - _stream_failed() re-raises what is not an upstream fault
+                    attempt = await self._advance(steps, c._stream_failed(plan, attempt, acc, exc))
+                    continue
+                holder.result = c._stream_succeeded(plan, attempt, started, acc)
+                return
+        except _Stop as stop:
+            raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
+        finally:
+            steps.close()
+            c._commit(plan)
+
+
+def _timeout(seconds: float) -> asyncio.Timeout:
+    """``asyncio.timeout`` after ``seconds`` (at least 1 ms: a passed deadline still fails by timing out)."""
+    return asyncio.timeout(max(seconds, 0.001))

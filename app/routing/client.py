@@ -819,78 +819,110 @@ class RoutingClient:
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
                 holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
-                pieces: list[str] = []
-                ttft_ms: float | None = None
-                attempt_ttft_ms: float | None = None
-                usage: Usage | None = None
-                finish: str | None = None
+                acc = _StreamAttempt(started, attempt.t0, self._clock)
                 try:
                     deadline = self._deadline(plan, attempt)
                     stream = self._send(plan, attempt, deadline, stream=True, stream_options={"include_usage": True})
                     with stream:
                         for chunk in stream:
-                            choices = _chunk_choices(chunk)
-                            if chunk.usage is not None:
-                                usage = _usage(chunk.usage)
-                            for choice in choices:
-                                if choice.finish_reason:
-                                    finish = choice.finish_reason
-                                content = choice.delta.content if choice.delta else None
-                                if content:
-                                    if ttft_ms is None:
-                                        now = self._clock()
-                                        deadline.first_token()
-                                        ttft_ms = (now - started) * 1000.0  # what the caller waited
-                                        attempt_ttft_ms = (now - attempt.t0) * 1000.0
-                                    pieces.append(content)
-                                    yield content
-                    if finish is None:
-                        raise _Truncated("the stream ended without a finish reason")
+                            yield from acc.take(chunk, deadline)
+                    acc.check_finished()
                 except GeneratorExit:
-                    self._record(
-                        plan,
-                        attempt,
-                        ttft_ms=ttft_ms,
-                        attempt_ttft_ms=attempt_ttft_ms,
-                        usage=usage,
-                        failure=Failure("cancelled", "the caller stopped reading the stream"),
-                    )
+                    self._stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
                     raise
-                except Exception as exc:
-                    kw: dict[str, Any] = {"ttft_ms": ttft_ms, "attempt_ttft_ms": attempt_ttft_ms, "usage": usage}
-                    if isinstance(exc, _Truncated):
-                        exc = BadResponse(exc.args[0])
-                    if pieces:
-                        try:
-                            classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
-                        except BaseException:
-                            internal = Failure("internal_error", f"{type(exc).__name__}: {exc}")
-                            self._record(plan, attempt, failure=internal, **kw)
-                            raise
-                        cause = self._clean(
-                            f"{type(exc).__name__}: {exc}" if not isinstance(exc, BadResponse) else str(exc)
-                        )
-                        self._record(
-                            plan,
-                            attempt,
-                            failure=Failure("stream_broken", f"stream broke after {len(pieces)} chunks: {cause}"),
-                            **kw,
-                        )
-                        raise StreamBrokenError(
-                            f"{attempt.provider}/{attempt.model} stream broke after {len(pieces)} chunks "
-                            f"(request {plan.request_id}): {cause}; the answer is incomplete"
-                        ) from exc
-                    attempt = self._advance(steps, self._failed(plan, attempt, exc, **kw))
+                except Exception as exc:  # noqa: BLE001 - _stream_failed() re-raises what is not an upstream fault
+                    attempt = self._advance(steps, self._stream_failed(plan, attempt, acc, exc))
                     continue
-                holder.result = self._succeed(
-                    plan, attempt, started, "".join(pieces), usage or Usage(), ttft_ms, finish, attempt_ttft_ms
-                )
+                holder.result = self._stream_succeeded(plan, attempt, started, acc)
                 return
         except _Stop as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()
             self._commit(plan)
+
+    # -- stream attempts (shared by both drivers) ----------------------------------------------
+    def _stream_cancelled(self, plan: _Plan, attempt: _Try, acc: _StreamAttempt, why: str) -> None:
+        self._record(plan, attempt, failure=Failure("cancelled", why), **acc.record_kw())
+
+    def _stream_failed(self, plan: _Plan, attempt: _Try, acc: _StreamAttempt, exc: Exception) -> Failure:
+        """A streamed attempt failed. Before its first text: the failure for the retry/fallback loop
+        (the caller has seen nothing yet). After: :class:`StreamBrokenError` (an answer cannot be
+        taken back); an exception that is not an upstream fault is logged and raised as it is."""
+        kw = acc.record_kw()
+        if isinstance(exc, _Truncated):
+            exc = BadResponse(exc.args[0])
+        if not acc.pieces:
+            return self._failed(plan, attempt, exc, **kw)
+        try:
+            classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
+        except BaseException:
+            self._record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
+            raise
+        n = len(acc.pieces)
+        cause = self._clean(f"{type(exc).__name__}: {exc}" if not isinstance(exc, BadResponse) else str(exc))
+        self._record(plan, attempt, failure=Failure("stream_broken", f"stream broke after {n} chunks: {cause}"), **kw)
+        raise StreamBrokenError(
+            f"{attempt.provider}/{attempt.model} stream broke after {n} chunks "
+            f"(request {plan.request_id}): {cause}; the answer is incomplete"
+        ) from exc
+
+    def _stream_succeeded(self, plan: _Plan, attempt: _Try, started: float, acc: _StreamAttempt) -> ChatResult:
+        return self._succeed(
+            plan,
+            attempt,
+            started,
+            "".join(acc.pieces),
+            acc.usage or Usage(),
+            acc.ttft_ms,
+            acc.finish,
+            acc.attempt_ttft_ms,
+        )
+
+
+class _StreamAttempt:
+    """What one streamed attempt has delivered so far: text pieces, first-token times, usage and
+    finish reason, taken chunk by chunk (the same way by both drivers)."""
+
+    __slots__ = ("attempt_ttft_ms", "clock", "finish", "pieces", "started", "t0", "ttft_ms", "usage")
+
+    def __init__(self, started: float, t0: float, clock: Callable[[], float]):
+        self.started = started  # when the caller's request started (TTFT is what the caller waited)
+        self.t0 = t0  # when this attempt started
+        self.clock = clock
+        self.pieces: list[str] = []
+        self.ttft_ms: float | None = None
+        self.attempt_ttft_ms: float | None = None
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+
+    def take(self, chunk: object, deadline: deadlines.AttemptDeadline) -> list[str]:
+        """The text pieces of one chunk (:class:`BadResponse` when it is not a chunk)."""
+        choices = _chunk_choices(chunk)
+        u = getattr(chunk, "usage", None)
+        if u is not None:
+            self.usage = _usage(u)
+        out: list[str] = []
+        for choice in choices:
+            if choice.finish_reason:
+                self.finish = choice.finish_reason
+            content = choice.delta.content if choice.delta else None
+            if content:
+                if self.ttft_ms is None:
+                    now = self.clock()
+                    deadline.first_token()
+                    self.ttft_ms = (now - self.started) * 1000.0
+                    self.attempt_ttft_ms = (now - self.t0) * 1000.0
+                self.pieces.append(content)
+                out.append(content)
+        return out
+
+    def check_finished(self) -> None:
+        if self.finish is None:
+            raise _Truncated("the stream ended without a finish reason")
+
+    def record_kw(self) -> dict[str, Any]:
+        return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
 
 
 class _Stop(Exception):

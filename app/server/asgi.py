@@ -83,6 +83,7 @@ class GatewayApp:
         metrics: GatewayMetrics | None = None,
         max_body_bytes: int = wire.DEFAULT_MAX_BODY_BYTES,
         created: int | None = None,
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
     ):
         self.chat_handler = chat_handler
         self.models = list(models)
@@ -91,6 +92,7 @@ class GatewayApp:
         self.metrics = metrics if metrics is not None else GatewayMetrics(models=models)
         self.max_body_bytes = max_body_bytes
         self.created = int(time.time()) if created is None else created
+        self.on_shutdown = on_shutdown  # awaited at the lifespan shutdown, after the last request
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -268,6 +270,11 @@ class GatewayApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.on_shutdown is not None:
+                    try:
+                        await self.on_shutdown()
+                    except Exception as exc:  # noqa: BLE001 - shutdown goes on; the log flush follows
+                        log.warning("shutdown hook failed: %s", type(exc).__name__)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -1,28 +1,25 @@
 """The server's chat handler: one validated OpenAI request in, the shared routing policy, one OpenAI
 answer out.
 
-The policy is :class:`app.routing.client.RoutingClient` itself (canary split, intent rules,
-retry/fallback, telemetry), called in a worker thread: nothing of it is copied here. This module only
-adds what a server needs around it: key admission (rate limits and budgets, settled with the real
-cost), the model allow-list of the key, mapping outcomes to HTTP statuses and ``x-gateway-*``
-headers, and moving a sync stream's chunks onto the event loop through a bounded queue.
+The policy is :class:`app.routing.client.RoutingClient`'s (canary split, intent rules,
+retry/fallback, breakers, telemetry), driven on the event loop by its async driver
+(:class:`app.routing.async_client.AsyncRoutingClient`): nothing of it is copied here. This module
+only adds what a server needs around it: key admission (rate limits and budgets, settled with the
+real cost), mapping outcomes to HTTP statuses and ``x-gateway-*`` headers, and OpenAI's SSE framing.
 
-Cancellation, and its limits (a sync driver's): a client that disconnects from a *stream* sets a
-flag the worker checks between upstream chunks; the worker then closes the :class:`ChatStream`,
-which closes the upstream response (the connection to the provider is closed, the attempt is logged
-as ``cancelled``). An upstream that sends nothing at all holds its worker thread until the
-attempt's timeout. A *non-streamed* request's worker cannot be interrupted mid-read: the caller is
-released at once, the thread finishes (or times out) in the background, and its answer is dropped;
-its spend is still settled with the real cost, because settling happens in that same thread.
+Cancellation: a client that disconnects cancels its request's task (see :mod:`app.server.asgi`).
+For a non-streamed request that cancels the pending upstream call; for a stream, the upstream
+stream is closed at once, between or during reads. Either way httpx closes the upstream connection,
+the attempt is logged as ``cancelled``, and a key's reservation is settled with what was spent: the
+prompt and the text delivered for a cut stream, nothing for a cut non-streamed answer (the upstream
+never finished it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +28,8 @@ import anyio
 import anyio.to_thread
 
 from app import catalog
-from app.routing.client import MAX_SESSION_ID, ChatStream, RoutingClient
+from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
+from app.routing.client import MAX_SESSION_ID, RoutingClient
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
@@ -44,8 +42,7 @@ from db.keys import KeyRecord
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WORKERS = 128  # worker threads for routed calls: 64+ concurrent requests without queueing
-STREAM_QUEUE = 64  # chunks buffered between the worker and a slow client before the worker waits
+DEFAULT_WORKERS = 128  # threads for blocking work (key lookups, admission, the simulator's transport)
 SOURCE = "server"
 # Failure classes that mean "nobody could answer" (503) rather than "an upstream answered badly" (502).
 UNAVAILABLE = frozenset({"connection", "not_configured", "circuit_open", "breaker_open", "unavailable"})
@@ -99,7 +96,9 @@ class _Admitted:
 class ChatHandler:
     """``await handler(request, key)`` -> :class:`ChatReply` or :class:`ChatStreamReply`.
 
-    ``client`` is the gateway's :class:`RoutingClient`; ``engine`` holds the keys' limits and spend.
+    ``client`` is the gateway's :class:`RoutingClient` (the policy, its breakers and telemetry);
+    ``driver`` routes with it on the event loop (by default an :class:`AsyncRoutingClient` of it,
+    closed by :meth:`aclose`); ``engine`` holds the keys' limits and spend.
     """
 
     def __init__(
@@ -110,25 +109,30 @@ class ChatHandler:
         metrics: GatewayMetrics | None = None,
         workers: int = DEFAULT_WORKERS,
         clock: Callable[[], float] = time.time,
+        driver: AsyncRoutingClient | None = None,
     ):
         self.client = client
+        self.driver = driver if driver is not None else AsyncRoutingClient(client)
         self.engine = engine
         self.metrics = metrics
         self.workers = workers
         self.clock = clock
         self._admission = Admission(engine, metrics, clock=clock)
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._threads_sized = False
 
-    @property
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:  # created on the event loop's first request
-            self._limiter = anyio.CapacityLimiter(self.workers)
-            # The default limiter runs the key lookups and admissions: as many as requests in flight.
+    async def aclose(self) -> None:
+        """Close the driver's upstream connections (at server shutdown, after the last request)."""
+        await self.driver.aclose()
+
+    def _size_threads(self) -> None:
+        if not self._threads_sized:  # on the event loop's first request
+            # The default limiter runs key lookups, admissions and simulated upstreams' reads.
             default = anyio.to_thread.current_default_thread_limiter()
             default.total_tokens = max(default.total_tokens, self.workers)
-        return self._limiter
+            self._threads_sized = True
 
     async def __call__(self, req: wire.ChatRequest, key: KeyRecord | None) -> ChatReply | ChatStreamReply:
+        self._size_threads()
         admitted = await self._admit(req, key)
         kwargs = self._chat_kwargs(req, key)
         if req.stream:
@@ -157,16 +161,22 @@ class ChatHandler:
         # The one admission rule (limits, budget, the 429 it answers, the denial metric).
         return _Admitted(await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost))
 
-    def _settle(self, key: KeyRecord | None, admitted: _Admitted, result: ChatResult | None, partial: float) -> None:
-        """In the worker thread: the real tokens and cost (``partial`` when a stream was cut)."""
+    async def _settle(
+        self, key: KeyRecord | None, admitted: _Admitted, result: ChatResult | None, partial: float
+    ) -> None:
+        """Settle a reservation with the real tokens and cost (``partial`` when a stream was cut), in
+        a worker thread; shielded, so a request cancelled by its client still settles."""
         if key is None or admitted.reservation_id is None:
             return
+        await asyncio.shield(anyio.to_thread.run_sync(self._settle_now, key, admitted.reservation_id, result, partial))
+
+    def _settle_now(self, key: KeyRecord, reservation_id: str, result: ChatResult | None, partial: float) -> None:
         tokens, cost = 0, partial
         if result is not None:
             tokens, cost = result.usage.prompt_tokens + result.usage.completion_tokens, result.cost_usd
         now = self.clock()
         try:
-            limits.settle(self.engine, admitted.reservation_id, tokens=tokens, cost_usd=cost, now=now)
+            limits.settle(self.engine, reservation_id, tokens=tokens, cost_usd=cost, now=now)
             if self.metrics is not None and key.budget_micro_usd is not None:
                 state = limits.spend(self.engine, key, now=now)
                 if state is not None:
@@ -191,21 +201,15 @@ class ChatHandler:
     async def _complete(
         self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
     ) -> ChatReply:
-        def work() -> ChatResult:
-            result: ChatResult | None = None
-            try:
-                result = self.client.chat(req.messages, **kwargs)
-                return result
-            finally:
-                self._settle(key, admitted, result, 0.0)
-
+        result: ChatResult | None = None
         try:
-            # abandon_on_cancel: a disconnected caller is released at once; the thread runs out alone.
-            result = await anyio.to_thread.run_sync(work, limiter=self.limiter, abandon_on_cancel=True)
+            result = await self.driver.chat(req.messages, **kwargs)
         except AllRoutesFailed as exc:
             raise status_for(exc) from None
         except InvalidRequest as exc:
             raise _invalid(exc) from None
+        finally:
+            await self._settle(key, admitted, result, 0.0)
         body = wire.completion_json(
             completion_id=wire.new_completion_id(),
             created=int(self.clock()),
@@ -221,46 +225,23 @@ class ChatHandler:
     async def _stream(
         self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
     ) -> ChatStreamReply:
-        pipe = _Pipe(asyncio.get_running_loop(), STREAM_QUEUE)
-        stream_holder: list[ChatStream] = []
-
-        def produce() -> None:
-            delivered = 0
-            result: ChatResult | None = None
-            try:
-                stream = self.client.chat(req.messages, stream=True, **kwargs)
-                stream_holder.append(stream)
-                try:
-                    for piece in stream:
-                        if not pipe.put(("chunk", piece, stream)):
-                            break  # the client is gone: closing the stream closes the upstream response
-                        delivered += len(piece)
-                finally:
-                    stream.close()
-                result = stream.result
-                if result is not None:
-                    pipe.put(("end", result, stream))
-            except BaseException as exc:  # noqa: BLE001 - handed to the event loop, raised there
-                pipe.put(("error", exc, None))
-            finally:
-                partial = 0.0
-                if result is None and delivered and stream_holder and stream_holder[0].model:
-                    partial = _partial_cost(stream_holder[0].model, req, delivered)
-                self._settle(key, admitted, result, partial)
-                pipe.put(("closed", None, None))
-
-        worker = asyncio.ensure_future(anyio.to_thread.run_sync(produce, limiter=self.limiter))
+        """Wait for the first text (or the end) before answering: until then a failure is still an
+        HTTP status, and the headers name the provider that is really streaming."""
+        stream: AsyncChatStream | None = None
+        first: str | None = None
         try:
-            kind, value, stream = await pipe.get()
-        except BaseException:
-            pipe.cancel()
+            stream = self.driver.chat_stream(req.messages, **kwargs)
+            try:
+                first = await stream.__anext__()
+            except StopAsyncIteration:  # finished without any text
+                first = None
+        except BaseException as exc:
+            if stream is not None:
+                await stream.aclose()
+            await self._settle(key, admitted, stream.result if stream is not None else None, 0.0)
+            if isinstance(exc, Exception):
+                raise _map_error(exc) from None
             raise
-        if kind == "error":
-            pipe.cancel()
-            raise _map_error(value)
-        if kind == "closed":  # the stream ended without a result (cannot happen unless cancelled)
-            raise wire.upstream_failed("The upstream stream ended without an answer.")
-        assert stream is not None
         headers = {
             "x-gateway-provider": stream.provider or "",
             "x-gateway-model": stream.model or "",
@@ -275,39 +256,44 @@ class ChatHandler:
             model=stream.model or req.model,
             include_usage=req.include_usage,
         )
-        return ChatStreamReply(_events(pipe, enc, (kind, value), worker), headers)
+        return ChatStreamReply(self._events(stream, first, enc, req, key, admitted), headers)
 
-
-async def _events(
-    pipe: _Pipe, enc: wire.ChunkStream, first: tuple[str, Any], worker: asyncio.Future
-) -> AsyncIterator[bytes]:
-    try:
-        yield enc.role()
-        kind, value = first
-        while True:
-            if kind == "chunk":
-                yield enc.content(value)
-            elif kind == "end":
-                result: ChatResult = value
-                yield enc.finish(_finish(result))
-                if enc.include_usage:
-                    u = result.usage
-                    yield enc.usage(wire.usage_dict(u.prompt_tokens, u.completion_tokens, u.cached_tokens))
-                yield enc.done()
-                return
-            elif kind == "error":
-                raise _map_error(value, started=True)
-            else:
+    async def _events(
+        self,
+        stream: AsyncChatStream,
+        first: str | None,
+        enc: wire.ChunkStream,
+        req: wire.ChatRequest,
+        key: KeyRecord | None,
+        admitted: _Admitted,
+    ) -> AsyncIterator[bytes]:
+        delivered = 0
+        try:
+            yield enc.role()
+            if first is not None:
+                delivered += len(first)
+                yield enc.content(first)
+                async for piece in stream:
+                    delivered += len(piece)
+                    yield enc.content(piece)
+            result = stream.result
+            if result is None:
                 raise wire.upstream_failed("The upstream stream ended without an answer.")
-            kind, value, _ = await pipe.get()
-    finally:
-        pipe.cancel()  # normal end: a no-op; a disconnect: the worker stops at its next chunk
-        worker.add_done_callback(_drop_result)
-
-
-def _drop_result(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()  # retrieved, so asyncio does not log "exception was never retrieved"
+            yield enc.finish(_finish(result))
+            if enc.include_usage:
+                u = result.usage
+                yield enc.usage(wire.usage_dict(u.prompt_tokens, u.completion_tokens, u.cached_tokens))
+            yield enc.done()
+        except wire.WireError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - becomes an error event in the stream
+            raise _map_error(exc, started=True) from None
+        finally:
+            await stream.aclose()  # the normal end: a no-op; a disconnect: closes the upstream stream
+            partial = 0.0
+            if stream.result is None and delivered and stream.model:
+                partial = _partial_cost(stream.model, req, delivered)
+            await self._settle(key, admitted, stream.result, partial)
 
 
 def _partial_cost(model: str, req: wire.ChatRequest, delivered_chars: int) -> float:
@@ -336,50 +322,3 @@ def _map_error(exc: BaseException, *, started: bool = False) -> wire.WireError:
         return wire.upstream_failed("The upstream stream broke mid-way; the answer is incomplete.")
     log.error("routing failed: %s", type(exc).__name__)
     return wire.WireError(500, "Internal error in the gateway.")
-
-
-class _Pipe:
-    """A bounded hand-off from one worker thread to the event loop.
-
-    ``put`` (worker) blocks while ``size`` items wait unread and returns False once the reader
-    cancelled; ``get`` (loop) awaits the next item. One ``call_soon_threadsafe`` per item, no
-    per-item thread round trip.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, size: int):
-        self._loop = loop
-        self._items: deque[tuple[str, Any, Any]] = deque()
-        self._ready = asyncio.Event()
-        self._room = threading.Semaphore(size)
-        self._cancelled = threading.Event()
-
-    def put(self, item: tuple[str, Any, Any]) -> bool:
-        if self._cancelled.is_set():
-            return False
-        if item[0] == "chunk":
-            self._room.acquire()  # one producer: cancel()'s single release wakes it if it waits here
-        if self._cancelled.is_set():
-            return False
-        try:
-            self._loop.call_soon_threadsafe(self._push, item)
-        except RuntimeError:  # the loop is closed: the server is gone
-            return False
-        return True
-
-    def _push(self, item: tuple[str, Any, Any]) -> None:
-        self._items.append(item)
-        self._ready.set()
-
-    async def get(self) -> tuple[str, Any, Any]:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        item = self._items.popleft()
-        if item[0] == "chunk":
-            self._room.release()
-        return item
-
-    def cancel(self) -> None:
-        if not self._cancelled.is_set():
-            self._cancelled.set()
-            self._room.release()  # wake a worker waiting for room; it sees the flag and stops

@@ -133,6 +133,7 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
         authenticate=KeyAuthenticator(gateway.engine),
         ready=ready,
         metrics=metrics,
+        on_shutdown=handler.aclose,  # the async driver's upstream connections
     )
     return Server(gateway, app, handler)
 
@@ -159,13 +160,12 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int
 
     sock = check_port(host, port)
     server = build_server()
-    # The default thread limiter bounds the auth and admission lookups; size it with the workers.
     config = uvicorn.Config(
         server.app,
         log_level="warning",
         access_log=False,
         proxy_headers=False,
-        lifespan="off",
+        lifespan="on",  # its shutdown closes the upstream connections
         timeout_graceful_shutdown=graceful_s,
         server_header=False,
         date_header=False,

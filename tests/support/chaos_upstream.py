@@ -42,6 +42,7 @@ __all__ = [
     "empty_choices",
     "error",
     "hang",
+    "hang_until_closed",
     "html_200",
     "huge",
     "invalid_parameter",
@@ -73,6 +74,8 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     fault: str = ""  # name of the fault that served it
+    # Set once the fault's handler has returned (answered, or found the connection closed).
+    served: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
     def json(self) -> Any:
@@ -280,6 +283,25 @@ def hang() -> Fault:
     return Fault("hang", serve)
 
 
+def hang_until_closed() -> Fault:
+    """Read the request, never answer, and end as soon as the client closes the connection (or the
+    server stops): the request's ``served`` event then says the client gave up on it."""
+
+    def serve(h: _Handler, req: RecordedRequest) -> None:
+        h.connection.settimeout(0.05)
+        while not h.server.stopping.is_set():
+            try:
+                if not h.connection.recv(1):
+                    break  # end of file: the client closed the connection
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        h.abort(reset=False)
+
+    return Fault("hang_until_closed", serve)
+
+
 def reset() -> Fault:
     """Close the socket abruptly (RST, via SO_LINGER 0) instead of answering."""
 
@@ -444,6 +466,8 @@ class _Handler(BaseHTTPRequestHandler):
             fault.serve(self, req)
         except OSError:
             self.close_connection = True  # the client went away or stop() shut the socket
+        finally:
+            req.served.set()
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 

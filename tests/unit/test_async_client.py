@@ -10,14 +10,25 @@ chaos upstream, fallback ``direct`` is the instant simulator. Each test drives t
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from app.routing import AllRoutesFailed, RoutingClient
+from app.routing import AllRoutesFailed, RoutingClient, StreamBrokenError
 from app.routing.async_client import AsyncRoutingClient
-from tests.support.chaos_upstream import ChaosUpstream, Fault, hang, server_error, unavailable
+from core.errors import InvalidRequest
+from tests.support.chaos_upstream import (
+    ChaosUpstream,
+    Fault,
+    _stream_events,
+    hang,
+    hang_until_closed,
+    mid_stream_drop,
+    ok,
+    server_error,
+    trickle,
+    unavailable,
+)
 from tests.unit.test_incident_defects import HI, KEY, KEY_ENV, OK_TEXT, chaos_requests, flushed, log_rows, make_router
 
 BOUND_S = 10.0  # a bound on each wait, never a timing assertion
@@ -141,43 +152,144 @@ def test_records_are_logged_as_the_sync_client_logs_them(router, up):
     assert [r["final"] for r in async_rows] == [False, False, True]
 
 
-def hang_until_the_client_closes(closed: threading.Event) -> Fault:
-    """Read the request, never answer; ``closed`` is set when the client closes the connection."""
-
-    def serve(h, req) -> None:
-        h.connection.settimeout(0.05)
-        while not h.server.stopping.is_set():
-            try:
-                if not h.connection.recv(1):
-                    closed.set()
-                    break
-            except TimeoutError:
-                continue
-            except OSError:
-                closed.set()
-                break
-        h.abort(reset=False)
-
-    return Fault("hang_until_the_client_closes", serve)
-
-
 def test_cancelling_the_request_closes_the_upstream_connection_and_logs_the_attempt(router, up):
-    closed = threading.Event()
-    up.set_default(hang_until_the_client_closes(closed), provider="chaos")
+    up.set_default(hang_until_closed(), provider="chaos")
     client = router(sections={"providers.chaos": "timeout_s = 60"})
 
     async def go() -> None:
         async with AsyncRoutingClient(client) as driver:
             task = asyncio.create_task(driver.chat(HI))
-            await asyncio.to_thread(up.wait_for_requests, 1, BOUND_S)
-            assert not closed.is_set()
+            (hung,) = await asyncio.to_thread(up.wait_for_requests, 1, BOUND_S)
+            assert not hung.served.is_set()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            assert await asyncio.to_thread(closed.wait, BOUND_S)
+            assert await asyncio.to_thread(hung.served.wait, BOUND_S)  # the upstream saw the close
 
     asyncio.run(go())
     assert flushed(client)
     rows = log_rows(client)
     assert [(r["provider"], r["error_class"], r["final"]) for r in rows] == [("chaos", "cancelled", True)]
     assert chaos_requests(up) == 1  # no retry, no fail-over after a cancel
+
+
+# ------------------------------------------------------------------------------------ streams
+
+
+def stream_async(client: RoutingClient, *, close_after: int | None = None, **chat):
+    """(pieces, the stream) of one streamed request through the async driver; ``close_after``
+    closes it after that many pieces (a caller that went away). Raises what the stream raises."""
+
+    async def go():
+        async with AsyncRoutingClient(client) as driver:
+            stream = driver.chat_stream(HI, **chat)
+            pieces: list[str] = []
+            async with stream:
+                async for piece in stream:
+                    pieces.append(piece)
+                    if close_after is not None and len(pieces) >= close_after:
+                        break
+            return pieces, stream
+
+    return asyncio.run(asyncio.wait_for(go(), BOUND_S))
+
+
+def stall_after(events: int) -> Fault:
+    """A 200 SSE stream that sends ``events`` events, then nothing, until the client closes."""
+
+    def serve(h, req) -> None:
+        h.start_chunked(200, "text/event-stream")
+        for event in _stream_events(req.model, "one two three four five six", 5)[:events]:
+            h.write_chunk(event)
+        h.connection.settimeout(0.05)
+        while not h.server.stopping.is_set():
+            try:
+                if not h.connection.recv(1):
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        h.abort(reset=False)
+
+    return Fault("stall_after", serve)
+
+
+def test_a_stream_matches_the_sync_clients_pieces_result_and_records(router, up):
+    up.set_default(ok("one two three four"), provider="chaos")
+    client = router()
+    sync = client.chat(HI, stream=True)
+    sync_pieces = list(sync)
+    pieces, stream = stream_async(client)
+    assert pieces == sync_pieces and "".join(pieces) == "one two three four"
+    a, s = stream.result, sync.result
+    assert a is not None and s is not None
+    assert (a.text, a.provider, a.model, a.attempts, a.finish_reason) == (s.text, s.provider, s.model, 1, "stop")
+    assert a.usage == s.usage and a.usage.prompt_tokens == 5 and a.ttft_ms is not None
+    assert (stream.provider, stream.model, stream.attempts) == ("chaos", a.model, 1)
+    assert flushed(client)
+    rows = {r["request_id"]: r for r in log_rows(client)}
+    ra, rs = rows[a.request_id], rows[s.request_id]
+    assert ra["stream"] and ra["status"] == "ok" and {k for k in ra if ra[k] != rs[k]} <= VOLATILE
+
+
+def test_a_stream_failing_before_its_first_token_fails_over(router, up):
+    up.set_default(server_error(), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 2"})
+    pieces, stream = stream_async(client)
+    assert pieces and stream.result is not None and stream.result.provider == "direct"
+    assert [a.error_class for a in stream.result.attempt_log] == ["server_error", "server_error", None]
+    assert stream.provider == "direct" and stream.attempts == 3
+
+
+def test_no_first_token_by_the_attempt_budget_fails_over(router, up):
+    up.set_default(trickle(interval_s=5.0), provider="chaos")  # headers at once, then a byte per 5 s
+    client = router(sections={"providers.chaos": "timeout_s = 0.3", "retry": "max_attempts = 1"})
+    pieces, stream = stream_async(client)
+    assert pieces and stream.result is not None and stream.result.provider == "direct"
+    first = stream.result.attempt_log[0]
+    assert (first.provider, first.error_class) == ("chaos", "timeout")
+    assert "first-token" in (first.error or "")
+
+
+def test_an_idle_gap_after_text_breaks_the_stream_without_fail_over(router, up):
+    up.set_default(stall_after(3), provider="chaos")  # role, "one", " two", then silence
+    client = router(sections={"retry": "stream_idle_timeout_s = 0.3"})
+    with pytest.raises(StreamBrokenError, match="stream broke after 2 chunks"):
+        stream_async(client)
+    assert flushed(client)
+    rows = log_rows(client)
+    assert [(r["provider"], r["error_class"], r["final"]) for r in rows] == [("chaos", "stream_broken", True)]
+    assert chaos_requests(up) == 1  # an answer under way is never re-sent elsewhere
+
+
+def test_a_stream_dropped_mid_way_is_broken_not_retried(router, up):
+    up.set_default(mid_stream_drop(3), provider="chaos")
+    with pytest.raises(StreamBrokenError):
+        stream_async(router())
+    assert chaos_requests(up) == 1
+
+
+def test_closing_a_stream_early_closes_the_upstream_and_logs_it_cancelled(router, up):
+    up.set_default(stall_after(3), provider="chaos")
+    client = router(sections={"retry": "stream_idle_timeout_s = 60"})
+    pieces, stream = stream_async(client, close_after=1)
+    assert pieces == ["one"] and stream.result is None
+    (req,) = up.wait_for_requests(1, BOUND_S)
+    assert req.served.wait(BOUND_S)  # the upstream saw its connection closed
+    assert flushed(client)
+    rows = log_rows(client)
+    assert [(r["provider"], r["error_class"], r["final"]) for r in rows] == [("chaos", "cancelled", True)]
+    assert rows[0]["ttft_ms"] is not None
+
+
+def test_invalid_input_raises_before_any_network_call(router, up):
+    client = router()
+
+    async def go():
+        async with AsyncRoutingClient(client) as driver:
+            with pytest.raises(InvalidRequest):
+                driver.chat_stream([{"role": "wizard", "content": "x"}])
+
+    asyncio.run(go())
+    assert chaos_requests(up) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 
 import httpx2
@@ -17,7 +18,15 @@ from db.engine import get_engine
 from db.keys import create_key
 from db.models import RequestLog
 from tests.support import serve_process as sp
-from tests.support.chaos_upstream import ChaosUpstream, bad_request, ok, server_error, trickle, unavailable
+from tests.support.chaos_upstream import (
+    ChaosUpstream,
+    bad_request,
+    hang_until_closed,
+    ok,
+    server_error,
+    trickle,
+    unavailable,
+)
 
 HELLO = [{"role": "user", "content": "hello"}]
 
@@ -275,9 +284,31 @@ def test_client_disconnect_closes_the_upstream_stream(server, key, fresh):
         for line in r.iter_lines():
             if '"content":"word' in line:
                 break  # leaving the block closes our connection mid-stream
-    fresh.wait_for_requests(before + 1)
-    # The trickle would take ~60 s to finish; its connection closes within seconds of ours.
-    sp.wait_for(lambda: not fresh._server._open, timeout_s=20, what="the upstream connection to close")
+    trickled = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "trickle"]
+    assert len(trickled) == 1
+    # The trickle would take minutes to finish; its handler ends (its writes fail: the gateway closed
+    # the connection) within seconds of ours. (Other connections to this upstream may stay open: the
+    # non-streamed requests' async driver keeps its own idle keep-alive connections.)
+    sp.wait_for(trickled[0].served.is_set, timeout_s=20, what="the upstream connection to close")
+
+
+def test_client_disconnect_cancels_a_non_streamed_upstream_request(server, key, fresh):
+    """A client that goes away while a non-streamed answer is pending: the server cancels the routed
+    request, which closes its upstream connection long before the attempt's 10 s timeout."""
+    fresh.script(hang_until_closed(), provider="direct")
+    before = len(fresh.requests)
+    url = httpx2.URL(server.base_url)
+    body = json.dumps({"model": "gpt-4.1", "messages": HELLO}).encode()
+    head = (
+        f"POST {url.path.rstrip('/')}/chat/completions HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection((url.host, url.port), timeout=30) as conn:
+        conn.sendall(head.encode() + body)
+        hung = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "hang_until_closed"]
+        assert len(hung) == 1 and not hung[0].served.is_set()
+    # Our socket is closed: the upstream's handler ends once the gateway closes its connection too.
+    sp.wait_for(hung[0].served.is_set, timeout_s=5, what="the upstream connection to close")
 
 
 # ---------------------------------------------------------------------------------------- SIGTERM

@@ -32,6 +32,7 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app.config import resolve_api_key
 from app.routing import deadline as deadlines
@@ -244,19 +245,20 @@ class AsyncRoutingClient:
             step = steps.send(None)
         return step
 
-    async def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline, **extra: Any) -> Any:
+    async def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline) -> Any:
         """The SDK call, under the attempt's deadline (non-streamed: the whole answer; streamed:
         until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
+        body, options = self.sync._request(plan, attempt)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
-                return await client.chat.completions.create(
-                    model=attempt.model,
-                    messages=plan.messages,  # type: ignore[arg-type]  # validated dicts, not the SDK's TypedDicts
-                    timeout=attempt.timeout,
-                    extra_headers=self.sync._headers(plan, attempt.with_hints),
-                    **plan.params,
-                    **extra,
+                return await client.post(
+                    "/chat/completions",
+                    body=body,
+                    options=options,
+                    cast_to=ChatCompletion,
+                    stream=plan.stream,
+                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
                 )
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
@@ -300,9 +302,7 @@ class AsyncRoutingClient:
                 acc = _StreamAttempt(started, attempt.t0, c._clock)
                 try:
                     deadline = c._deadline(plan, attempt)
-                    stream = await self._send(
-                        plan, attempt, deadline, stream=True, stream_options={"include_usage": True}
-                    )
+                    stream = await self._send(plan, attempt, deadline)
                     async with stream:
                         chunks = stream.__aiter__()
                         while True:

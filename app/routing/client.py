@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import httpx2
 import openai
+from openai import RequestOptions
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice as CompletionChoice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
@@ -628,6 +629,22 @@ class RoutingClient:
             return None
         return {"x-session-id": plan.session_header or "", "x-cache-controls": "session_scope"}
 
+    def _request(self, plan: _Plan, attempt: _Try) -> tuple[dict[str, Any], RequestOptions]:
+        """The body and request options of one attempt's ``POST /chat/completions``, for the SDK's
+        ``client.post`` (both drivers). This is what ``chat.completions.create`` sends, less its
+        parameter transform: that walks every message against the SDK's TypedDicts (0.3 ms a call
+        here) and is the identity for the validated plain-JSON messages we send (a test holds the
+        SDK to that: tests/unit/test_sdk_request.py)."""
+        body: dict[str, Any] = {"model": attempt.model, "messages": plan.messages, **plan.params}
+        if plan.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        options: RequestOptions = {"timeout": attempt.timeout, "security": {"bearer_auth": True}}
+        headers = self._headers(plan, attempt.with_hints)
+        if headers is not None:
+            options["headers"] = headers
+        return body, options
+
     def _attempts(self, plan: _Plan) -> Generator[_Try | _Wait, Failure | None, None]:
         """Drive the retry/fallback loop; yields what to try next and learns each outcome.
 
@@ -771,17 +788,18 @@ class RoutingClient:
             idle_s=self.settings.retry.stream_idle_timeout_s,
         )
 
-    def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline, **extra: Any) -> Any:
+    def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline) -> Any:
         client = self._client(attempt.provider)
+        body, options = self._request(plan, attempt)
         token = deadlines.activate(deadline)
         try:
-            return client.chat.completions.create(
-                model=attempt.model,
-                messages=plan.messages,  # type: ignore[arg-type]  # validated dicts, not the SDK's TypedDicts
-                timeout=attempt.timeout,
-                extra_headers=self._headers(plan, attempt.with_hints),
-                **plan.params,
-                **extra,
+            return client.post(
+                "/chat/completions",
+                body=body,
+                options=options,
+                cast_to=ChatCompletion,
+                stream=plan.stream,
+                stream_cls=openai.Stream[ChatCompletionChunk],
             )
         finally:
             deadlines.deactivate(token)
@@ -822,7 +840,7 @@ class RoutingClient:
                 acc = _StreamAttempt(started, attempt.t0, self._clock)
                 try:
                     deadline = self._deadline(plan, attempt)
-                    stream = self._send(plan, attempt, deadline, stream=True, stream_options={"include_usage": True})
+                    stream = self._send(plan, attempt, deadline)
                     with stream:
                         for chunk in stream:
                             yield from acc.take(chunk, deadline)

@@ -57,6 +57,7 @@ __all__ = [
     "redirect",
     "reset",
     "server_error",
+    "stall_after",
     "stream_null_choices",
     "trickle",
     "unauthorized_echo",
@@ -300,6 +301,28 @@ def hang_until_closed() -> Fault:
         h.abort(reset=False)
 
     return Fault("hang_until_closed", serve)
+
+
+def stall_after(events: int, *, text: str = "one two three four five six") -> Fault:
+    """A 200 SSE stream that sends its first ``events`` events, then nothing, until the client closes
+    the connection (or the server stops): the request's ``served`` event then says the client gave up."""
+
+    def serve(h: _Handler, req: RecordedRequest) -> None:
+        h.start_chunked(200, "text/event-stream")
+        for event in _stream_events(req.model, text, 5)[:events]:
+            h.write_chunk(event)
+        h.connection.settimeout(0.05)
+        while not h.server.stopping.is_set():
+            try:
+                if not h.connection.recv(1):
+                    break  # end of file: the client closed the connection
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        h.abort(reset=False)
+
+    return Fault("stall_after", serve)
 
 
 def reset() -> Fault:

@@ -19,13 +19,12 @@ from app.routing.async_client import AsyncRoutingClient
 from core.errors import InvalidRequest
 from tests.support.chaos_upstream import (
     ChaosUpstream,
-    Fault,
-    _stream_events,
     hang,
     hang_until_closed,
     mid_stream_drop,
     ok,
     server_error,
+    stall_after,
     trickle,
     unavailable,
 )
@@ -192,27 +191,6 @@ def stream_async(client: RoutingClient, *, close_after: int | None = None, **cha
             return pieces, stream
 
     return asyncio.run(asyncio.wait_for(go(), BOUND_S))
-
-
-def stall_after(events: int) -> Fault:
-    """A 200 SSE stream that sends ``events`` events, then nothing, until the client closes."""
-
-    def serve(h, req) -> None:
-        h.start_chunked(200, "text/event-stream")
-        for event in _stream_events(req.model, "one two three four five six", 5)[:events]:
-            h.write_chunk(event)
-        h.connection.settimeout(0.05)
-        while not h.server.stopping.is_set():
-            try:
-                if not h.connection.recv(1):
-                    break
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-        h.abort(reset=False)
-
-    return Fault("stall_after", serve)
 
 
 def test_a_stream_matches_the_sync_clients_pieces_result_and_records(router, up):

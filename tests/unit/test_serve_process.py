@@ -24,6 +24,7 @@ from tests.support.chaos_upstream import (
     hang_until_closed,
     ok,
     server_error,
+    stall_after,
     trickle,
     unavailable,
 )
@@ -268,9 +269,46 @@ def test_keys_revoke_cli(server, engine, fresh):
 # ---------------------------------------------------------------------------------------- disconnect
 
 
-def test_client_disconnect_closes_the_upstream_stream(server, key, fresh):
-    """A client that goes away mid-stream: the worker stops at the next upstream chunk and closes
-    the upstream response, so the upstream's connection is closed long before its answer ends."""
+def cancelled_rows(engine, key_name: str):
+    """The request log's rows of ``key_name``, once its request's rows are written."""
+
+    def rows():
+        with engine.connect() as conn:
+            got = conn.execute(
+                select(RequestLog.provider, RequestLog.error_class, RequestLog.final, RequestLog.stream).where(
+                    RequestLog.key_name == key_name
+                )
+            ).all()
+        return got or None
+
+    return sp.wait_for(rows, timeout_s=10, what=f"the log rows of {key_name}")
+
+
+def test_client_disconnect_closes_a_silent_upstream_stream(server, engine, fresh):
+    """A client that goes away mid-stream while the upstream has gone silent (it sent two words,
+    then nothing, for as long as its connection stays open): the server cancels the stream at once,
+    closing the upstream connection long before the 30 s idle timeout, and logs it cancelled."""
+    _, k = create_key(engine, "leaves-stream")
+    fresh.script(stall_after(3), provider="direct")
+    before = len(fresh.requests)
+    with httpx2.stream(
+        "POST",
+        f"{server.base_url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
+        headers={"Authorization": f"Bearer {k}"},
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if '"content":"one' in line:
+                break  # leaving the block closes our connection mid-stream
+    (stalled,) = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "stall_after"]
+    sp.wait_for(stalled.served.is_set, timeout_s=5, what="the upstream connection to close")
+    assert cancelled_rows(engine, "leaves-stream") == [("direct", "cancelled", True, True)]
+
+
+def test_client_disconnect_closes_a_trickling_upstream_stream(server, key, fresh):
+    """The same with an upstream that keeps sending (a word every 5 ms for seconds)."""
     fresh.script(trickle(0.005, text="word " * 400), provider="direct")
     before = len(fresh.requests)
     with httpx2.stream(
@@ -283,25 +321,22 @@ def test_client_disconnect_closes_the_upstream_stream(server, key, fresh):
         assert r.status_code == 200
         for line in r.iter_lines():
             if '"content":"word' in line:
-                break  # leaving the block closes our connection mid-stream
-    trickled = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "trickle"]
-    assert len(trickled) == 1
-    # The trickle would take minutes to finish; its handler ends (its writes fail: the gateway closed
-    # the connection) within seconds of ours. (Other connections to this upstream may stay open: the
-    # non-streamed requests' async driver keeps its own idle keep-alive connections.)
-    sp.wait_for(trickled[0].served.is_set, timeout_s=20, what="the upstream connection to close")
+                break
+    (trickled,) = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "trickle"]
+    sp.wait_for(trickled.served.is_set, timeout_s=5, what="the upstream connection to close")
 
 
-def test_client_disconnect_cancels_a_non_streamed_upstream_request(server, key, fresh):
+def test_client_disconnect_cancels_a_non_streamed_upstream_request(server, engine, fresh):
     """A client that goes away while a non-streamed answer is pending: the server cancels the routed
     request, which closes its upstream connection long before the attempt's 10 s timeout."""
+    _, k = create_key(engine, "leaves-call")
     fresh.script(hang_until_closed(), provider="direct")
     before = len(fresh.requests)
     url = httpx2.URL(server.base_url)
     body = json.dumps({"model": "gpt-4.1", "messages": HELLO}).encode()
     head = (
         f"POST {url.path.rstrip('/')}/chat/completions HTTP/1.1\r\nHost: {url.host}:{url.port}\r\n"
-        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Authorization: Bearer {k}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     with socket.create_connection((url.host, url.port), timeout=30) as conn:
         conn.sendall(head.encode() + body)
@@ -309,6 +344,7 @@ def test_client_disconnect_cancels_a_non_streamed_upstream_request(server, key, 
         assert len(hung) == 1 and not hung[0].served.is_set()
     # Our socket is closed: the upstream's handler ends once the gateway closes its connection too.
     sp.wait_for(hung[0].served.is_set, timeout_s=5, what="the upstream connection to close")
+    assert cancelled_rows(engine, "leaves-call") == [("direct", "cancelled", True, False)]
 
 
 # ---------------------------------------------------------------------------------------- SIGTERM

@@ -39,6 +39,7 @@ from app.routing import deadline as deadlines
 from app.routing.canary import Side
 from app.routing.client import (
     RoutingClient,
+    StreamState,
     _completion_parts,
     _Plan,
     _Stop,
@@ -94,20 +95,13 @@ class ThreadedTransport(httpx2.AsyncBaseTransport):
         self.inner.close()
 
 
-class AsyncChatStream:
+class AsyncChatStream(StreamState):
     """``async for piece in stream``: the text chunks; afterwards ``.result`` holds the
     :class:`ChatResult`. ``aclose()`` (or leaving ``async with``) before the end cancels the
     upstream stream and logs the attempt as ``cancelled``. The async twin of :class:`ChatStream`."""
 
     def __init__(self, plan: _Plan):
-        self.result: ChatResult | None = None
-        self.request_id = plan.request_id
-        self.intent = plan.intent
-        self.side = plan.side
-        # The attempt being streamed right now (the server names it in its response headers).
-        self.provider: str | None = None
-        self.model: str | None = None
-        self.attempts = 0
+        super().__init__(plan)
         self._gen: AsyncGenerator[str, None] | None = None
 
     def __aiter__(self) -> AsyncIterator[str]:
@@ -182,10 +176,7 @@ class AsyncRoutingClient:
         key_name: str | None = None,
     ) -> ChatResult:
         """One non-streamed chat request, routed as :meth:`RoutingClient.chat` routes it."""
-        if self.closed:
-            raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
-        c = self.sync
-        plan = c._plan(messages, model, session_id, False, temperature, max_tokens, source, route, cache_hints)
+        plan = self._new_plan(messages, model, session_id, False, temperature, max_tokens, source, route, cache_hints)
         plan.key_name = key_name
         return await self._run(plan)
 
@@ -204,14 +195,17 @@ class AsyncRoutingClient:
     ) -> AsyncChatStream:
         """One streamed chat request, routed as ``RoutingClient.chat(..., stream=True)`` routes it.
         Invalid input raises here, before any network I/O; the request starts at the first read."""
-        if self.closed:
-            raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
-        c = self.sync
-        plan = c._plan(messages, model, session_id, True, temperature, max_tokens, source, route, cache_hints)
+        plan = self._new_plan(messages, model, session_id, True, temperature, max_tokens, source, route, cache_hints)
         plan.key_name = key_name
         stream = AsyncChatStream(plan)
         stream._gen = self._run_stream(plan, stream)
         return stream
+
+    def _new_plan(self, *args: Any) -> _Plan:
+        """:meth:`RoutingClient._plan` (validation, canary side, intent, routes) for this driver."""
+        if self.closed:
+            raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
+        return self.sync._plan(*args)
 
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
@@ -298,7 +292,7 @@ class AsyncRoutingClient:
             attempt = await self._advance(steps, None)
             while True:
                 attempt = attempt.begin(c._wall(), c._clock())
-                holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
+                holder._attempting(attempt, len(plan.records) + 1)
                 acc = _StreamAttempt(started, attempt.t0, c._clock)
                 try:
                     deadline = c._deadline(plan, attempt)

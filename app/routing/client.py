@@ -153,18 +153,29 @@ class _Wait:
     seconds: float
 
 
-class ChatStream:
-    """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
+class StreamState:
+    """What a stream's caller can know while it runs (both drivers' streams): the request's id,
+    intent and side, the attempt being streamed right now (the server names it in its response
+    headers), and ``result`` once the stream has ended."""
 
-    def __init__(self, gen_factory: Callable[[ChatStream], Generator[str, None, None]], plan: _Plan):
+    def __init__(self, plan: _Plan):
         self.result: ChatResult | None = None
         self.request_id = plan.request_id
         self.intent = plan.intent
         self.side = plan.side
-        # The attempt being streamed right now (the server names it in its response headers).
         self.provider: str | None = None
         self.model: str | None = None
         self.attempts = 0
+
+    def _attempting(self, attempt: _Try, number: int) -> None:
+        self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
+
+
+class ChatStream(StreamState):
+    """Iterate for text chunks; afterwards ``.result`` holds the :class:`ChatResult`."""
+
+    def __init__(self, gen_factory: Callable[[ChatStream], Generator[str, None, None]], plan: _Plan):
+        super().__init__(plan)
         self._gen = gen_factory(self)
 
     def __iter__(self) -> Iterator[str]:
@@ -836,7 +847,7 @@ class RoutingClient:
             attempt = self._advance(steps, None)
             while True:
                 attempt = attempt.begin(self._wall(), self._clock())
-                holder.provider, holder.model, holder.attempts = attempt.provider, attempt.model, len(plan.records) + 1
+                holder._attempting(attempt, len(plan.records) + 1)
                 acc = _StreamAttempt(started, attempt.t0, self._clock)
                 try:
                     deadline = self._deadline(plan, attempt)

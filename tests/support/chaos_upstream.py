@@ -284,21 +284,26 @@ def hang() -> Fault:
     return Fault("hang", serve)
 
 
+def _until_closed(h: _Handler) -> None:
+    """Wait, sending nothing, until the client closes the connection (or the server stops)."""
+    h.connection.settimeout(0.05)
+    while not h.server.stopping.is_set():
+        try:
+            if not h.connection.recv(1):
+                break  # end of file: the client closed the connection
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+    h.abort(reset=False)
+
+
 def hang_until_closed() -> Fault:
     """Read the request, never answer, and end as soon as the client closes the connection (or the
     server stops): the request's ``served`` event then says the client gave up on it."""
 
     def serve(h: _Handler, req: RecordedRequest) -> None:
-        h.connection.settimeout(0.05)
-        while not h.server.stopping.is_set():
-            try:
-                if not h.connection.recv(1):
-                    break  # end of file: the client closed the connection
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-        h.abort(reset=False)
+        _until_closed(h)
 
     return Fault("hang_until_closed", serve)
 
@@ -311,16 +316,7 @@ def stall_after(events: int, *, text: str = "one two three four five six") -> Fa
         h.start_chunked(200, "text/event-stream")
         for event in _stream_events(req.model, text, 5)[:events]:
             h.write_chunk(event)
-        h.connection.settimeout(0.05)
-        while not h.server.stopping.is_set():
-            try:
-                if not h.connection.recv(1):
-                    break  # end of file: the client closed the connection
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-        h.abort(reset=False)
+        _until_closed(h)
 
     return Fault("stall_after", serve)
 

@@ -284,33 +284,8 @@ def cancelled_rows(engine, key_name: str):
     return sp.wait_for(rows, timeout_s=10, what=f"the log rows of {key_name}")
 
 
-def test_client_disconnect_closes_a_silent_upstream_stream(server, engine, fresh):
-    """A client that goes away mid-stream while the upstream has gone silent (it sent two words,
-    then nothing, for as long as its connection stays open): the server cancels the stream at once,
-    closing the upstream connection long before the 30 s idle timeout, and logs it cancelled."""
-    _, k = create_key(engine, "leaves-stream")
-    fresh.script(stall_after(3), provider="direct")
-    before = len(fresh.requests)
-    with httpx2.stream(
-        "POST",
-        f"{server.base_url}/chat/completions",
-        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
-        headers={"Authorization": f"Bearer {k}"},
-        timeout=30,
-    ) as r:
-        assert r.status_code == 200
-        for line in r.iter_lines():
-            if '"content":"one' in line:
-                break  # leaving the block closes our connection mid-stream
-    (stalled,) = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "stall_after"]
-    sp.wait_for(stalled.served.is_set, timeout_s=5, what="the upstream connection to close")
-    assert cancelled_rows(engine, "leaves-stream") == [("direct", "cancelled", True, True)]
-
-
-def test_client_disconnect_closes_a_trickling_upstream_stream(server, key, fresh):
-    """The same with an upstream that keeps sending (a word every 5 ms for seconds)."""
-    fresh.script(trickle(0.005, text="word " * 400), provider="direct")
-    before = len(fresh.requests)
+def leave_stream_at(server, key: str, marker: str) -> None:
+    """Start a stream and close our connection at the first event line containing ``marker``."""
     with httpx2.stream(
         "POST",
         f"{server.base_url}/chat/completions",
@@ -320,8 +295,29 @@ def test_client_disconnect_closes_a_trickling_upstream_stream(server, key, fresh
     ) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
-            if '"content":"word' in line:
-                break
+            if marker in line:
+                return  # leaving the block closes our connection mid-stream
+    raise AssertionError(f"the stream ended without {marker!r}")
+
+
+def test_client_disconnect_closes_a_silent_upstream_stream(server, engine, fresh):
+    """A client that goes away mid-stream while the upstream has gone silent (it sent two words,
+    then nothing, for as long as its connection stays open): the server cancels the stream at once,
+    closing the upstream connection long before the 30 s idle timeout, and logs it cancelled."""
+    _, k = create_key(engine, "leaves-stream")
+    fresh.script(stall_after(3), provider="direct")
+    before = len(fresh.requests)
+    leave_stream_at(server, k, '"content":"one')
+    (stalled,) = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "stall_after"]
+    sp.wait_for(stalled.served.is_set, timeout_s=5, what="the upstream connection to close")
+    assert cancelled_rows(engine, "leaves-stream") == [("direct", "cancelled", True, True)]
+
+
+def test_client_disconnect_closes_a_trickling_upstream_stream(server, key, fresh):
+    """The same with an upstream that keeps sending (a word every 5 ms for seconds)."""
+    fresh.script(trickle(0.005, text="word " * 400), provider="direct")
+    before = len(fresh.requests)
+    leave_stream_at(server, key, '"content":"word')
     (trickled,) = [r for r in fresh.wait_for_requests(before + 1)[before:] if r.fault == "trickle"]
     sp.wait_for(trickled.served.is_set, timeout_s=5, what="the upstream connection to close")
 

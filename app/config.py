@@ -218,6 +218,8 @@ class RetryConfig(_Strict):
     request_deadline_s: float = Field(default=120.0, gt=0, le=3600)
     # A stream that sends nothing for this long (after its first token) is cut.
     stream_idle_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # The most an upstream may send for one attempt (body bytes, streamed or not); more fails over.
+    max_response_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
 
 
 class BreakerConfig(_Strict):

@@ -36,6 +36,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app.config import resolve_api_key
 from app.routing import deadline as deadlines
+from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
 from app.routing.client import (
     RoutingClient,
@@ -221,6 +222,7 @@ class AsyncRoutingClient:
         if transport is None:
             sync_transport = c._transports.get(name)
             transport = ThreadedTransport(sync_transport) if sync_transport is not None else httpx2.AsyncHTTPTransport()
+        transport = AsyncBodyLimitTransport(transport, self.settings.retry.max_response_bytes)
         # Redirects are never followed, so the key never leaves the configured host.
         http_client = httpx2.AsyncClient(transport=transport, follow_redirects=False)
         base_url = upstream_base_url(p)

@@ -42,6 +42,7 @@ from sqlalchemy import Engine
 from app import catalog
 from app.config import ProviderConfig, Settings, load_settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
+from app.routing.body_limit import BodyLimitTransport
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.canary import Side, assign_side
 from app.routing.errors import BadResponse, ClientClosedError, Failure, StreamBrokenError, classify
@@ -498,9 +499,13 @@ class RoutingClient:
                 raise ClientClosedError("this RoutingClient is closed")
             p = self.settings.providers[name]
             key = resolve_api_key(name, p, self._env, self._secrets)  # ProviderNotConfigured if unset
-            # Deadlines are enforced at the transport; redirects are never followed, so the key
+            # Deadlines and the response size limit are enforced at the transport (see
+            # app.routing.deadline and app.routing.body_limit); redirects are never followed, so the key
             # never leaves the configured host (a 3xx is a failure that fails over).
-            transport = deadlines.DeadlineTransport(self._transports.get(name) or httpx2.HTTPTransport())
+            inner = BodyLimitTransport(
+                self._transports.get(name) or httpx2.HTTPTransport(), self.settings.retry.max_response_bytes
+            )
+            transport = deadlines.DeadlineTransport(inner)
             http_client = httpx2.Client(transport=transport, follow_redirects=False)
             base_url = upstream_base_url(p)
             client = openai.OpenAI(

@@ -182,6 +182,8 @@ def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
         return Failure("timeout", detail, retryable=True, fallback=True)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, BadResponse):  # raised by our transport while the SDK read the body
+            return Failure("bad_response", str(cause), retryable=True, fallback=True)
         detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
         return Failure("connection", detail, retryable=True, fallback=True)
     if isinstance(exc, openai.APIStatusError):

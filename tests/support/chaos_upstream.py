@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -436,19 +437,25 @@ def trickle(interval_s: float = 0.05, *, text: str = "slow but steady") -> Fault
     return Fault("trickle", serve)
 
 
-def huge(size_bytes: int = 50 * 1024 * 1024) -> Fault:
+def huge(size_bytes: int = 50 * 1024 * 1024, *, chunked: bool = False) -> Fault:
     """A valid 200 completion whose content makes the body about ``size_bytes``, written in 1 MiB
-    pieces (never held in memory at once)."""
+    pieces (never held in memory at once); ``chunked``: with no Content-Length (the size is only
+    known by reading)."""
 
     def serve(h: _Handler, req: RecordedRequest) -> None:
         marker = "@@FILL@@"
         head, tail = json.dumps(completion_body(req.model, marker)).encode().split(marker.encode())
         fill = max(0, size_bytes - len(head) - len(tail))
-        h.send_response(200)
-        h.send_header("content-type", "application/json")
-        h.send_header("content-length", str(len(head) + fill + len(tail)))
-        h.end_headers()
-        h.wfile.write(head)
+        if chunked:
+            h.start_chunked(200, "application/json")
+            write = h.write_chunk
+        else:
+            h.send_response(200)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(head) + fill + len(tail)))
+            h.end_headers()
+            write = h.wfile.write
+        write(head)
         piece = b"a" * (1024 * 1024)
         left = fill
         while left > 0:
@@ -456,9 +463,11 @@ def huge(size_bytes: int = 50 * 1024 * 1024) -> Fault:
                 h.abort(reset=False)
                 return
             n = min(left, len(piece))
-            h.wfile.write(piece[:n])
+            write(piece[:n])
             left -= n
-        h.wfile.write(tail)
+        write(tail)
+        if chunked:
+            h.end_chunked()
 
     return Fault("huge", serve)
 
@@ -530,6 +539,13 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True  # server_close() joins every handler thread
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that reset its connection (the gateway cutting an answer short) is expected
+        here, not an error; anything else is printed as socketserver prints it."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     def __init__(self, chaos: ChaosUpstream):
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -1,0 +1,116 @@
+"""A bound on how much an upstream may send for one attempt.
+
+An upstream (or something pretending to be one) can answer with a body of any size: a 5 GB "chat
+completion", or a stream that never stops sending. Without a bound the gateway buffers a
+non-streamed body whole and keeps a stream's text for its result, so one such answer could take the
+process's memory, and every request in it, down. Both drivers wrap each provider's transport:
+
+- a response whose ``Content-Length`` is over the limit is refused before a byte of it is read;
+- otherwise the body is counted as it arrives, and reading stops as soon as it passes the limit.
+
+Either way the attempt fails with :class:`ResponseTooLarge` (a :class:`BadResponse`, so a
+``bad_response`` failure that falls over to the next route; after a stream's first text it is a
+broken stream), and the connection is closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx2
+
+from app.routing.errors import BadResponse
+
+
+class ResponseTooLarge(BadResponse):
+    """An upstream response passed the configured size limit."""
+
+
+def _declared_too_large(response: httpx2.Response, limit: int) -> int | None:
+    value = response.headers.get("content-length")
+    if value is not None and value.isdigit() and int(value) > limit:
+        return int(value)
+    return None
+
+
+def _too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
+    got = f"declared {seen:,} bytes" if seen is not None else "more than that"
+    return ResponseTooLarge(f"upstream response larger than the limit of {limit:,} bytes ({got})")
+
+
+class _LimitedStream(httpx2.SyncByteStream):
+    def __init__(self, inner: httpx2.SyncByteStream, limit: int):
+        self._inner = inner
+        self._limit = limit
+
+    def __iter__(self) -> Iterator[bytes]:
+        total = 0
+        for chunk in self._inner:
+            total += len(chunk)
+            if total > self._limit:
+                raise _too_large(self._limit)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncLimitedStream(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int):
+        self._inner = inner
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        total = 0
+        async for chunk in self._inner:
+            total += len(chunk)
+            if total > self._limit:
+                raise _too_large(self._limit)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BodyLimitTransport(httpx2.BaseTransport):
+    """Wraps a provider's (sync) transport: at most ``limit`` bytes of response body."""
+
+    def __init__(self, inner: httpx2.BaseTransport, limit: int):
+        self.inner = inner
+        self.limit = limit
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self.inner.handle_request(request)
+        declared = _declared_too_large(response, self.limit)
+        if declared is not None:
+            response.close()
+            raise _too_large(self.limit, declared)
+        stream = response.stream
+        if isinstance(stream, httpx2.SyncByteStream):
+            response.stream = _LimitedStream(stream, self.limit)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class AsyncBodyLimitTransport(httpx2.AsyncBaseTransport):
+    """Wraps a provider's async transport: at most ``limit`` bytes of response body."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, limit: int):
+        self.inner = inner
+        self.limit = limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self.inner.handle_async_request(request)
+        declared = _declared_too_large(response, self.limit)
+        if declared is not None:
+            await response.aclose()
+            raise _too_large(self.limit, declared)
+        stream = response.stream
+        if isinstance(stream, httpx2.AsyncByteStream):
+            response.stream = _AsyncLimitedStream(stream, self.limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,9 +1,11 @@
 """Canary control: set the ratio (optimistic-locked, audited), quick rollback / promote, the audit
 trail beside the observed split, the guardrail and fault injection for simulated providers.
 
-Inputs are text fields, so whatever the operator typed reaches the validation in
-``app.dashboard.canary_form`` and a refusal is shown under the field it is about (a number input
-with bounds would keep its old value in the browser and hide the message in a tooltip)."""
+The ratio is a number input without bounds, so any number the operator typed reaches the validation
+in ``app.dashboard.canary_form`` and a refusal is shown under the field (bounds would keep the old
+value in the browser and hide the message in a tooltip). What is not a finite number (letters,
+1e400) never leaves the browser's number field: the field keeps its value, and Apply refuses it
+as "no change"."""
 
 import time
 
@@ -29,7 +31,7 @@ who = auth.actor()
 
 def show_ratio(ratio: float) -> None:
     value = canary_form.input_percent(ratio)
-    st.session_state[PCT_KEY] = f"{value:.1f}"
+    st.session_state[PCT_KEY] = value
     st.session_state[SLIDER_KEY] = value
     state.errors.pop("ratio", None)
 
@@ -85,7 +87,7 @@ def on_number() -> None:
 
 
 def on_slider() -> None:
-    st.session_state[PCT_KEY] = f"{float(st.session_state[SLIDER_KEY]):.1f}"
+    st.session_state[PCT_KEY] = float(st.session_state[SLIDER_KEY])
     state.errors.pop("ratio", None)
 
 
@@ -137,9 +139,12 @@ if current.version != state.seen_version:
 form_col, chart_col = st.columns([2, 3], gap="large")
 with form_col:
     st.subheader("Change the ratio")
-    st.text_input(
+    st.number_input(
         "Canary ratio (%)",
+        value=None,  # an emptied field is None, refused: never read as 0 % (the default would be)
         key=PCT_KEY,
+        step=0.1,
+        format="%.1f",
         on_change=on_number,
         help="Share of traffic for the primary, 0 to 100 (e.g. 25 or 12.5)",
         disabled=read_only,

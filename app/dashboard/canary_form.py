@@ -65,7 +65,7 @@ def parse_percent(value: object, *, name: str = "Canary ratio") -> float:
             raise ValueError(f"{name} must be a number between 0 and 100, got {value!r}") from None
     if not ratio_in_range(number / 100.0):  # the canary's one range check (core.canary)
         raise ValueError(f"{name} must be between 0 and 100 %, got {value!r}")
-    return round(number / 100.0, 6)
+    return round(number / 100.0, 6) + 0.0  # + 0.0: "-0" is stored as 0, not -0.0
 
 
 def parse_reason(reason: object) -> str:

@@ -153,7 +153,7 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     at.button[0].click().run()
     assert not at.exception and at.title[0].value == "Overview"
     at.switch_page("../pages/canary.py").run()
-    at.text_input(key="canary_pct").set_value("30")
+    at.number_input(key="canary_pct").set_value(30.0)
     at.text_input(key="canary_reason").set_value("gated change")
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "dashboard"
@@ -478,12 +478,12 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     at = open_app("../pages/canary.py")
-    assert at.text_input(key="canary_pct").label == "Canary ratio (%)"
-    assert at.text_input(key="canary_pct").value == "10.0" and at.slider(key="canary_pct_slider").value == 10.0
-    at.text_input(key="canary_pct").set_value("25").run()
+    assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
+    assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0
+    at.number_input(key="canary_pct").set_value(25.0).run()
     assert at.slider(key="canary_pct_slider").value == 25.0
     at.slider(key="canary_pct_slider").set_value(37.5).run()
-    assert at.text_input(key="canary_pct").value == "37.5"
+    assert at.number_input(key="canary_pct").value == 37.5
     at.text_input(key="canary_reason").set_value("error rate flat for an hour")
     button(at, "Apply").click().run()
     assert not at.exception
@@ -504,20 +504,21 @@ def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
 @pytest.mark.parametrize(
     "value, reason, message",
     [
-        ("", "why", "must be a number between 0 and 100"),
-        ("150", "why", "must be between 0 and 100"),
-        ("-5", "why", "must be between 0 and 100"),
-        ("nan", "why", "must be between 0 and 100"),
-        ("1e400", "why", "must be between 0 and 100"),
-        ("text", "why", "must be a number between 0 and 100"),
-        ("10", "why", "No change: the canary ratio is already 10 %"),
-        ("20", "", "reason is required"),
+        (None, "why", "must be a number between 0 and 100"),
+        (150.0, "why", "must be between 0 and 100"),
+        (-5.0, "why", "must be between 0 and 100"),
+        # Streamlit hands a non-finite number back as an empty field (None): refused, never 0 %.
+        (float("nan"), "why", "must be a number between 0 and 100"),
+        (float("inf"), "why", "must be a number between 0 and 100"),
+        (1e308, "why", "must be between 0 and 100"),
+        (10.0, "why", "No change: the canary ratio is already 10 %"),
+        (20.0, "", "reason is required"),
     ],
 )
 def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
     at = open_app("../pages/canary.py")
     before = get_state(engine())
-    at.text_input(key="canary_pct").set_value(value)
+    at.number_input(key="canary_pct").set_value(value)
     at.text_input(key="canary_reason").set_value(reason)
     button(at, "Apply").click().run()
     assert not at.exception
@@ -525,9 +526,9 @@ def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, mes
     assert not at.success
     assert get_state(engine()) == before and audit_log(engine()) == []
     # The message sits in the form column, right under the field it is about, not in the page notices.
-    field = "canary_pct" if reason else "canary_reason"
     column = at.columns[2]  # m1, m2, then the form column
-    assert any(message in shown(e.value) for e in column.error) and at.text_input(key=field) is not None
+    assert any(message in shown(e.value) for e in column.error)
+    assert (at.number_input(key="canary_pct") if reason else at.text_input(key="canary_reason")) is not None
 
 
 def _add_account(name: str, role: str, password: str = "correct horse 1") -> None:
@@ -559,7 +560,7 @@ def test_canary_actor_is_the_signed_in_account(env):
     )
     assert not [w for w in at.sidebar.text_input if w.label == "Your name"]  # nothing to type a name into
     at.switch_page("../pages/canary.py").run()
-    at.text_input(key="canary_pct").set_value("5")
+    at.number_input(key="canary_pct").set_value(5.0)
     at.text_input(key="canary_reason").set_value("narrow")
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "carol"
@@ -571,7 +572,7 @@ def test_a_viewer_sees_the_canary_page_with_every_control_disabled(env):
     at.switch_page("../pages/canary.py").run()
     assert not at.exception
     assert any("viewer role" in shown(i.value) for i in at.info)
-    assert at.text_input(key="canary_pct").disabled and at.text_input(key="canary_reason").disabled
+    assert at.number_input(key="canary_pct").disabled and at.text_input(key="canary_reason").disabled
     for label in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail", "Save faults", "Clear"):
         assert button(at, label).disabled, label
     assert all(w.disabled for w in at.text_input if w.key not in ("sign_in_name", "sign_in_password"))
@@ -591,7 +592,7 @@ def test_sign_in_delay_grows_and_is_shown(env):
 def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
     at = open_app("../pages/canary.py")
     set_ratio(engine(), 0.4, expected_version=None, actor="bob", reason="other tab")
-    at.text_input(key="canary_pct").set_value("90")
+    at.number_input(key="canary_pct").set_value(90.0)
     at.text_input(key="canary_reason").set_value("mine")
     button(at, "Apply").click().run()
     assert not at.exception
@@ -599,8 +600,8 @@ def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
     assert "Refused" in err and "bob" in err and "40 %" in err
     assert get_state(engine()).ratio == 0.4 and len(audit_log(engine())) == 1
     # The page re-locked on the current version and shows its value; a second Apply goes through.
-    assert at.text_input(key="canary_pct").value == "40.0"
-    at.text_input(key="canary_pct").set_value("90")
+    assert at.number_input(key="canary_pct").value == 40.0
+    at.number_input(key="canary_pct").set_value(90.0)
     at.text_input(key="canary_reason").set_value("mine, after checking")
     button(at, "Apply").click().run()
     assert get_state(engine()).ratio == 0.9

@@ -33,6 +33,11 @@ def test_parse_percent_accepts_numbers_and_text(value, ratio):
     assert canary_form.parse_percent(value) == pytest.approx(ratio)
 
 
+def test_minus_zero_is_zero_not_negative_zero():
+    for typed in (-0.0, "-0", "-0.0 %"):
+        assert math.copysign(1.0, canary_form.parse_percent(typed)) == 1.0
+
+
 @pytest.mark.parametrize("value", [None, True, "", "abc", "12x", -0.1, 100.01, 150, math.nan, math.inf, [1]])
 def test_parse_percent_refuses_with_a_message(value):
     with pytest.raises(ValueError, match="Canary ratio must be"):

@@ -197,12 +197,14 @@ FAMILIES = {
         2 * 40 * 64 * 128 * 2,
         8192,
     ),
-    # https://huggingface.co/allenai/OLMo-7B-hf/blob/main/config.json: no num_key_value_heads -> MHA
+    # https://huggingface.co/allenai/OLMo-7B-hf/blob/main/config.json: num_key_value_heads = 32 (MHA),
+    # as transformers' convert_olmo_weights_to_hf.py writes it (checked against a copy of the file)
     "olmo-7b": (
         {
             "model_type": "olmo",
             "hidden_size": 4096,
             "num_attention_heads": 32,
+            "num_key_value_heads": 32,
             "num_hidden_layers": 32,
             "max_position_embeddings": 2048,
         },

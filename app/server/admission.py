@@ -8,6 +8,7 @@ cancellation, so a client that disconnects mid-stream still has its spend record
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -15,11 +16,14 @@ from collections.abc import Callable
 import anyio
 import anyio.to_thread
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.server import wire
 from app.server.metrics import GatewayMetrics
 from db import limits
 from db.keys import KeyRecord
+
+log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 4  # a cheap upper-ish estimate for admission; settle() corrects it to real counts
 
@@ -47,9 +51,14 @@ class Admission:
     async def admit(self, key: KeyRecord, *, est_tokens: int = 0, est_cost_usd: float = 0.0) -> str:
         """The reservation id, or a :class:`wire.WireError` (429) when a limit or the budget refuses."""
         now = self.clock()
-        decision = await anyio.to_thread.run_sync(
-            lambda: limits.admit(self.engine, key, est_tokens=est_tokens, est_cost_usd=est_cost_usd, now=now)
-        )
+        try:
+            decision = await anyio.to_thread.run_sync(
+                lambda: limits.admit(self.engine, key, est_tokens=est_tokens, est_cost_usd=est_cost_usd, now=now)
+            )
+        except SQLAlchemyError as exc:
+            # Fail closed: a key with limits or a budget is not served unchecked.
+            log.warning("limits store not answering (%s): key %s refused with 503", type(exc).__name__, key.name)
+            raise wire.store_unavailable(f"the rate limits and budget of key {key.name!r} cannot be checked") from None
         if decision.allowed:
             assert decision.reservation_id is not None
             return decision.reservation_id
@@ -62,14 +71,20 @@ class Admission:
         )
 
     async def settle(self, key: KeyRecord, reservation_id: str, *, tokens: int, cost_usd: float) -> bool:
-        """Record the request's real tokens and cost (exactly once; survives cancellation)."""
+        """Record the request's real tokens and cost (exactly once; survives cancellation). When the
+        database does not answer, the reservation stays as it is and is settled at its estimate
+        later (``db.limits``); False then."""
         now = self.clock()
         with anyio.CancelScope(shield=True):
-            settled = await anyio.to_thread.run_sync(
-                lambda: limits.settle(self.engine, reservation_id, tokens=tokens, cost_usd=cost_usd, now=now)
-            )
-            if settled and self.metrics is not None and key.budget_micro_usd is not None:
-                state = await anyio.to_thread.run_sync(lambda: limits.spend(self.engine, key, now=now))
-                if state is not None:
-                    self.metrics.set_key_budget_used(key.name, state.period, state.used_ratio)
+            try:
+                settled = await anyio.to_thread.run_sync(
+                    lambda: limits.settle(self.engine, reservation_id, tokens=tokens, cost_usd=cost_usd, now=now)
+                )
+                if settled and self.metrics is not None and key.budget_micro_usd is not None:
+                    state = await anyio.to_thread.run_sync(lambda: limits.spend(self.engine, key, now=now))
+                    if state is not None:
+                        self.metrics.set_key_budget_used(key.name, state.period, state.used_ratio)
+            except SQLAlchemyError as exc:
+                log.warning("could not settle the spend of key %s: %s", key.name, type(exc).__name__)
+                return False
         return bool(settled)

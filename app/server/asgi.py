@@ -125,6 +125,11 @@ class GatewayApp:
             await _send_error(send, err, base_headers)
         except _Disconnected:
             pass
+        except Exception as exc:  # noqa: BLE001 - never uvicorn's plain-text 500 (or a traceback) to a client
+            log.error("request failed: %s (request %s)", type(exc).__name__, rid)
+            await _send_error(
+                send, wire.WireError(500, f"Internal error in the gateway (request id {rid})."), base_headers
+            )
 
     # ------------------------------------------------------------------------------------ endpoints
 

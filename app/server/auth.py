@@ -5,19 +5,31 @@ so results (hits and misses) are kept for ``ttl_s`` seconds, keyed by the key's 
 plaintext is never kept). A revoked key therefore stops working within ``ttl_s`` in every process.
 Misses are cached too, so a client hammering with a wrong key does not hammer the database; the
 cache is bounded and cleared when full.
+
+When the database does not answer (a stall, a lock, an outage), a key seen in the last ``stale_s``
+seconds (10 minutes) keeps its last known answer, so running applications are not cut off by an
+incident in the gateway's own store; a key not seen that recently gets a 503
+(``gateway_store_unavailable``), never a 500. The cost: a key revoked during the outage works until
+the database answers again (its revocation cannot be read before then).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 import anyio.to_thread
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from app.server import wire
 from db.keys import KeyRecord, hash_key, lookup_key
 
+log = logging.getLogger(__name__)
+
 DEFAULT_TTL_S = 2.0
+DEFAULT_STALE_S = 600.0  # how long a known answer is kept while the database does not answer
 MAX_ENTRIES = 10_000
 
 
@@ -29,11 +41,13 @@ class KeyAuthenticator:
         engine: Engine,
         *,
         ttl_s: float = DEFAULT_TTL_S,
+        stale_s: float = DEFAULT_STALE_S,
         clock: Callable[[], float] = time.monotonic,
         lookup: Callable[[Engine, str], KeyRecord | None] = lookup_key,
     ):
         self.engine = engine
         self.ttl_s = ttl_s
+        self.stale_s = stale_s
         self.clock = clock
         self._lookup = lookup
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
@@ -47,7 +61,16 @@ class KeyAuthenticator:
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
         # The lookup blocks on the database: run it off the event loop.
-        record = await anyio.to_thread.run_sync(self._lookup, self.engine, token)
+        try:
+            record = await anyio.to_thread.run_sync(self._lookup, self.engine, token)
+        except SQLAlchemyError as exc:
+            if hit is not None and now - hit[0] < self.stale_s:
+                log.warning(
+                    "key store not answering (%s): using the answer from %.0f s ago", type(exc).__name__, now - hit[0]
+                )
+                return hit[1]
+            log.warning("key store not answering (%s): key refused with 503", type(exc).__name__)
+            raise wire.store_unavailable("gateway keys cannot be checked") from None
         if len(self._cache) >= MAX_ENTRIES:
             self._cache.clear()
         self._cache[digest] = (now, record)

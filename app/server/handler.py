@@ -37,7 +37,6 @@ from app.server.admission import Admission, estimate_prompt_tokens
 from app.server.asgi import ChatReply, ChatStreamReply
 from app.server.metrics import GatewayMetrics
 from core.errors import InvalidRequest
-from db import limits
 from db.keys import KeyRecord
 
 log = logging.getLogger(__name__)
@@ -164,25 +163,14 @@ class ChatHandler:
     async def _settle(
         self, key: KeyRecord | None, admitted: _Admitted, result: ChatResult | None, partial: float
     ) -> None:
-        """Settle a reservation with the real tokens and cost (``partial`` when a stream was cut), in
-        a worker thread; shielded, so a request cancelled by its client still settles."""
+        """Settle a reservation with the real tokens and cost (``partial`` when a stream was cut);
+        shielded, so a request cancelled by its client still settles."""
         if key is None or admitted.reservation_id is None:
             return
-        await asyncio.shield(anyio.to_thread.run_sync(self._settle_now, key, admitted.reservation_id, result, partial))
-
-    def _settle_now(self, key: KeyRecord, reservation_id: str, result: ChatResult | None, partial: float) -> None:
         tokens, cost = 0, partial
         if result is not None:
             tokens, cost = result.usage.prompt_tokens + result.usage.completion_tokens, result.cost_usd
-        now = self.clock()
-        try:
-            limits.settle(self.engine, reservation_id, tokens=tokens, cost_usd=cost, now=now)
-            if self.metrics is not None and key.budget_micro_usd is not None:
-                state = limits.spend(self.engine, key, now=now)
-                if state is not None:
-                    self.metrics.set_key_budget_used(key.name, state.period, state.used_ratio)
-        except Exception as exc:  # noqa: BLE001 - a stale reservation is settled at its estimate later
-            log.warning("could not settle the spend of key %s: %s", key.name, type(exc).__name__)
+        await asyncio.shield(self._admission.settle(key, admitted.reservation_id, tokens=tokens, cost_usd=cost))
 
     # ------------------------------------------------------------------------------ routing
 

@@ -147,6 +147,17 @@ def unavailable(message: str = "No provider is available right now (circuit brea
     return WireError(503, message, headers={"Retry-After": "1"})
 
 
+def store_unavailable(what: str) -> WireError:
+    """503: the gateway's own database did not answer (not an upstream's fault)."""
+    return WireError(
+        503,
+        f"The gateway's database is not answering, so {what}. Retry shortly.",
+        type="service_unavailable",
+        code="gateway_store_unavailable",
+        headers={"Retry-After": "5"},
+    )
+
+
 def upstream_timeout(message: str = "The upstream provider did not answer in time.") -> WireError:
     return WireError(504, message)
 

@@ -37,6 +37,7 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 
+READY_TIMEOUT_S = 3.0  # /readyz answers within this even when a check hangs (a stalled database)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -84,6 +85,7 @@ class GatewayApp:
         max_body_bytes: int = wire.DEFAULT_MAX_BODY_BYTES,
         created: int | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
+        ready_timeout_s: float = READY_TIMEOUT_S,
     ):
         self.chat_handler = chat_handler
         self.models = list(models)
@@ -93,6 +95,7 @@ class GatewayApp:
         self.max_body_bytes = max_body_bytes
         self.created = int(time.time()) if created is None else created
         self.on_shutdown = on_shutdown  # awaited at the lifespan shutdown, after the last request
+        self.ready_timeout_s = ready_timeout_s  # a check that does not answer by then is "not ready"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -225,7 +228,11 @@ class GatewayApp:
         checks: dict[str, bool] = {}
         if self.ready is not None:
             try:
-                checks = {k: bool(v) for k, v in dict(await _maybe_await(self.ready())).items()}
+                with anyio.fail_after(self.ready_timeout_s):
+                    checks = {k: bool(v) for k, v in dict(await _maybe_await(self.ready())).items()}
+            except TimeoutError:
+                checks = {"ready_check": False}
+                log.warning("readiness check did not answer within %.1f s", self.ready_timeout_s)
             except Exception as exc:  # noqa: BLE001 - a failing check is "not ready", not a 500
                 checks = {"ready_check": False}
                 log.warning("readiness check raised %s", type(exc).__name__)

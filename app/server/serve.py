@@ -125,7 +125,8 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
         return checks
 
     async def ready() -> dict[str, bool]:
-        return await anyio.to_thread.run_sync(check_ready)
+        # abandon_on_cancel: a check stuck on a stalled database does not hold /readyz past its bound.
+        return await anyio.to_thread.run_sync(check_ready, abandon_on_cancel=True)
 
     app = GatewayApp(
         chat_handler=handler,

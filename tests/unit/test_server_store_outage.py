@@ -128,3 +128,18 @@ def test_the_store_outage_answer_through_the_app():
         assert r.json()["error"]["code"] == "gateway_store_unavailable"
 
     anyio.run(go)
+
+
+def test_readyz_answers_503_in_bounded_time_when_a_check_hangs():
+    async def stalled_database_check():
+        await anyio.sleep_forever()
+
+    app = make_app(echo_handler, ready=stalled_database_check, ready_timeout_s=0.2)
+
+    async def go():
+        with anyio.fail_after(10):  # a bound on the test, not a timing assertion
+            async with raw(app) as c:
+                r = await c.get("/readyz")
+        assert r.status_code == 503 and r.json() == {"status": "unavailable", "checks": {"ready_check": False}}
+
+    anyio.run(go)

@@ -18,8 +18,10 @@ def _engine():
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.server.serve import serve
+    from core.bounds import parse_int
 
-    serve(args.host, args.port)
+    graceful_s = parse_int(args.graceful_s, field="--graceful-s", lo=0, hi=MAX_GRACEFUL_S)
+    serve(args.host, args.port, graceful_s=graceful_s)
     return 0
 
 
@@ -86,12 +88,20 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 DEFAULT_HOST = "127.0.0.1"  # local only unless the operator says otherwise
 DEFAULT_PORT = 8000
+DEFAULT_GRACEFUL_S = 30
+MAX_GRACEFUL_S = 3600
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     sv = sub.add_parser("serve", help="the OpenAI-compatible gateway server")
     sv.add_argument("--host", default=DEFAULT_HOST, help=f"default {DEFAULT_HOST} (local only)")
     sv.add_argument("--port", type=int, default=DEFAULT_PORT)
+    sv.add_argument(
+        "--graceful-s",
+        default=str(DEFAULT_GRACEFUL_S),
+        dest="graceful_s",
+        help=f"on SIGTERM/Ctrl-C, let requests in flight finish this long, then cut them (default {DEFAULT_GRACEFUL_S})",
+    )
     sv.set_defaults(func=cmd_serve)
 
     keys = sub.add_parser("keys", help="create, list or revoke gateway keys")

@@ -82,11 +82,13 @@ def env_for(config_path: Path, database_url: str) -> dict[str, str]:
     return env
 
 
-def start(config_path: Path, database_url: str, *, port: int | None = None, wait_s: float = 60.0) -> ServeProcess:
+def start(
+    config_path: Path, database_url: str, *, port: int | None = None, wait_s: float = 60.0, args: tuple[str, ...] = ()
+) -> ServeProcess:
     port = port or free_port()
     env = env_for(config_path, database_url)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        [sys.executable, "-m", "app", "serve", "--port", str(port), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

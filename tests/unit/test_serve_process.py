@@ -377,6 +377,53 @@ def test_sigterm_lets_in_flight_requests_finish_and_flushes_the_log(upstream, tm
     assert [r.status for r in logged] == ["ok"] * n  # flushed before the process exited
 
 
+def test_sigterm_cuts_a_stream_that_outlives_the_grace_period_and_logs_it(upstream, tmp_path):
+    """A stream still open when the grace period (here 1 s) ends is cut: the upstream connection is
+    closed, the client's stream ends, the attempt is logged ``cancelled`` and the log is flushed
+    before the process exits 0."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(sp.chaos_config(upstream.url))
+    db_url = f"sqlite:///{tmp_path / 'gw.db'}"
+    proc = sp.start(cfg, db_url, args=("--graceful-s", "1"))
+    engine = get_engine(db_url)
+    _, k = create_key(engine, "cut")
+    upstream.script(stall_after(3), provider="direct")  # two words, then silence for minutes
+    before = len(upstream.requests)
+    lines: list[str] = []
+    with httpx2.stream(
+        "POST",
+        f"{proc.base_url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
+        headers={"Authorization": f"Bearer {k}"},
+        timeout=30,
+    ) as r:
+        assert r.status_code == 200
+        events = r.iter_lines()
+        for line in events:
+            lines.append(line)
+            if '"content":"one' in line:
+                break
+        rc = proc.terminate(timeout_s=30)  # SIGTERM mid-stream; returns once the process exited
+        try:
+            lines.extend(events)  # whatever was sent before the cut, then the end
+        except httpx2.TransportError:
+            pass  # the connection was closed under us: also an end
+    (stalled,) = [q for q in upstream.wait_for_requests(before + 1)[before:] if q.fault == "stall_after"]
+    assert rc == 0 and stalled.served.is_set()  # the upstream's connection closed before the exit
+    assert "data: [DONE]" not in lines  # the cut answer is not passed off as complete
+    with engine.connect() as conn:
+        logged = conn.execute(
+            select(RequestLog.error_class, RequestLog.final).where(RequestLog.key_name == "cut")
+        ).all()
+    assert [tuple(r) for r in logged] == [("cancelled", True)]
+
+
+def test_graceful_s_is_bounded(server):
+    for bad in ("nan", "-1", "1e400", "3601", "ten"):
+        out = sp.cli(server.env, "serve", "--port", "0", "--graceful-s", bad)
+        assert out.returncode != 0 and "--graceful-s must be a whole number from 0 to 3600" in out.stderr
+
+
 def test_port_taken_is_one_clear_error(server):
     out = sp.cli(server.env, "serve", "--port", str(server.port))
     assert out.returncode != 0

@@ -100,7 +100,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--graceful-s",
         default=str(DEFAULT_GRACEFUL_S),
         dest="graceful_s",
-        help=f"on SIGTERM/Ctrl-C, let requests in flight finish this long, then cut them (default {DEFAULT_GRACEFUL_S})",
+        help=f"on SIGTERM/Ctrl-C, requests in flight get this long to finish, then are cut ({DEFAULT_GRACEFUL_S})",
     )
     sv.set_defaults(func=cmd_serve)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.config import Settings
+from app.dashboard.fmt import usd, when
 from db import keys as db_keys
 from db import limits
 from db.keys import KeyRecord
@@ -35,7 +36,25 @@ class KeyRow:
     created_by: str
 
     def to_dict(self) -> dict:
+        """The raw row (``keys list --json``)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def display(self) -> dict[str, str]:
+        """The Keys page's row: readable limits, money and UTC times, one type per column."""
+        return {
+            "name": self.name,
+            "prefix": self.prefix,
+            "models": self.models,
+            "requests/min": "no limit" if self.rpm is None else f"{self.rpm:,}",
+            "tokens/min": "no limit" if self.tpm is None else f"{self.tpm:,}",
+            "budget": self.budget,
+            "spent in budget period": usd(self.budget_used_usd),
+            "requests this month": f"{self.requests_month:,}",
+            "cost this month": usd(self.cost_month_usd),
+            "status": "active" if self.active else "revoked",
+            "created": when(self.created_at),
+            "created by": self.created_by,
+        }
 
 
 def create(

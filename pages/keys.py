@@ -50,7 +50,7 @@ if submitted and admin:
 st.subheader("Keys")
 rows = resources.key_rows()  # read after a Create above, so the new key is listed
 if rows:
-    st.dataframe(pd.DataFrame([r.to_dict() for r in rows]), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([r.display() for r in rows]), hide_index=True, width="stretch")
 else:
     st.info("No gateway keys yet: create the first one above.")
 

@@ -33,7 +33,9 @@ def test_keys_page_creates_a_key_shown_once_and_revokes_it(env, monkeypatch):  #
     assert shown.startswith("gw-") and lookup_key(engine(), shown).name == "team-a"
     assert "shown only this once" in at.success[0].value
     table = at.dataframe[0].value
-    assert list(table["name"]) == ["team-a"] and list(table["rpm"]) == [30] and list(table["models"]) == ["gpt-4.1"]
+    assert list(table["name"]) == ["team-a"] and list(table["models"]) == ["gpt-4.1"]
+    assert list(table["requests/min"]) == ["30"] and list(table["tokens/min"]) == ["no limit"]
+    assert list(table["status"]) == ["active"] and table["created"].iloc[0].endswith(" UTC")
     assert shown not in table.to_string()  # only the prefix is listed
     at.run()  # the next run no longer shows the key
     assert not any(c.value == shown for c in at.code)

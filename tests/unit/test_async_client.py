@@ -19,13 +19,23 @@ from app.routing.async_client import AsyncRoutingClient
 from core.errors import InvalidRequest
 from tests.support.chaos_upstream import (
     ChaosUpstream,
+    bad_json,
+    context_length,
+    empty_choices,
     hang,
     hang_until_closed,
+    html_200,
+    json_array_200,
     mid_stream_drop,
+    null_choices,
     ok,
+    rate_limited,
+    redirect,
+    reset,
     server_error,
     stall_after,
     trickle,
+    unauthorized_echo,
     unavailable,
 )
 from tests.unit.test_incident_defects import HI, KEY, KEY_ENV, OK_TEXT, chaos_requests, flushed, log_rows, make_router
@@ -271,3 +281,36 @@ def test_invalid_input_raises_before_any_network_call(router, up):
 
     asyncio.run(go())
     assert chaos_requests(up) == 0
+
+
+# ------------------------------------------------------------------------------------ fault parity
+
+PARITY_FAULTS = {
+    "html_200": html_200,
+    "json_array_200": json_array_200,
+    "bad_json": bad_json,
+    "empty_choices": empty_choices,
+    "null_choices": null_choices,
+    "reset": reset,
+    "redirect": redirect,
+    "rate_limited": lambda: rate_limited(retry_after_s="0"),
+    "unauthorized": unauthorized_echo,
+    "context_length": context_length,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(PARITY_FAULTS))
+def test_each_fault_is_classified_and_routed_as_the_sync_client_does(router, up, fault):
+    """The async driver meets each upstream fault through other SDK and httpx code (async
+    responses, async transports): the failure classes, statuses, routes and outcome must still be
+    the sync client's, attempt by attempt."""
+    up.set_default(PARITY_FAULTS[fault](), provider="chaos")
+    client = router(sections={"retry": "max_attempts = 2"})
+    sync, async_ = run_sync(client), run_async(client)
+    assert type(async_) is type(sync)
+
+    def shape(outcome):
+        attempts = outcome.attempts if isinstance(outcome, AllRoutesFailed) else outcome.attempt_log
+        return [(a.provider, a.status, a.error_class, a.http_status) for a in attempts]
+
+    assert shape(async_) == shape(sync) and shape(sync)[0][2] is not None  # the fault was met

@@ -58,6 +58,8 @@ class Admission:
         except SQLAlchemyError as exc:
             # Fail closed: a key with limits or a budget is not served unchecked.
             log.warning("limits store not answering (%s): key %s refused with 503", type(exc).__name__, key.name)
+            if self.metrics is not None:
+                self.metrics.observe_key_denial("store_unavailable")
             raise wire.store_unavailable(f"the rate limits and budget of key {key.name!r} cannot be checked") from None
         if decision.allowed:
             assert decision.reservation_id is not None

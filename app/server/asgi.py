@@ -252,7 +252,12 @@ class GatewayApp:
         if self.authenticate is None:
             return None
         token = _bearer(scope)
-        key = await _maybe_await(self.authenticate(token)) if token else None
+        try:
+            key = await _maybe_await(self.authenticate(token)) if token else None
+        except wire.WireError as err:
+            if err.code == wire.STORE_UNAVAILABLE:
+                self.metrics.observe_key_denial("store_unavailable")
+            raise
         if key is None:
             self.metrics.observe_key_denial("unauthorized")
             raise wire.unauthorized()

@@ -72,6 +72,7 @@ KEY_DENIAL_REASONS = (
     "rate_limit_exceeded",
     "tokens_limit_exceeded",
     "budget_exceeded",
+    "store_unavailable",  # the gateway's own database did not answer (503)
 )
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")

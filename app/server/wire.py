@@ -147,13 +147,16 @@ def unavailable(message: str = "No provider is available right now (circuit brea
     return WireError(503, message, headers={"Retry-After": "1"})
 
 
+STORE_UNAVAILABLE = "gateway_store_unavailable"
+
+
 def store_unavailable(what: str) -> WireError:
     """503: the gateway's own database did not answer (not an upstream's fault)."""
     return WireError(
         503,
         f"The gateway's database is not answering, so {what}. Retry shortly.",
         type="service_unavailable",
-        code="gateway_store_unavailable",
+        code=STORE_UNAVAILABLE,
         headers={"Retry-After": "5"},
     )
 

@@ -99,7 +99,7 @@ def test_alert_rules_structure_with_yaml():
 def test_promtool_checks_and_unit_tests_the_rules():
     check = subprocess.run(["promtool", "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 8 rules found" in check.stdout
+    assert "SUCCESS: 9 rules found" in check.stdout
     unit = subprocess.run(
         ["promtool", "test", "rules", ALERTS_TEST.name], capture_output=True, text=True, timeout=60, cwd=ALERTS.parent
     )

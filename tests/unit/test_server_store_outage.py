@@ -13,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 from app.server import wire
 from app.server.admission import Admission
 from app.server.auth import KeyAuthenticator
+from app.server.metrics import GatewayMetrics
 from db.engine import DbTimeouts, create_db_engine
 from db.keys import KeyRecord
 from tests.unit.test_server_asgi import echo_handler, make_app, raw
@@ -78,13 +79,15 @@ def test_a_key_seen_lately_keeps_working_while_the_store_is_down_then_not():
 
 
 def test_a_limited_key_is_refused_with_503_when_the_limits_cannot_be_checked(dead_engine):
-    admission = Admission(dead_engine)
+    metrics = GatewayMetrics()
+    admission = Admission(dead_engine, metrics)
 
     async def go():
         with pytest.raises(wire.WireError) as err:
             await admission.admit(REC, est_tokens=10, est_cost_usd=0.001)
         assert (err.value.status, err.value.code) == (503, "gateway_store_unavailable")
         assert "rate limits and budget of key 'app' cannot be checked" in err.value.message
+        assert 'gateway_key_denials_total{reason="store_unavailable"} 1.0' in metrics.exposition().decode()
         # Settling into a dead store does not raise into the request: the estimate stands.
         assert await admission.settle(REC, "r1", tokens=5, cost_usd=0.001) is False
 
@@ -126,6 +129,8 @@ def test_the_store_outage_answer_through_the_app():
             )
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
         assert r.json()["error"]["code"] == "gateway_store_unavailable"
+        exposed = app.metrics.exposition().decode()
+        assert 'gateway_key_denials_total{reason="store_unavailable"} 1.0' in exposed  # what the alert reads
 
     anyio.run(go)
 

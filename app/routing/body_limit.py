@@ -5,8 +5,11 @@ completion", or a stream that never stops sending. Without a bound the gateway b
 non-streamed body whole and keeps a stream's text for its result, so one such answer could take the
 process's memory, and every request in it, down. Both drivers wrap each provider's transport:
 
-- a response whose ``Content-Length`` is over the limit is refused before a byte of it is read;
-- otherwise the body is counted as it arrives, and reading stops as soon as it passes the limit.
+- a response whose ``Content-Length`` is over the limit is refused before a byte of it is read; one
+  within it is left alone (the HTTP parser reads no more than the declared length), so the usual
+  non-streamed answer costs nothing here;
+- a body of undeclared length (chunked: streams) is counted as it arrives, and reading stops as
+  soon as it passes the limit.
 
 Either way the attempt fails with :class:`ResponseTooLarge` (a :class:`BadResponse`, so a
 ``bad_response`` failure that falls over to the next route; after a stream's first text it is a
@@ -26,11 +29,9 @@ class ResponseTooLarge(BadResponse):
     """An upstream response passed the configured size limit."""
 
 
-def _declared_too_large(response: httpx2.Response, limit: int) -> int | None:
+def _declared(response: httpx2.Response) -> int | None:
     value = response.headers.get("content-length")
-    if value is not None and value.isdigit() and int(value) > limit:
-        return int(value)
-    return None
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def _too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
@@ -81,10 +82,12 @@ class BodyLimitTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = self.inner.handle_request(request)
-        declared = _declared_too_large(response, self.limit)
+        declared = _declared(response)
         if declared is not None:
-            response.close()
-            raise _too_large(self.limit, declared)
+            if declared > self.limit:
+                response.close()
+                raise _too_large(self.limit, declared)
+            return response
         stream = response.stream
         if isinstance(stream, httpx2.SyncByteStream):
             response.stream = _LimitedStream(stream, self.limit)
@@ -103,10 +106,12 @@ class AsyncBodyLimitTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)
-        declared = _declared_too_large(response, self.limit)
+        declared = _declared(response)
         if declared is not None:
-            await response.aclose()
-            raise _too_large(self.limit, declared)
+            if declared > self.limit:
+                await response.aclose()
+                raise _too_large(self.limit, declared)
+            return response
         stream = response.stream
         if isinstance(stream, httpx2.AsyncByteStream):
             response.stream = _AsyncLimitedStream(stream, self.limit)

@@ -45,8 +45,9 @@ def test_an_oversized_answer_fails_over_in_both_drivers(router, up, chunked, sai
     assert chaos_requests(up) == 2
 
 
-def test_an_answer_within_the_limit_is_served(router, up):  # noqa: F811
-    up.set_default(huge(LIMIT - 1024, chunked=True), provider="chaos")
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_answer_within_the_limit_is_served(router, up, chunked):  # noqa: F811
+    up.set_default(huge(LIMIT - 1024, chunked=chunked), provider="chaos")
     client = router(sections=LIMITED)
     for result in chat_both(client):
         assert result.provider == "chaos" and len(result.text) > LIMIT // 2

@@ -34,7 +34,6 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from app.config import resolve_api_key
 from app.routing import deadline as deadlines
 from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
@@ -47,7 +46,6 @@ from app.routing.client import (
     _StreamAttempt,
     _Try,
     _Wait,
-    upstream_base_url,
 )
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.result import AllRoutesFailed, ChatResult
@@ -216,19 +214,14 @@ class AsyncRoutingClient:
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed")
         c = self.sync
-        p = self.settings.providers[name]
-        key = resolve_api_key(name, p, c._env, c._secrets)  # ProviderNotConfigured if unset
+        sdk = c._sdk_settings(name)  # ProviderNotConfigured if its key is unset
         transport = self._transports.get(name)
         if transport is None:
             sync_transport = c._transports.get(name)
             transport = ThreadedTransport(sync_transport) if sync_transport is not None else httpx2.AsyncHTTPTransport()
         transport = AsyncBodyLimitTransport(transport, self.settings.retry.max_response_bytes)
-        # Redirects are never followed, so the key never leaves the configured host.
         http_client = httpx2.AsyncClient(transport=transport, follow_redirects=False)
-        base_url = upstream_base_url(p)
-        client = openai.AsyncOpenAI(
-            api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
-        )
+        client = openai.AsyncOpenAI(**sdk, http_client=http_client)
         self._http_clients.append(http_client)
         self._clients[name] = client
         return client

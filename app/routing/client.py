@@ -497,23 +497,31 @@ class RoutingClient:
                 return client
             if self._closed:
                 raise ClientClosedError("this RoutingClient is closed")
-            p = self.settings.providers[name]
-            key = resolve_api_key(name, p, self._env, self._secrets)  # ProviderNotConfigured if unset
+            sdk = self._sdk_settings(name)  # ProviderNotConfigured if its key is unset
             # Deadlines and the response size limit are enforced at the transport (see
-            # app.routing.deadline and app.routing.body_limit); redirects are never followed, so the key
-            # never leaves the configured host (a 3xx is a failure that fails over).
+            # app.routing.deadline and app.routing.body_limit).
             inner = BodyLimitTransport(
                 self._transports.get(name) or httpx2.HTTPTransport(), self.settings.retry.max_response_bytes
             )
             transport = deadlines.DeadlineTransport(inner)
             http_client = httpx2.Client(transport=transport, follow_redirects=False)
-            base_url = upstream_base_url(p)
-            client = openai.OpenAI(
-                api_key=key, base_url=base_url, max_retries=0, timeout=p.timeout_s, http_client=http_client
-            )
+            client = openai.OpenAI(**sdk, http_client=http_client)
             self._http_clients.append(http_client)
             self._clients[name] = client
             return client
+
+    def _sdk_settings(self, name: str) -> dict[str, Any]:
+        """How both drivers configure a provider's SDK client: its key (raises
+        :class:`ProviderNotConfigured` when unset), its base URL, its timeout, and no SDK retries
+        (the routing policy retries). Their HTTP clients never follow redirects, so the key never
+        leaves the configured host (a 3xx is a failure that fails over)."""
+        p = self.settings.providers[name]
+        return {
+            "api_key": resolve_api_key(name, p, self._env, self._secrets),
+            "base_url": upstream_base_url(p),
+            "max_retries": 0,
+            "timeout": p.timeout_s,
+        }
 
     def _model_for(self, provider: str, model: str) -> tuple[str, bool]:
         return model_on(self._offers[provider], model)

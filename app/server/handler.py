@@ -72,11 +72,12 @@ def status_for(exc: AllRoutesFailed) -> wire.WireError:
     return wire.upstream_failed(f"All upstream providers failed for this request ({summary}; request id {rid}).")
 
 
-def result_headers(result: ChatResult) -> dict[str, str]:
+def result_headers(result: ChatResult | AsyncChatStream) -> dict[str, str]:
+    """The ``x-gateway-*`` headers of an answer, or of a stream (the attempt streaming now)."""
     return {
         "x-gateway-request-id": result.request_id,
-        "x-gateway-provider": result.provider,
-        "x-gateway-model": result.model,
+        "x-gateway-provider": result.provider or "",
+        "x-gateway-model": result.model or "",
         "x-gateway-intent": result.intent,
         "x-gateway-canary-side": result.side,
         "x-gateway-attempts": str(result.attempts),
@@ -230,21 +231,13 @@ class ChatHandler:
             if isinstance(exc, Exception):
                 raise _map_error(exc) from None
             raise
-        headers = {
-            "x-gateway-provider": stream.provider or "",
-            "x-gateway-model": stream.model or "",
-            "x-gateway-intent": stream.intent,
-            "x-gateway-canary-side": stream.side,
-            "x-gateway-attempts": str(stream.attempts),
-            "x-gateway-request-id": stream.request_id,
-        }
         enc = wire.ChunkStream(
             completion_id=wire.new_completion_id(),
             created=int(self.clock()),
             model=stream.model or req.model,
             include_usage=req.include_usage,
         )
-        return ChatStreamReply(self._events(stream, first, enc, req, key, admitted), headers)
+        return ChatStreamReply(self._events(stream, first, enc, req, key, admitted), result_headers(stream))
 
     async def _events(
         self,

@@ -77,6 +77,17 @@ def fresh(upstream):
         upstream._queues.clear()
 
 
+def open_stream(base_url: str, key: str):
+    """A streamed ``gpt-4.1`` chat request to the server at ``base_url`` (use as a context manager)."""
+    return httpx2.stream(
+        "POST",
+        f"{base_url}/chat/completions",
+        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+
+
 def post(server, key, body, **kw):
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx2.post(f"{server.base_url}/chat/completions", json=body, headers=headers, timeout=30, **kw)
@@ -130,13 +141,7 @@ def test_openai_sdk_stream_with_usage(server, key, fresh):
 
 
 def test_raw_stream_ends_with_done(server, key, fresh):
-    with httpx2.stream(
-        "POST",
-        f"{server.base_url}/chat/completions",
-        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    ) as r:
+    with open_stream(server.base_url, key) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.headers["x-gateway-provider"] == "direct"
@@ -286,13 +291,7 @@ def cancelled_rows(engine, key_name: str):
 
 def leave_stream_at(server, key: str, marker: str) -> None:
     """Start a stream and close our connection at the first event line containing ``marker``."""
-    with httpx2.stream(
-        "POST",
-        f"{server.base_url}/chat/completions",
-        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    ) as r:
+    with open_stream(server.base_url, key) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if marker in line:
@@ -390,13 +389,7 @@ def test_sigterm_cuts_a_stream_that_outlives_the_grace_period_and_logs_it(upstre
     upstream.script(stall_after(3), provider="direct")  # two words, then silence for minutes
     before = len(upstream.requests)
     lines: list[str] = []
-    with httpx2.stream(
-        "POST",
-        f"{proc.base_url}/chat/completions",
-        json={"model": "gpt-4.1", "messages": HELLO, "stream": True},
-        headers={"Authorization": f"Bearer {k}"},
-        timeout=30,
-    ) as r:
+    with open_stream(proc.base_url, k) as r:
         assert r.status_code == 200
         events = r.iter_lines()
         for line in events:

@@ -1,4 +1,8 @@
-"""The request record: one per attempt, as the router produces it and the log stores it."""
+"""The request record: one per attempt, as the router produces it and the log stores it.
+
+Fields are only ever appended (positional construction and the journal's old lines keep working:
+a journal line without a newer key replays with that field's default).
+"""
 
 from __future__ import annotations
 
@@ -34,14 +38,29 @@ class AttemptRecord:
     prompt_text: str | None = None
     key_name: str | None = None  # the gateway key that sent it (server requests only)
     answer_text: str | None = None  # the answer of a successful attempt, only with store_prompts
+    # What part of the OpenAI surface the request used. Embedding tokens are ``prompt_tokens`` of an
+    # ``api == "embeddings"`` record (no separate field).
+    api: str = "chat"  # chat | responses | embeddings | completions
+    finish_reason: str | None = None  # the answer's finish reason (stop, length, tool_calls, ...)
+    tool_calls: int = 0  # tool calls in the answer
+    # completion_tokens_details.reasoning_tokens: already counted in completion_tokens (and costed
+    # at the output price), kept apart to show how much of the output was thinking.
+    reasoning_tokens: int = 0
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""
         values = [getattr(self, name) for name in FIELD_NAMES]
         if values[_ERROR_MESSAGE]:
             values[_ERROR_MESSAGE] = values[_ERROR_MESSAGE][:500]
+        # The upstream names the finish reason: an unexpected long one must not get the whole row
+        # rejected by the column's bound (PostgreSQL enforces it).
+        if values[_FINISH_REASON]:
+            values[_FINISH_REASON] = values[_FINISH_REASON][:FINISH_REASON_MAX]
         return tuple(values)
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(AttemptRecord))
+APIS: tuple[str, ...] = ("chat", "responses", "embeddings", "completions")
 _ERROR_MESSAGE = FIELD_NAMES.index("error_message")
+_FINISH_REASON = FIELD_NAMES.index("finish_reason")
+FINISH_REASON_MAX = 32  # request_log.finish_reason is varchar(32)

@@ -38,7 +38,20 @@ ROLLUP_SUMS = [
     "latency_sum_ms",
     "ttft_sum_ms",
     "ttft_count",
+    # migration 0008: what the whole OpenAI surface does. Final requests per non-chat API (chat is
+    # ``requests`` minus these, so rows from before 0008, all chat, need no backfill).
+    "reasoning_tokens",
+    "tool_calls",
+    "responses_requests",
+    "embeddings_requests",
+    "completions_requests",
 ]
+# API kind -> the rollup counter of its final requests (chat has none: see above).
+API_REQUEST_COUNTERS = {
+    "responses": "responses_requests",
+    "embeddings": "embeddings_requests",
+    "completions": "completions_requests",
+}
 
 # Bigint primary keys on PostgreSQL, but SQLite only autoincrements "INTEGER PRIMARY KEY".
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
@@ -95,6 +108,11 @@ class RequestLog(Base):
     prompt_text: Mapped[str | None] = mapped_column(Text)  # only with store_prompts = true
     key_name: Mapped[str | None] = mapped_column(String(64))  # gateway key (server requests), for spend per key
     answer_text: Mapped[str | None] = mapped_column(Text)  # successful answers, only with store_prompts = true
+    # migration 0008; server defaults so rows written before it (all chat completions) read right.
+    api: Mapped[str] = mapped_column(String(16), default="chat", server_default="chat")
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    tool_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class _RollupColumns:
@@ -123,6 +141,12 @@ class _RollupColumns:
     latency_sum_ms: Mapped[float] = mapped_column(Float, default=0.0)
     ttft_sum_ms: Mapped[float] = mapped_column(Float, default=0.0)
     ttft_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    # migration 0008 (server default 0: buckets written before it had none of these)
+    reasoning_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    tool_calls: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    responses_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    embeddings_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    completions_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class RequestRollup(_RollupColumns, Base):

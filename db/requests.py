@@ -21,7 +21,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from core.histogram import bucket_of
 from core.records import FIELD_NAMES, AttemptRecord
-from db.models import LATENCY_BUCKETS, ROLLUP_KEY, ROLLUP_SUMS, ROLLUP_TABLES, TTFT_BUCKETS, RequestLog
+from db.models import (
+    API_REQUEST_COUNTERS,
+    LATENCY_BUCKETS,
+    ROLLUP_KEY,
+    ROLLUP_SUMS,
+    ROLLUP_TABLES,
+    TTFT_BUCKETS,
+    RequestLog,
+)
 
 _COUNTERS = ROLLUP_SUMS + LATENCY_BUCKETS + TTFT_BUCKETS
 
@@ -43,9 +51,14 @@ def rollup_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[di
             row["requests"] += 1
             row["request_errors"] += failed
             row["fallbacks"] += bool(r.fallback)
+            api_counter = API_REQUEST_COUNTERS.get(r.api)
+            if api_counter is not None:
+                row[api_counter] += 1
         row["prompt_tokens"] += r.prompt_tokens
         row["cached_tokens"] += r.cached_tokens
         row["completion_tokens"] += r.completion_tokens
+        row["reasoning_tokens"] += r.reasoning_tokens
+        row["tool_calls"] += r.tool_calls
         row["cost_usd"] += r.cost_usd
         row["latency_sum_ms"] += r.latency_ms
         row[LATENCY_BUCKETS[bucket_of(r.latency_ms)]] += 1

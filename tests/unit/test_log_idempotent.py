@@ -5,13 +5,14 @@ duplicates older versions wrote and takes their counts back out of the rollups.
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, text
+from sqlalchemy import MetaData, Table, func, select, text
+from sqlalchemy.dialects import sqlite
 
 from core.records import FIELD_NAMES, AttemptRecord
 from db.engine import create_db_engine
 from db.migrate import upgrade
-from db.models import ROLLUP_TABLES, RequestLog
-from db.requests import _upsert, count_rows, insert_batch, rollup_deltas
+from db.models import ROLLUP_KEY, ROLLUP_TABLES, RequestLog
+from db.requests import count_rows, insert_batch, rollup_deltas
 
 
 def rec(i: int, attempt: int = 1, **kw) -> AttemptRecord:
@@ -62,14 +63,35 @@ def test_duplicates_inside_one_batch_are_written_once(engine) -> None:
     assert rollup_attempts(engine)[60] == 2
 
 
+# What migration 0008 added: absent from the log and the rollups before it.
+LATER_FIELDS = ("api", "finish_reason", "tool_calls", "reasoning_tokens")
+LATER_COUNTERS = ("reasoning_tokens", "tool_calls", "responses_requests", "embeddings_requests", "completions_requests")
+
+
+def _old_deltas(deltas: list[dict]) -> list[dict]:
+    return [{k: v for k, v in d.items() if k not in LATER_COUNTERS} for d in deltas]
+
+
+def _old_upsert(conn, name: str):
+    """The rollup upsert on the table as the database has it (before migration 0008)."""
+    table = Table(name, MetaData(), autoload_with=conn)
+    stmt = sqlite.insert(table)
+    counters = [c.name for c in table.c if c.name not in ROLLUP_KEY]
+    return stmt.on_conflict_do_update(
+        index_elements=ROLLUP_KEY, set_={c: table.c[c] + stmt.excluded[c] for c in counters}
+    )
+
+
 def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path) -> None:
     engine = create_db_engine(f"sqlite:///{tmp_path / 'old.db'}")
     upgrade(engine, "0003")
     # What the old writer did on a retried batch: the rows and their rollups, twice.
     records = [rec(i) for i in range(6)]
     batches = [records, records[:4], records[:1]]
-    # The log's columns at revision 0003 (key_name arrives with 0005, answer_text with 0007).
-    old = [i for i, name in enumerate(FIELD_NAMES) if name not in ("key_name", "answer_text")]
+    # The log's columns at revision 0003 (key_name arrives with 0005, answer_text with 0007, the
+    # API fields with 0008), and the rollup counters it had (0008 adds some).
+    later = {"key_name", "answer_text", *LATER_FIELDS}
+    old = [i for i, name in enumerate(FIELD_NAMES) if name not in later]
     cols = ", ".join(FIELD_NAMES[i] for i in old)
     with engine.begin() as conn:
         for batch in batches:
@@ -78,7 +100,7 @@ def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path)
                 [tuple(r.to_tuple()[i] for i in old) for r in batch],
             )
             for span, model in ROLLUP_TABLES.items():
-                conn.execute(_upsert(engine, model.__table__), rollup_deltas(batch, span))
+                conn.execute(_old_upsert(conn, model.__tablename__), _old_deltas(rollup_deltas(batch, span)))
     assert count_rows(engine) == 11
     assert rollup_attempts(engine) == {60: 11, 300: 11, 3600: 11}
 

@@ -11,6 +11,7 @@ import tomllib
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,6 +31,7 @@ class ModelInfo(BaseModel):
     output: Decimal = Field(ge=0)
     context_tokens: int = Field(gt=0)
     source: str
+    kind: Literal["chat", "embedding"] = "chat"  # embedding models serve only the embeddings API
 
 
 class UnknownModelError(InvalidRequest):

@@ -71,6 +71,10 @@ class _Strict(BaseModel):
         return v
 
 
+ApiKind = Literal["chat", "responses", "embeddings", "completions"]
+ALL_APIS: tuple[ApiKind, ...] = ("chat", "responses", "embeddings", "completions")
+
+
 class ProviderConfig(_Strict):
     base_url: str
     api_key_env: str | None = None
@@ -82,6 +86,27 @@ class ProviderConfig(_Strict):
     max_attempts: int | None = Field(default=None, ge=1, le=10)
     # Initial fault injection for a simulated provider; the database overrides it at run time.
     faults: FaultSettings = FaultSettings()
+    # The OpenAI APIs this provider serves; routing skips it for the others.
+    apis: list[ApiKind] = Field(default_factory=lambda: list(ALL_APIS), min_length=1)
+    # Request fields this upstream rejects: removed, or renamed (old -> new), before sending.
+    drop_params: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=list, max_length=64)
+    rename_params: dict[str, Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=dict)
+    # Caller headers forwarded to this provider (lower case), e.g. "openai-organization".
+    forward_headers: list[Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")]] = Field(default_factory=list)
+
+    @field_validator("forward_headers", mode="before")
+    @classmethod
+    def _lower_headers(cls, v: object) -> object:
+        return [h.lower() if isinstance(h, str) else h for h in v] if isinstance(v, list) else v
+
+    @field_validator("forward_headers")
+    @classmethod
+    def _not_owned_headers(cls, v: list[str]) -> list[str]:
+        owned = {"authorization", "host", "content-length", "content-type", "x-session-id", "x-cache-controls"}
+        bad = sorted(set(v) & owned)
+        if bad:
+            raise ValueError(f"the gateway sets {', '.join(bad)} itself; it cannot be forwarded")
+        return v
 
     @field_validator("base_url")
     @classmethod
@@ -267,6 +292,12 @@ class DashboardRoles(_Strict):
     default: Literal["viewer", "operator", "admin"] = "viewer"
 
 
+class ServerConfig(_Strict):
+    # Browser origins allowed to call the server (CORS), e.g. "https://app.example.com"; none by default.
+    cors_origins: list[Annotated[str, Field(pattern=r"^https?://[^/\s]+$")]] = Field(default_factory=list)
+    cors_max_age_s: int = Field(default=600, ge=0, le=86400)
+
+
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
     roles: DashboardRoles = DashboardRoles()
@@ -285,6 +316,7 @@ class FileConfig(_Strict):
     guardrail: GuardrailConfig = GuardrailConfig()
     dashboard: DashboardConfig = DashboardConfig()
     database: DatabaseConfig = DatabaseConfig()
+    server: ServerConfig = ServerConfig()
     database_url: str | None = None
 
     @model_validator(mode="after")
@@ -311,6 +343,7 @@ class Settings(BaseModel):
     dashboard: DashboardConfig
     database: DatabaseConfig = DatabaseConfig()
     breaker: BreakerConfig = BreakerConfig()
+    server: ServerConfig = ServerConfig()
 
     @property
     def primary(self) -> ProviderConfig:
@@ -504,6 +537,7 @@ def load_settings(
         dashboard=file_cfg.dashboard,
         database=file_cfg.database,
         breaker=file_cfg.breaker,
+        server=file_cfg.server,
     )
 
 

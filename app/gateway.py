@@ -1,188 +1,23 @@
 """The composition root: the one place the gateway's object graph is built and torn down.
 
-settings -> engine (migrations, the canary setting row) -> background refresher (canary ratio,
-simulated fault settings) -> upstreams and transports (the built-in simulators) -> telemetry writer
-(its callback is only the batch insert) -> guardrail on its own timer -> :class:`RoutingClient`.
-
-The CLI, the dashboard, the load generator and the benchmarks all build through
-:func:`build_gateway`; every constructor below it only stores what it is given. ``Gateway.close()``
-stops the timers, flushes and closes the telemetry writer and closes the HTTP clients.
+:func:`build_gateway` is :func:`app.runtime.assemble` with the routing client
+(:class:`~app.routing.client.RoutingClient`). The CLI, the dashboard, the server, the load generator
+and the benchmarks all build through it; every constructor below it only stores what it is given.
 """
 
 from __future__ import annotations
 
-import logging
-import random
-import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import partial
+from typing import Any
 
-import httpx2
-from sqlalchemy import Engine
-
-from app.config import Settings, load_settings
-from app.guardrail import CHECK_EVERY_S, guardrail_timer
-from app.refresh import Periodic, Refreshed, RefreshedState, Refresher
+from app.config import Settings
 from app.routing.client import RoutingClient
-from app.simulated import SimulatedUpstream, simulated_upstreams
-from app.simulator import make_transport
-from app.telemetry.location import open_writer
-from app.telemetry.writer import TelemetryWriter
-from db.events import record_breaker_change_later
+from app.runtime import RATIO, Gateway, assemble
 
-log = logging.getLogger(__name__)
-RATIO = "canary_ratio"
+__all__ = ["RATIO", "Gateway", "build_gateway"]
 
 
-@dataclass(eq=False)
-class Gateway:
-    """Everything one process needs to route requests, wired together; close it once."""
-
-    settings: Settings
-    engine: Engine
-    refresher: Refresher
-    ratio: Refreshed[float]
-    upstreams: dict[str, SimulatedUpstream]
-    transports: dict[str, httpx2.BaseTransport]
-    telemetry: TelemetryWriter
-    guardrail: Periodic | None
-    client: RoutingClient
-    owns_telemetry: bool = True
-    _closed: bool = field(default=False, repr=False)
-    _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def refresh(self) -> None:
-        """Reload the ratio and fault settings now (a process that has just changed them)."""
-        self.refresher.reload_all()
-
-    def snapshot(self) -> dict[str, RefreshedState]:
-        """Each refreshed value with its age in seconds (for ``status`` and the dashboard)."""
-        return self.refresher.snapshot()
-
-    def close(self) -> None:
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        if self.guardrail is not None:
-            self.guardrail.stop()
-        self.refresher.stop()
-        if self.owns_telemetry:
-            self.telemetry.close()
-        else:
-            self.telemetry.flush()
-        self.client.close_http()
-
-    def __enter__(self) -> Gateway:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def build_gateway(
-    settings: Settings | None = None,
-    *,
-    config_path: str | None = None,
-    engine: Engine | None = None,
-    transports: Mapping[str, httpx2.BaseTransport] | None = None,
-    env: Mapping[str, str] | None = None,
-    secrets: Mapping[str, str] | None = None,
-    source: str = "api",
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.perf_counter,
-    wall_clock: Callable[[], float] = time.time,
-    monotonic: Callable[[], float] = time.monotonic,
-    rng: random.Random | None = None,
-    stop: threading.Event | None = None,
-    telemetry: TelemetryWriter | None = None,
-    guardrail: bool = True,
-    guardrail_every_s: float = CHECK_EVERY_S,
-) -> Gateway:
+def build_gateway(settings: Settings | None = None, **kwargs: Any) -> Gateway[RoutingClient]:
     """Build the whole object graph from ``settings`` (default: ``GATEWAY_CONFIG`` and
-    ``DATABASE_URL``).
-
-    ``transports`` replaces a provider's network (tests, benchmarks); every other ``sim://``
-    provider gets the built-in simulator. ``stop`` ends the background timers when set (tests may
-    pass their own); ``monotonic`` is their clock. ``guardrail=False`` leaves the guardrail timer
-    out (the simulator process, benchmarks).
-    """
-    from db.canary import ensure_setting, read_ratio_version
-    from db.engine import DbTimeouts, get_engine
-    from db.requests import insert_batch
-
-    settings = settings if settings is not None else load_settings(config_path, env=env)
-    if engine is None:
-        engine = get_engine(settings.database_url, timeouts=DbTimeouts(**settings.database.model_dump()))
-    ensure_setting(engine, settings.routing.initial_ratio)
-
-    stop = stop or threading.Event()
-    refresher = Refresher(settings.routing.ratio_refresh_s, clock=monotonic, stop=stop)
-    ratio = refresher.add(RATIO, lambda: read_ratio_version(engine)[0])
-    # Injected transports win; every other sim:// provider is served by the built-in simulator.
-    wired = dict(transports or {})
-    upstreams = simulated_upstreams(settings, engine, refresher, skip=wired)
-    for name, upstream in upstreams.items():
-        wired[name] = make_transport(upstream.provider)
-
-    owns_telemetry = telemetry is None
-    # The writer journals what the database cannot take yet (queue full, database down) and
-    # replays it, including a journal left by a killed process (app.telemetry.location).
-    writer = telemetry or open_writer(
-        settings.database_url,
-        partial(insert_batch, engine),
-        journal_dir=settings.telemetry.journal_dir,
-        queue_size=settings.telemetry.queue_size,
-        batch_size=settings.telemetry.batch_size,
-        flush_interval_s=settings.telemetry.flush_interval_s,
-    )
-    timer = None
-    if guardrail:
-        timer = guardrail_timer(
-            engine,
-            settings,
-            on_rollback=refresher.reload_all,
-            interval_s=guardrail_every_s,
-            stop=stop,
-            wall_clock=wall_clock,
-        )
-    client = RoutingClient(
-        settings,
-        telemetry=writer,
-        ratio=ratio,
-        transports=wired,
-        reload=refresher.reload_all,
-        sleep=sleep,
-        clock=clock,
-        wall_clock=wall_clock,
-        rng=rng,
-        source=source,
-        env=env,
-        secrets=secrets,
-    )
-    gateway = Gateway(
-        settings=settings,
-        engine=engine,
-        refresher=refresher,
-        ratio=ratio,
-        upstreams=upstreams,
-        transports=wired,
-        telemetry=writer,
-        guardrail=timer,
-        client=client,
-        owns_telemetry=owns_telemetry,
-    )
-    client.attach(gateway)
-
-    # Breaker transitions become ops events (markers on the monitor's charts); written off the request
-    # thread, since the hook runs on it under the breaker's lock.
-    def record_breaker_change(provider: str, old: str, new: str, why: str) -> None:
-        record_breaker_change_later(engine, provider, old, new, why)
-
-    client.on_breaker_change.append(record_breaker_change)
-    refresher.start()
-    if timer is not None:
-        timer.start()
-    return gateway
+    ``DATABASE_URL``); ``kwargs`` are :func:`app.runtime.assemble`'s (transports, engine, env,
+    secrets, source, clocks, rng, stop, telemetry, guardrail)."""
+    return assemble(settings, RoutingClient, **kwargs)

@@ -32,21 +32,12 @@ from typing import Any
 import anyio.to_thread
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app.routing import deadline as deadlines
 from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
-from app.routing.client import (
-    RoutingClient,
-    StreamState,
-    _completion_parts,
-    _Plan,
-    _Stop,
-    _StreamAttempt,
-    _Try,
-    _Wait,
-)
+from app.routing.client import RoutingClient, sdk_chunk
+from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait, chunk_text, passed_headers
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.result import AllRoutesFailed, ChatResult
 
@@ -95,21 +86,32 @@ class ThreadedTransport(httpx2.AsyncBaseTransport):
 
 
 class AsyncChatStream(StreamState):
-    """``async for piece in stream``: the text chunks; afterwards ``.result`` holds the
-    :class:`ChatResult`. ``aclose()`` (or leaving ``async with``) before the end cancels the
-    upstream stream and logs the attempt as ``cancelled``. The async twin of :class:`ChatStream`."""
+    """``async for piece in stream``: the text of choice 0; or ``events()`` for the upstream's
+    chunks as JSON objects (what the server forwards), or ``chunks()`` for the SDK's chunk
+    objects. One of the three, once. Afterwards ``.result`` holds the :class:`ChatResult`.
+    ``aclose()`` (or leaving ``async with``) before the end cancels the upstream stream and logs
+    the attempt as ``cancelled``. The async twin of :class:`~app.routing.client.ChatStream`."""
 
-    def __init__(self, plan: _Plan):
+    def __init__(self, plan: Plan):
         super().__init__(plan)
-        self._gen: AsyncGenerator[str, None] | None = None
+        self._gen: AsyncGenerator[dict, None] | None = None
 
-    def __aiter__(self) -> AsyncIterator[str]:
+    def events(self) -> AsyncGenerator[dict, None]:
         assert self._gen is not None
         return self._gen
 
-    async def __anext__(self) -> str:
-        assert self._gen is not None
-        return await self._gen.__anext__()
+    async def chunks(self) -> AsyncIterator[Any]:
+        async for chunk in self.events():
+            yield sdk_chunk(self.api, chunk)
+
+    async def _texts(self) -> AsyncIterator[str]:
+        async for chunk in self.events():
+            text = chunk_text(self.api, chunk)
+            if text:
+                yield text
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._texts()
 
     async def aclose(self) -> None:
         if self._gen is not None:
@@ -137,6 +139,7 @@ class AsyncRoutingClient:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
         self.sync = client
+        self.core = client.core
         self.settings = client.settings
         self._sleep = sleep
         self._transports = dict(transports or {})
@@ -161,50 +164,82 @@ class AsyncRoutingClient:
     def closed(self) -> bool:
         return self._closed or self.sync.closed
 
-    async def chat(
+    async def request(
         self,
-        messages: Sequence[dict],
-        model: str = "auto",
+        api: str,
+        body: Mapping[str, Any],
         *,
+        model: str | None = "auto",
         session_id: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
         key_name: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> ChatResult:
-        """One non-streamed chat request, routed as :meth:`RoutingClient.chat` routes it."""
-        plan = self._new_plan(messages, model, session_id, False, temperature, max_tokens, source, route, cache_hints)
-        plan.key_name = key_name
+        """One non-streamed request of ``api``, routed as :meth:`RoutingClient.request` routes it."""
+        plan = self._new_plan(api, body, model, False, session_id, source, route, cache_hints, key_name, headers)
         return await self._run(plan)
 
-    def chat_stream(
+    def stream(
         self,
-        messages: Sequence[dict],
-        model: str = "auto",
+        api: str,
+        body: Mapping[str, Any],
         *,
+        model: str | None = "auto",
         session_id: str | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
         source: str | None = None,
         route: Side | None = None,
         cache_hints: bool = True,
         key_name: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncChatStream:
-        """One streamed chat request, routed as ``RoutingClient.chat(..., stream=True)`` routes it.
-        Invalid input raises here, before any network I/O; the request starts at the first read."""
-        plan = self._new_plan(messages, model, session_id, True, temperature, max_tokens, source, route, cache_hints)
-        plan.key_name = key_name
+        """One streamed request of ``api``. Invalid input raises here, before any network I/O;
+        the request starts at the first read."""
+        plan = self._new_plan(api, body, model, True, session_id, source, route, cache_hints, key_name, headers)
         stream = AsyncChatStream(plan)
         stream._gen = self._run_stream(plan, stream)
         return stream
 
-    def _new_plan(self, *args: Any) -> _Plan:
-        """:meth:`RoutingClient._plan` (validation, canary side, intent, routes) for this driver."""
+    async def chat(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> ChatResult:
+        """One non-streamed chat request; ``kwargs`` as :meth:`request`'s, plus any chat parameters."""
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
+        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
+        return await self.request("chat", body, model=model, **own)
+
+    def chat_stream(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> AsyncChatStream:
+        """One streamed chat request (chunks as JSON objects)."""
+        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
+        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
+        return self.stream("chat", body, model=model, **own)
+
+    def _new_plan(
+        self,
+        api: str,
+        body: Mapping[str, Any],
+        model: str | None,
+        stream: bool,
+        session_id: str | None,
+        source: str | None,
+        route: Side | None,
+        cache_hints: bool,
+        key_name: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> Plan:
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
-        return self.sync._plan(*args)
+        return self.core.plan(
+            api,
+            body,
+            model=model,
+            session_id=session_id,
+            stream=stream,
+            source=source,
+            route=route,
+            cache_hints=cache_hints,
+            key_name=key_name,
+            headers=headers,
+        )
 
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
@@ -213,11 +248,10 @@ class AsyncRoutingClient:
             return client
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed")
-        c = self.sync
-        sdk = c._sdk_settings(name)  # ProviderNotConfigured if its key is unset
+        sdk = self.core.sdk_settings(name)  # ProviderNotConfigured if its key is unset
         transport = self._transports.get(name)
         if transport is None:
-            sync_transport = c._transports.get(name)
+            sync_transport = self.sync.transports.get(name)
             transport = ThreadedTransport(sync_transport) if sync_transport is not None else httpx2.AsyncHTTPTransport()
         transport = AsyncBodyLimitTransport(transport, self.settings.retry.max_response_bytes)
         http_client = httpx2.AsyncClient(transport=transport, follow_redirects=False)
@@ -226,72 +260,77 @@ class AsyncRoutingClient:
         self._clients[name] = client
         return client
 
-    async def _advance(self, steps: Generator[_Try | _Wait, Failure | None, None], outcome: Failure | None) -> _Try:
-        """The async driver's step (the sync one is :meth:`RoutingClient._advance`)."""
+    async def _advance(
+        self, steps: Generator[Attempt | Wait, Failure | None, None], outcome: Failure | None
+    ) -> Attempt:
+        """Send ``outcome`` to the decision loop, awaiting its waits, until it names the next attempt."""
         step = steps.send(outcome)
-        while isinstance(step, _Wait):
+        while isinstance(step, Wait):
             await self._sleep(step.seconds)
             step = steps.send(None)
         return step
 
-    async def _send(self, plan: _Plan, attempt: _Try, deadline: deadlines.AttemptDeadline) -> Any:
-        """The SDK call, under the attempt's deadline (non-streamed: the whole answer; streamed:
-        until the response headers, at most the first-token deadline)."""
+    async def _send(self, plan: Plan, attempt: Attempt, deadline: deadlines.AttemptDeadline) -> Any:
+        """The SDK call, under the attempt's deadline (non-streamed: the whole answer, raw;
+        streamed: until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
-        body, options = self.sync._request(plan, attempt)
+        path, body, options = self.core.request(plan, attempt)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
-                return await client.post(
-                    "/chat/completions",
-                    body=body,
-                    options=options,
-                    cast_to=ChatCompletion,
-                    stream=plan.stream,
-                    stream_cls=openai.AsyncStream[ChatCompletionChunk],
-                )
+                if plan.stream:
+                    return await client.post(
+                        path,
+                        body=body,
+                        options=options,
+                        cast_to=object,
+                        stream=True,
+                        stream_cls=openai.AsyncStream[object],
+                    )
+                return await client.post(path, body=body, options=options, cast_to=httpx2.Response)
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
 
-    async def _run(self, plan: _Plan) -> ChatResult:
-        c = self.sync
-        started = c._start(plan)
-        steps = c._attempts(plan)
+    async def _run(self, plan: Plan) -> ChatResult:
+        core = self.core
+        started = core.start(plan)
+        steps = core.attempts(plan)
         try:
             attempt = await self._advance(steps, None)
             while True:
-                attempt = attempt.begin(c._wall(), c._clock())
+                attempt = attempt.begin(core.wall(), core.clock())
                 try:
-                    resp = await self._send(plan, attempt, c._deadline(plan, attempt))
-                    text, finish, usage = _completion_parts(resp)
+                    response = await self._send(plan, attempt, core.deadline(plan, attempt))
+                    answer = core.read(plan, attempt, response)
                 except asyncio.CancelledError:
-                    c._record(plan, attempt, failure=Failure("cancelled", "the caller went away"))
+                    core.record(plan, attempt, failure=Failure("cancelled", "the caller went away"))
                     raise
-                except Exception as exc:  # noqa: BLE001 - _failed() re-raises what is not an upstream fault
-                    attempt = await self._advance(steps, c._failed(plan, attempt, exc))
+                except Exception as exc:  # noqa: BLE001 - failed() re-raises what is not an upstream fault
+                    attempt = await self._advance(steps, core.failed(plan, attempt, exc))
                     continue
-                return c._succeed(plan, attempt, started, text, usage, None, finish)
-        except _Stop as stop:
+                return core.succeed(plan, attempt, started, answer)
+        except NoRoute as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()
-            c._commit(plan)
+            core.commit(plan)
 
-    async def _run_stream(self, plan: _Plan, holder: AsyncChatStream) -> AsyncGenerator[str, None]:
+    async def _run_stream(self, plan: Plan, holder: AsyncChatStream) -> AsyncGenerator[dict, None]:
         """:meth:`RoutingClient._run_stream` with async I/O: every read of the upstream stream
-        waits at most until the first-token deadline (before the first text), the idle gap and
+        waits at most until the first-token deadline (before the first output), the idle gap and
         the request's deadline; a passed deadline is an ordinary timeout to the classifier."""
-        c = self.sync
-        started = c._start(plan)
-        steps = c._attempts(plan)
+        core = self.core
+        started = core.start(plan)
+        steps = core.attempts(plan)
         try:
             attempt = await self._advance(steps, None)
             while True:
-                attempt = attempt.begin(c._wall(), c._clock())
-                holder._attempting(attempt, len(plan.records) + 1)
-                acc = _StreamAttempt(started, attempt.t0, c._clock)
+                attempt = attempt.begin(core.wall(), core.clock())
+                holder.attempting(attempt, len(plan.records) + 1)
+                acc = core.stream_account(plan, attempt, started)
                 try:
-                    deadline = c._deadline(plan, attempt)
+                    deadline = core.deadline(plan, attempt)
                     stream = await self._send(plan, attempt, deadline)
+                    holder.upstream_headers = passed_headers(stream.response.headers)
                     async with stream:
                         chunks = stream.__aiter__()
                         while True:
@@ -303,22 +342,26 @@ class AsyncRoutingClient:
                             except TimeoutError:
                                 deadline.check()  # the first-token or request deadline, by name
                                 raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
-                            for piece in acc.take(chunk, deadline):
-                                yield piece
-                    acc.check_finished()
+                            for out in acc.take(chunk, deadline):
+                                yield out
+                    for out in acc.check_finished():
+                        yield out
                 except (GeneratorExit, asyncio.CancelledError):
-                    c._stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
+                    core.stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
                     raise
-                except Exception as exc:  # noqa: BLE001 - _stream_failed() re-raises what is not an upstream fault
-                    attempt = await self._advance(steps, c._stream_failed(plan, attempt, acc, exc))
+                except Exception as exc:  # noqa: BLE001 - stream_failed() re-raises what is not an upstream fault
+                    attempt = await self._advance(steps, core.stream_failed(plan, attempt, acc, exc))
                     continue
-                holder.result = c._stream_succeeded(plan, attempt, started, acc)
+                holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
                 return
-        except _Stop as stop:
+        except NoRoute as stop:
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()
-            c._commit(plan)
+            core.commit(plan)
+
+
+_OWN_KWARGS = frozenset({"session_id", "source", "route", "cache_hints", "key_name", "headers"})
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

@@ -30,7 +30,7 @@ scrubbed) before they are stored, logged or shown.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx2
 import openai
@@ -81,6 +81,9 @@ class Failure:
     fallback: bool = False
     hint_rejection: bool = False
     retry_after_s: float | None = None
+    # The upstream's own error object (``{"error": {...}}``) when it refused with one: a request
+    # fault reaches the caller with it (cleaned by the router first).
+    body: dict | None = None
 
     def describe(self) -> str:
         status = f" {self.http_status}" if self.http_status else ""
@@ -140,6 +143,15 @@ def _error_fields(body: object, fallback_message: str) -> tuple[str, str]:
     return fallback_message, fallback_message.lower()
 
 
+def _error_object(body: object) -> dict | None:
+    """The OpenAI-shaped error object of an upstream's error body (the SDK hands over the inner
+    ``error``), or None when it has none."""
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+        return {"error": inner}
+    return None
+
+
 def status_failure(
     status: int,
     message: str,
@@ -188,13 +200,14 @@ def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
         return Failure("connection", detail, retryable=True, fallback=True)
     if isinstance(exc, openai.APIStatusError):
         message, detail = _error_fields(exc.body, str(exc.message))
-        return status_failure(
+        failure = status_failure(
             exc.status_code,
             message,
             detail=detail,
             sent_hints=sent_hints,
             retry_after_s=retry_after_seconds(exc.response.headers),
         )
+        return replace(failure, body=_error_object(exc.body))
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
         # The SDK raises a raw JSONDecodeError for a 200 whose JSON body does not parse.
         return Failure("bad_response", f"malformed response from upstream: {exc}", retryable=True, fallback=True)

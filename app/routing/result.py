@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from openai.types import Completion, CreateEmbeddingResponse
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response
 
 from core.errors import UpstreamError
 
@@ -12,6 +18,7 @@ class Usage:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens (OpenAI's completion_tokens_details)
 
     @property
     def total_tokens(self) -> int:
@@ -31,6 +38,9 @@ class AttemptInfo:
     with_hints: bool = True
     ttft_ms: float | None = None  # streams: first token, from the caller's request
     attempt_ttft_ms: float | None = None  # streams: first token, from this attempt's start
+    adjusted_params: tuple[str, ...] = ()  # what the provider's drop_params / rename_params changed
+    upstream_error: dict | None = None  # the upstream's error object (cleaned), when it sent one
+    retry_after_s: float | None = None  # the upstream's Retry-After, when it sent one
 
 
 @dataclass(frozen=True)
@@ -52,11 +62,54 @@ class ChatResult:
     substituted_model: bool = False
     finish_reason: str | None = None
     attempt_log: list[AttemptInfo] = field(default_factory=list)
+    api: str = "chat"  # chat | responses | embeddings | completions
+    tool_call_count: int = 0
+    #: The upstream's whole answer (JSON), ``model`` set to the routed model; None for a stream.
+    raw: dict | None = field(default=None, repr=False, compare=False)
+    #: The upstream's rate-limit and processing-time headers, passed on by the server.
+    upstream_headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def completion(self) -> Any:
+        """The upstream's answer as the openai SDK's type (``ChatCompletion``, ``Response``,
+        ``CreateEmbeddingResponse`` or ``Completion``), or None for a stream."""
+        if self.raw is None:
+            return None
+        return _as_sdk(self.api, self.raw)
+
+    @property
+    def tool_calls(self) -> list[Any]:
+        """The first choice's tool calls (chat) or the function calls (Responses API), as SDK objects."""
+        c = self.completion
+        if c is None:
+            return []
+        if self.api == "chat":
+            return list(c.choices[0].message.tool_calls or []) if c.choices else []
+        if self.api == "responses":
+            return [item for item in (c.output or []) if getattr(item, "type", None) == "function_call"]
+        return []
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(replace(self, raw=None, upstream_headers={}))
+        d.pop("raw", None)
+        d.pop("upstream_headers", None)
         d["usage"]["total_tokens"] = self.usage.total_tokens
+        d["tool_calls"] = [t.model_dump(mode="json") for t in self.tool_calls]
         return d
+
+
+def _sdk_type(api: str) -> Any:
+    return {"chat": ChatCompletion, "responses": Response, "embeddings": CreateEmbeddingResponse}.get(api, Completion)
+
+
+def _as_sdk(api: str, raw: dict) -> Any:
+    """``raw`` as the SDK's model; an answer the SDK's schema does not accept is still built
+    (unvalidated, as the SDK itself builds what it reads)."""
+    cls = _sdk_type(api)
+    try:
+        return cls.model_validate(raw)
+    except ValueError:
+        return cls.construct(**raw)
 
 
 class AllRoutesFailed(UpstreamError):

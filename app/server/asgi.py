@@ -22,8 +22,9 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote
 
 import anyio
 
@@ -37,6 +38,17 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 
+# The routed APIs by path (the handler routes each through the same policy).
+API_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/v1/completions": "completions",
+}
+CORS_EXPOSED = (
+    b"x-request-id, x-gateway-request-id, x-gateway-provider, x-gateway-model, x-gateway-intent, "
+    b"x-gateway-canary-side, x-gateway-attempts, retry-after"
+)
 READY_TIMEOUT_S = 3.0  # /readyz answers within this even when a check hangs (a stalled database)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -86,6 +98,9 @@ class GatewayApp:
         created: int | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        cors_origins: Sequence[str] = (),
+        cors_max_age_s: int = 600,
+        forward_headers: bool = False,
     ):
         self.chat_handler = chat_handler
         self.models = list(models)
@@ -96,6 +111,9 @@ class GatewayApp:
         self.created = int(time.time()) if created is None else created
         self.on_shutdown = on_shutdown  # awaited at the lifespan shutdown, after the last request
         self.ready_timeout_s = ready_timeout_s  # a check that does not answer by then is "not ready"
+        self.cors_origins = frozenset(cors_origins)  # browser origins allowed (CORS); none by default
+        self.cors_max_age_s = cors_max_age_s
+        self.forward_headers = forward_headers  # hand the caller's headers to the handler (allow-lists)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -106,11 +124,18 @@ class GatewayApp:
         rid = _request_id(scope)
         base_headers = [(b"x-request-id", rid.encode())]
         method, path = scope["method"], scope["path"]
+        origin = _header(scope, b"origin") if self.cors_origins else None
+        if origin is not None and origin in self.cors_origins:
+            base_headers += self._cors_headers(origin)
+            if method == "OPTIONS":  # a CORS preflight
+                await self._preflight(scope, send, base_headers)
+                return
         try:
-            if path == "/v1/chat/completions":
+            api = API_ROUTES.get(path)
+            if api is not None:
                 if method != "POST":
                     raise wire.method_not_allowed(method, path)
-                await self._chat(scope, receive, send, rid, base_headers)
+                await self._chat(scope, receive, send, rid, base_headers, api)
             elif path == "/healthz":
                 await _send_json(send, 200, {"status": "ok"}, base_headers)
             elif path == "/readyz":
@@ -122,6 +147,11 @@ class GatewayApp:
                     raise wire.method_not_allowed(method, path)
                 key = await self._auth(scope)
                 await _send_json(send, 200, self._models_body(key), base_headers)
+            elif path.startswith("/v1/models/"):
+                if method != "GET":
+                    raise wire.method_not_allowed(method, path)
+                key = await self._auth(scope)
+                await _send_json(send, 200, self._model_body(key, path[len("/v1/models/") :]), base_headers)
             else:
                 raise wire.route_not_found(method, path)
         except wire.WireError as err:
@@ -136,10 +166,13 @@ class GatewayApp:
 
     # ------------------------------------------------------------------------------------ endpoints
 
-    async def _chat(self, scope: Scope, receive: Receive, send: Send, rid: str, base: list) -> None:
+    async def _chat(self, scope: Scope, receive: Receive, send: Send, rid: str, base: list, api: str = "chat") -> None:
         key = await self._auth(scope)
         raw = await self._read_body(scope, receive)
-        req = wire.parse_chat_request(raw, max_body_bytes=self.max_body_bytes)
+        body = wire.parse_json_body(raw, max_body_bytes=self.max_body_bytes)
+        req = wire.validate_api_request(api, body)
+        if self.forward_headers:
+            req = replace(req, headers=tuple(scope.get("headers", ())))
         if req.model != "auto" and req.model not in self.models:
             raise wire.model_not_found(req.model)
         if key is not None and req.model != "auto" and not key.allows_model(req.model):
@@ -239,12 +272,45 @@ class GatewayApp:
         ok = all(checks.values())
         await _send_json(send, 200 if ok else 503, {"status": "ok" if ok else "unavailable", "checks": checks}, base)
 
-    def _models_body(self, key: Any) -> dict:
-        names = ["auto", *self.models]
+    def _model_names(self, key: Any) -> list[str]:
         if key is not None and tuple(getattr(key, "models", ())):
-            names = ["auto", *[m for m in self.models if key.allows_model(m)]]
-        data = [{"id": m, "object": "model", "created": self.created, "owned_by": "gateway"} for m in names]
+            return ["auto", *[m for m in self.models if key.allows_model(m)]]
+        return ["auto", *self.models]
+
+    def _models_body(self, key: Any) -> dict:
+        data = [self._model_object(m) for m in self._model_names(key)]
         return {"object": "list", "data": data}
+
+    def _model_object(self, name: str) -> dict:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "gateway"}
+
+    def _model_body(self, key: Any, name: str) -> dict:
+        """``GET /v1/models/{id}``: the model object, or 404 for a model this key cannot use."""
+        name = unquote(name)
+        if name not in self._model_names(key):
+            raise wire.model_not_found(name[: wire.MAX_MODEL_LEN])
+        return self._model_object(name)
+
+    def _cors_headers(self, origin: str) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"vary", b"Origin"),
+            (b"access-control-expose-headers", CORS_EXPOSED),
+        ]
+
+    async def _preflight(self, scope: Scope, send: Send, headers: list) -> None:
+        """A CORS preflight from an allowed origin: 204 with what the browser asked for (methods
+        GET and POST; the headers it names, within a sane length)."""
+        asked = _header(scope, b"access-control-request-headers") or "authorization, content-type"
+        out = [
+            *headers,
+            (b"access-control-allow-methods", b"GET, POST, OPTIONS"),
+            (b"access-control-allow-headers", asked[:1024].encode("latin-1")),
+            (b"access-control-max-age", str(self.cors_max_age_s).encode()),
+            (b"content-length", b"0"),
+        ]
+        await send({"type": "http.response.start", "status": 204, "headers": out})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # ------------------------------------------------------------------------------------ helpers
 

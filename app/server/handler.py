@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -29,7 +30,8 @@ import anyio.to_thread
 
 from app import catalog
 from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
-from app.routing.client import MAX_SESSION_ID, RoutingClient
+from app.routing.client import RoutingClient
+from app.routing.core import MAX_SESSION_ID, chunk_text, input_messages
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
@@ -51,15 +53,33 @@ DEFAULT_EST_COMPLETION = 256  # completion tokens assumed for admission when max
 
 
 def status_for(exc: AllRoutesFailed) -> wire.WireError:
-    """The HTTP answer for a request no route could serve: the upstream's own 400 when it refused
-    the request itself, 504 when every attempt timed out, 503 when every attempt found nobody to
-    answer (or timed out), 502 otherwise."""
+    """The HTTP answer for a request no route could serve: the upstream's own status and error
+    object when it refused the request itself (400, 404, 422: context length, content policy, an
+    invalid parameter), a 429 with its Retry-After when the last upstream was rate limited and
+    nothing was left to fail over to, 504 when every attempt timed out, 503 when every attempt
+    found nobody to answer (or timed out), 502 otherwise."""
     attempts = exc.attempts
     rid = exc.request_id
-    if attempts and attempts[-1].error_class in REQUEST_FAULTS:
-        last = attempts[-1]
+    last = attempts[-1] if attempts else None
+    if last is not None and last.error_class in REQUEST_FAULTS:
         detail = (last.error or "").split(": ", 1)[-1]
-        return wire.bad_request(f"The upstream provider refused the request: {detail} (request id {rid}).")
+        status = last.http_status if last.http_status and 400 <= last.http_status < 500 else 400
+        return wire.WireError(
+            status,
+            f"The upstream provider refused the request: {detail} (request id {rid}).",
+            upstream=last.upstream_error,
+        )
+    if last is not None and last.http_status == 429 and last.error_class in ("rate_limited", "quota"):
+        wait = last.retry_after_s
+        retry_after = str(max(1, math.ceil(wait))) if wait is not None and math.isfinite(wait) else "1"
+        return wire.WireError(
+            429,
+            f"The upstream provider is rate limiting this request ({last.provider}; request id {rid}).",
+            type="requests",
+            code="rate_limit_exceeded" if last.error_class == "rate_limited" else "insufficient_quota",
+            headers={"Retry-After": retry_after},
+            upstream=last.upstream_error,
+        )
     classes = [a.error_class or "" for a in attempts]
     statuses = [a.http_status for a in attempts]
     timeouts = [c in TIMEOUTS or s == 504 for c, s in zip(classes, statuses, strict=True)]
@@ -73,8 +93,10 @@ def status_for(exc: AllRoutesFailed) -> wire.WireError:
 
 
 def result_headers(result: ChatResult | AsyncChatStream) -> dict[str, str]:
-    """The ``x-gateway-*`` headers of an answer, or of a stream (the attempt streaming now)."""
+    """The headers of an answer, or of a stream (the attempt streaming now): the upstream's
+    rate-limit and processing-time headers, then the gateway's own ``x-gateway-*``."""
     return {
+        **result.upstream_headers,
         "x-gateway-request-id": result.request_id,
         "x-gateway-provider": result.provider or "",
         "x-gateway-model": result.model or "",
@@ -82,10 +104,6 @@ def result_headers(result: ChatResult | AsyncChatStream) -> dict[str, str]:
         "x-gateway-canary-side": result.side,
         "x-gateway-attempts": str(result.attempts),
     }
-
-
-def _finish(result: ChatResult | None) -> str:
-    return (result.finish_reason if result is not None else None) or "stop"
 
 
 @dataclass
@@ -118,6 +136,8 @@ class ChatHandler:
         self.workers = workers
         self.clock = clock
         self._admission = Admission(engine, metrics, clock=clock)
+        # Caller headers some provider may receive (the allow-lists in the config).
+        self._forwarded = frozenset(h for p in client.settings.providers.values() for h in p.forward_headers)
         self._threads_sized = False
 
     async def aclose(self) -> None:
@@ -134,7 +154,7 @@ class ChatHandler:
     async def __call__(self, req: wire.ChatRequest, key: KeyRecord | None) -> ChatReply | ChatStreamReply:
         self._size_threads()
         admitted = await self._admit(req, key)
-        kwargs = self._chat_kwargs(req, key)
+        kwargs = self._route_kwargs(req, key)
         if req.stream:
             return await self._stream(req, key, admitted, kwargs)
         return await self._complete(req, key, admitted, kwargs)
@@ -142,11 +162,15 @@ class ChatHandler:
     # ------------------------------------------------------------------------------ admission
 
     def _estimate(self, req: wire.ChatRequest) -> tuple[int, float]:
-        prompt = estimate_prompt_tokens(req.messages)
-        completion = req.max_tokens or DEFAULT_EST_COMPLETION
+        try:
+            messages = req.messages if req.api == "chat" else input_messages(req.api, req.body)
+        except InvalidRequest:
+            messages = []
+        prompt = estimate_prompt_tokens(messages)
+        completion = 0 if req.api == "embeddings" else req.max_tokens or DEFAULT_EST_COMPLETION
         model = req.model
         if model == "auto":
-            model = classify_intent(req.messages, self.client.settings.intents).model
+            model = classify_intent(messages, self.client.settings.intents).model
         try:
             cost = catalog.cost_usd(model, prompt, 0, completion)
         except InvalidRequest:
@@ -175,16 +199,22 @@ class ChatHandler:
 
     # ------------------------------------------------------------------------------ routing
 
-    def _chat_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
+    def _route_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
+        headers = None
+        if self._forwarded and req.headers:
+            headers = {
+                k.decode("latin-1"): v.decode("latin-1")
+                for k, v in req.headers
+                if k.decode("latin-1") in self._forwarded
+            }
         return {
             "model": req.model,
             # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it
-            # (one longer than a log session id still routes, without stickiness).
+            # (one longer than a log session id still routes, without stickiness). It is forwarded too.
             "session_id": req.user if req.user and len(req.user) <= MAX_SESSION_ID else None,
-            "temperature": req.temperature,
-            "max_tokens": req.max_tokens,
             "source": SOURCE,
             "key_name": key.name if key is not None else None,
+            "headers": headers,
         }
 
     async def _complete(
@@ -192,37 +222,28 @@ class ChatHandler:
     ) -> ChatReply:
         result: ChatResult | None = None
         try:
-            result = await self.driver.chat(req.messages, **kwargs)
+            result = await self.driver.request(req.api, req.body, **kwargs)
         except AllRoutesFailed as exc:
             raise status_for(exc) from None
         except InvalidRequest as exc:
             raise _invalid(exc) from None
         finally:
             await self._settle(key, admitted, result, 0.0)
-        body = wire.completion_json(
-            completion_id=wire.new_completion_id(),
-            created=int(self.clock()),
-            model=result.model,
-            content=result.text,
-            finish_reason=_finish(result),
-            usage=wire.usage_dict(
-                result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.cached_tokens
-            ),
-        )
-        return ChatReply(body, result_headers(result))
+        assert result.raw is not None
+        return ChatReply(wire.dumps(result.raw), result_headers(result))
 
     async def _stream(
         self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
     ) -> ChatStreamReply:
-        """Wait for the first text (or the end) before answering: until then a failure is still an
-        HTTP status, and the headers name the provider that is really streaming."""
+        """Wait for the first output (or the end) before answering: until then a failure is still
+        an HTTP status, and the headers name the provider that is really streaming."""
         stream: AsyncChatStream | None = None
-        first: str | None = None
+        first: dict | None = None
         try:
-            stream = self.driver.chat_stream(req.messages, **kwargs)
+            stream = self.driver.stream(req.api, req.body, **kwargs)
             try:
-                first = await stream.__anext__()
-            except StopAsyncIteration:  # finished without any text
+                first = await stream.events().__anext__()
+            except StopAsyncIteration:  # finished without any chunk
                 first = None
         except BaseException as exc:
             if stream is not None:
@@ -231,40 +252,43 @@ class ChatHandler:
             if isinstance(exc, Exception):
                 raise _map_error(exc) from None
             raise
-        enc = wire.ChunkStream(
-            completion_id=wire.new_completion_id(),
-            created=int(self.clock()),
-            model=stream.model or req.model,
-            include_usage=req.include_usage,
-        )
-        return ChatStreamReply(self._events(stream, first, enc, req, key, admitted), result_headers(stream))
+        return ChatStreamReply(self._events(stream, first, req, key, admitted), result_headers(stream))
 
     async def _events(
         self,
         stream: AsyncChatStream,
-        first: str | None,
-        enc: wire.ChunkStream,
+        first: dict | None,
         req: wire.ChatRequest,
         key: KeyRecord | None,
         admitted: _Admitted,
     ) -> AsyncIterator[bytes]:
+        """The upstream's chunks as SSE, in order and unmerged. Chat: the usage chunk (and the
+        ``usage`` key of the others) only for a caller that asked for it; ``[DONE]`` at the end
+        (the Responses API's events end with ``response.completed``)."""
+        encode = wire.sse_event if req.api == "responses" else wire.sse_data
+        keep_usage = req.api == "responses" or stream.caller_usage
         delivered = 0
+
+        def sse(chunk: dict) -> bytes | None:
+            nonlocal delivered
+            delivered += len(chunk_text(req.api, chunk))
+            if not keep_usage:
+                if not chunk.get("choices") and chunk.get("usage") is not None:
+                    return None  # the usage chunk the gateway asked for itself
+                chunk.pop("usage", None)
+            return encode(chunk)
+
         try:
-            yield enc.role()
             if first is not None:
-                delivered += len(first)
-                yield enc.content(first)
-                async for piece in stream:
-                    delivered += len(piece)
-                    yield enc.content(piece)
-            result = stream.result
-            if result is None:
+                if (event := sse(first)) is not None:
+                    yield event
+                async for chunk in stream.events():
+                    if (event := sse(chunk)) is not None:
+                        yield event
+            if stream.result is None:
                 raise wire.upstream_failed("The upstream stream ended without an answer.")
-            yield enc.finish(_finish(result))
-            if enc.include_usage:
-                u = result.usage
-                yield enc.usage(wire.usage_dict(u.prompt_tokens, u.completion_tokens, u.cached_tokens))
-            yield enc.done()
+            if req.api != "responses":
+                yield wire.SSE_DONE
         except wire.WireError:
             raise
         except Exception as exc:  # noqa: BLE001 - becomes an error event in the stream
@@ -280,7 +304,8 @@ class ChatHandler:
 def _partial_cost(model: str, req: wire.ChatRequest, delivered_chars: int) -> float:
     """A cut stream's cost as far as it went: the prompt plus the characters delivered."""
     try:
-        return catalog.cost_usd(model, estimate_prompt_tokens(req.messages), 0, -(-delivered_chars // 4))
+        messages = req.messages if req.api == "chat" else input_messages(req.api, req.body)
+        return catalog.cost_usd(model, estimate_prompt_tokens(messages), 0, -(-delivered_chars // 4))
     except InvalidRequest:
         return 0.0
 

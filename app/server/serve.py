@@ -135,6 +135,9 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
         ready=ready,
         metrics=metrics,
         on_shutdown=handler.aclose,  # the async driver's upstream connections
+        cors_origins=gateway.settings.server.cors_origins,
+        cors_max_age_s=gateway.settings.server.cors_max_age_s,
+        forward_headers=any(p.forward_headers for p in gateway.settings.providers.values()),
     )
     return Server(gateway, app, handler)
 

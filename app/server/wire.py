@@ -63,8 +63,11 @@ class WireError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        upstream: dict | None = None,
     ):
         default_type, default_code = ERROR_TYPES.get(status, ("server_error", None))
+        # An upstream's own error object (cleaned by the router), answered as it was sent.
+        self.upstream = upstream
         self.status = status
         self.message = message
         self.type = type or default_type
@@ -74,6 +77,8 @@ class WireError(Exception):
         super().__init__(message)
 
     def body(self) -> dict:
+        if self.upstream is not None:
+            return self.upstream
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def to_json(self) -> bytes:
@@ -280,8 +285,9 @@ def sse_events(
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """A validated ``POST /v1/chat/completions`` body. ``body`` is the whole parsed object, for
-    forwarding the parameters the gateway does not interpret."""
+    """A validated request body of one of the routed APIs (``api``: chat, responses, embeddings,
+    completions). ``body`` is the whole parsed object: it is forwarded as sent (less ``model`` and
+    ``stream``, which the gateway owns). The other fields are what the gateway itself reads."""
 
     model: str
     messages: list[dict]
@@ -294,6 +300,8 @@ class ChatRequest:
     seed: int | None = None
     user: str | None = None
     body: dict = field(default_factory=dict, repr=False)
+    api: str = "chat"
+    headers: tuple[tuple[bytes, bytes], ...] = field(default=(), repr=False)  # the caller's, raw
 
 
 def _refuse_constant(name: str) -> float:
@@ -407,9 +415,7 @@ def validate_chat_request(body: dict) -> ChatRequest:
     max_completion = _integer(body, "max_completion_tokens", 1, MAX_OUTPUT_TOKENS)
     if max_tokens is not None and max_completion is not None:
         raise bad_request("Send either 'max_tokens' or 'max_completion_tokens', not both.", param="max_tokens")
-    n = _integer(body, "n", 1, 128)
-    if n is not None and n != 1:
-        raise bad_request("This gateway returns one choice per request; 'n' must be 1.", param="n")
+    _integer(body, "n", 1, 128)
     temperature = _number(body, "temperature", 0.0, 2.0)
     top_p = _number(body, "top_p", 0.0, 1.0)
     _number(body, "presence_penalty", -2.0, 2.0)
@@ -444,6 +450,75 @@ def validate_chat_request(body: dict) -> ChatRequest:
         user=user,
         body=body,
     )
+
+
+def _model_and_stream(body: dict, *, streams: bool) -> tuple[str, bool]:
+    model = body.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise bad_request("'model' is required and must be a non-empty string (or 'auto').", param="model")
+    if len(model) > MAX_MODEL_LEN:
+        raise bad_request(f"'model' is longer than {MAX_MODEL_LEN} characters.", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be true or false.", param="stream")
+    if stream and not streams:
+        raise bad_request("This API does not stream; leave 'stream' out.", param="stream")
+    return model, stream
+
+
+def _user(body: dict) -> str | None:
+    user = body.get("user", body.get("safety_identifier"))
+    if user is not None and (not isinstance(user, str) or len(user) > MAX_USER_LEN):
+        raise bad_request(f"'user' must be a string of at most {MAX_USER_LEN} characters.", param="user")
+    return user
+
+
+def validate_api_request(api: str, body: dict) -> ChatRequest:
+    """Check a parsed body of ``api`` against what the gateway reads of it (the upstream judges
+    the rest): chat as :func:`validate_chat_request`; the Responses API needs ``input``,
+    embeddings ``input``, completions ``prompt``."""
+    if api == "chat":
+        return validate_chat_request(body)
+    model, stream = _model_and_stream(body, streams=api != "embeddings")
+    needed = "prompt" if api == "completions" else "input"
+    value = body.get(needed)
+    if value is None or (isinstance(value, (str, list)) and not value) or not isinstance(value, (str, list)):
+        raise bad_request(f"'{needed}' is required: text or a non-empty array.", param=needed)
+    limit = "max_output_tokens" if api == "responses" else "max_tokens"
+    max_tokens = _integer(body, limit, 1, MAX_OUTPUT_TOKENS)
+    include_usage = False
+    if api == "completions" and stream and isinstance(body.get("stream_options"), dict):
+        include_usage = body["stream_options"].get("include_usage") is True
+    return ChatRequest(
+        model=model,
+        messages=[],
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        user=_user(body),
+        body=body,
+        api=api,
+    )
+
+
+def sse_data(obj: Any) -> bytes:
+    """One SSE ``data:`` event of a JSON object (chat and completions chunks)."""
+    return b"data: " + _dumps(obj) + b"\n\n"
+
+
+def sse_event(obj: Any) -> bytes:
+    """One SSE event with its ``event:`` name (the Responses API's semantic events)."""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    head = b"event: " + str(kind).encode("utf-8", "replace") + b"\n" if isinstance(kind, str) else b""
+    return head + b"data: " + _dumps(obj) + b"\n\n"
+
+
+def dumps(obj: Any) -> bytes:
+    """A JSON body as the server writes it (compact, UTF-8)."""
+    return _dumps(obj)
 
 
 def parse_chat_request(raw: bytes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> ChatRequest:

@@ -87,7 +87,7 @@ def test_guardrail_rolls_back_on_its_timer_and_the_client_sees_it_at_once(db_url
         set_guardrail(gw.engine, enabled=True, error_rate_threshold=0.3, window_minutes=5, min_requests=10, actor="a")
         gw.refresh()
         assert gw.client.current_ratio() == 0.5
-        now = gw.client._wall()
+        now = gw.client.core.wall()
         insert_batch(
             gw.engine,
             [

@@ -200,12 +200,12 @@ def test_a_failing_breaker_hook_does_not_break_routing(router, up):
 
 # -- our own bugs ------------------------------------------------------------------------------------
 def test_our_own_bug_surfaces_and_is_logged_as_internal_error(router, up, monkeypatch):
-    import app.routing.client as client_module
+    import app.routing.core as core_module
 
-    def buggy(resp):
+    def buggy(body):
         raise TypeError("our own bug")
 
-    monkeypatch.setattr(client_module, "_completion_parts", buggy)
+    monkeypatch.setitem(core_module._READERS, "chat", buggy)
     client = router()
     with pytest.raises(TypeError, match="our own bug"):
         client.chat(HI)

@@ -132,9 +132,10 @@ messages = st.lists(
 )
 def test_the_sdk_transform_is_the_identity_on_every_body_we_build(routed, msgs, stream, max_tokens, temperature):
     client, _ = routed
-    plan = client._plan(msgs, MODEL, None, stream, temperature, max_tokens, None, None, True)
-    attempt = next(client._attempts(plan))
-    body, _ = client._request(plan, attempt)
+    params = {k: v for k, v in {"temperature": temperature, "max_tokens": max_tokens}.items() if v is not None}
+    plan = client.core.plan("chat", {"messages": msgs, **params}, model=MODEL, stream=stream)
+    attempt = next(client.core.attempts(plan))
+    _, body, _ = client.core.request(plan, attempt)
     shape = (
         completion_create_params.CompletionCreateParamsStreaming
         if stream

@@ -265,7 +265,6 @@ def test_valid_request_fields():
             "max_tokens",
             "not both",
         ),
-        (b'{"model": "m", "messages": [{"role":"user","content":"x"}], "n": 2}', "n", "'n' must be 1"),
         (b'{"model": "m", "messages": [{"role":"user","content":"x"}], "top_p": 1.5}', "top_p", "between 0 and 1"),
         (
             b'{"model": "m", "messages": [{"role":"user","content":"x"}], "presence_penalty": -3}',
@@ -295,3 +294,9 @@ def test_body_size_limit_is_413():
         wire.parse_chat_request(raw, max_body_bytes=1000)
     assert info.value.status == 413 and info.value.code == "request_too_large" and "1,000 bytes" in info.value.message
     assert wire.parse_chat_request(raw, max_body_bytes=len(raw)).model == "m"
+
+
+def test_n_choices_and_unknown_fields_are_the_upstreams_to_judge():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 3, "brand_new_field": {"a": [1]}}
+    req = wire.validate_chat_request(body)
+    assert req.body["n"] == 3 and req.body["brand_new_field"] == {"a": [1]}

@@ -1,0 +1,1243 @@
+"""The routing core, sans I/O: plain data and decisions that both drivers share.
+
+One request becomes a :class:`Plan` (API kind, the caller's body, canary side, intent, routes);
+:meth:`RoutingCore.attempts` is the retry/fallback loop as a generator that yields what to try next
+(:class:`Attempt`) or how long to wait (:class:`Wait`) and learns each outcome; it raises
+:class:`NoRoute` when nothing is left. :meth:`RoutingCore.request` builds an attempt's HTTP request
+(path, body, SDK options), :meth:`RoutingCore.parse` reads a non-streamed answer and
+:class:`StreamAccount` a streamed one chunk by chunk, only as far as accounting and validation need
+(usage, finish reason, first-output time, tool calls, text). Records, breakers and the telemetry
+hand-off are here too. Nothing in this module sends a byte or sleeps: the sync driver
+(:class:`app.routing.client.RoutingClient`) and the async one
+(:class:`app.routing.async_client.AsyncRoutingClient`) each perform only the I/O this decides
+(h11's sans-I/O design; httpcore's one design for sync and async).
+
+The gateway is a transparent proxy (issue 15): the caller's body is forwarded as sent except what
+the gateway owns (``model``, the session/cache hint headers, ``stream_options.include_usage``,
+and a provider's explicit ``drop_params`` / ``rename_params``); the upstream's answer is kept
+whole, with only ``model`` set to the model routed to.
+
+Incident behaviour (issue 7): every text from an upstream or a caller is cleaned once
+(:func:`core.text.clean`, provider keys scrubbed) before it is stored, logged or shown; a 200 that
+is not an answer of the API asked is a ``bad_response`` failure; each attempt runs under a
+deadline and the whole request under ``request_deadline_s``; a circuit breaker per provider skips a
+provider that is down. The decisions themselves are the pure functions of :mod:`app.routing.policy`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import httpx2
+from openai import RequestOptions
+
+from app import catalog
+from app.config import ProviderConfig, Settings, lookup, resolve_api_key
+from app.routing import deadline as deadlines
+from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
+from app.routing.canary import Side, assign_side
+from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
+from app.routing.intent import classify as classify_intent
+from app.routing.intent import estimate_tokens, message_text
+from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
+from app.routing.result import AttemptInfo, ChatResult, Usage
+from app.routing.retry import Backoff, attempt_timeout_s
+from app.routing.substitution import Offer, Policy, decide, model_on
+from core.errors import InvalidRequest
+from core.records import AttemptRecord
+from core.session import session_header_value, validate_session_id
+from core.text import clean, storable
+
+log = logging.getLogger(__name__)
+
+VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+PROMPT_STORE_LIMIT = 20_000
+ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
+MAX_SESSION_ID = 128  # the width of request_log.session_id
+MAX_SOURCE = 32
+NO_DEADLINE = Deadline(0.0, float("inf"))
+RESPONSE_HOMES = 100_000  # Responses API ids remembered (which provider holds each), per process
+
+#: The APIs the gateway routes, and the upstream path of each (under the provider's base URL).
+API_PATHS: dict[str, str] = {
+    "chat": "/chat/completions",
+    "responses": "/responses",
+    "embeddings": "/embeddings",
+    "completions": "/completions",
+}
+API_NAMES = {
+    "chat": "chat completions API",
+    "responses": "Responses API",
+    "embeddings": "embeddings API",
+    "completions": "completions API",
+}
+#: Upstream response headers the caller gets back (rate-limit state, upstream processing time).
+PASSED_HEADER_PREFIXES = ("x-ratelimit-",)
+PASSED_HEADERS = frozenset({"openai-processing-ms", "retry-after", "retry-after-ms"})
+#: Body fields the gateway owns: never taken from the caller as they are.
+OWNED_FIELDS = frozenset({"model", "stream"})
+
+
+def upstream_base_url(p: ProviderConfig) -> str:
+    """Where the SDK sends a provider's requests: the simulator's in-process host for ``sim://``
+    providers (its transport answers them), else the configured URL. Both drivers use this."""
+    return f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
+
+
+class RatioSource(Protocol):
+    """The canary ratio as last loaded (:class:`app.refresh.Refreshed`): a plain attribute read."""
+
+    value: float
+
+    def age_s(self) -> float: ...
+
+
+class TelemetrySink(Protocol):
+    """Where a request's attempt records go (:class:`app.telemetry.writer.TelemetryWriter`)."""
+
+    def submit_many(self, records: Sequence[AttemptRecord]) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+def validate_messages(messages: object) -> list[dict]:
+    """Chat messages as the gateway reads them: a non-empty list of objects with a known role and
+    text, parts, or (an assistant turn that only calls tools) ``None`` as content. The rest of a
+    message (tool calls, tool_call_id, name, audio, ...) is the upstream's to judge."""
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
+        raise InvalidRequest("messages must be a non-empty list of {'role': ..., 'content': ...}")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise InvalidRequest(f"messages[{i}] must be a mapping with 'role' and 'content'")
+        role = m.get("role")
+        if role not in VALID_ROLES:
+            raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
+        content = m.get("content")
+        if content is None and role not in ("assistant", "function"):
+            raise InvalidRequest(f"messages[{i}].content is required for role {role!r}")
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidRequest(f"messages[{i}].content must be text or a list of content parts")
+        out.append(dict(m))
+    return out
+
+
+def _input_messages(value: object) -> list[dict]:
+    """The Responses API's ``input`` as chat-like messages, for the intent rules and the token
+    estimate only (the body is forwarded as sent)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest("input must be text or a non-empty list of input items")
+    out: list[dict] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            raise InvalidRequest("each input item must be an object")
+        content = item.get("content")
+        if isinstance(content, list):
+            content = [
+                {"type": "text", "text": p.get("text")}
+                for p in content
+                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            ]
+        elif not isinstance(content, str):
+            content = item.get("output") if isinstance(item.get("output"), str) else None
+        role = item.get("role") if isinstance(item.get("role"), str) else "user"
+        out.append({"role": role, "content": content})
+    return out
+
+
+def _embedding_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return "\n".join(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return " " * (4 * len(value))  # token ids: four characters a token for the estimate
+        if all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value):
+            return " " * (4 * sum(len(v) for v in value))
+    raise InvalidRequest("input must be text, a list of texts, or token ids")
+
+
+def _prompt_text(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return " " * (4 * len(value))
+    raise InvalidRequest("prompt must be text or a list of texts")
+
+
+@dataclass
+class Plan:
+    """One request, planned: what to send and where to try it, and what happened so far."""
+
+    request_id: str
+    api: str  # chat | responses | embeddings | completions
+    body: dict[str, Any]  # the caller's body, less what the gateway owns (model, stream)
+    messages: list[dict]  # chat-like view of the input, for intent and estimates
+    requested_model: str
+    model: str
+    intent: str
+    side: Side
+    routes: list[tuple[str, bool]]  # (provider name, is a fallback route)
+    prompt_tokens_est: int
+    session_id: str | None
+    source: str
+    cache_hints: bool
+    stream: bool
+    caller_usage: bool = False  # a streaming caller asked for the usage chunk itself
+    session_header: str | None = None  # the session id as the ASCII header value sent upstream
+    prompt_text: str | None = None  # cleaned, when store_prompts is on
+    headers: dict[str, str] = field(default_factory=dict)  # the caller's headers that may be forwarded
+    deadline: Deadline = NO_DEADLINE  # set when the request starts
+    records: list[AttemptRecord] = field(default_factory=list)
+    key_name: str | None = None  # the server's gateway key, carried into the records
+    infos: list[AttemptInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt: where it goes and how, and when it started (set by :meth:`begin`)."""
+
+    provider: str
+    model: str
+    is_fallback: bool
+    substituted: bool
+    with_hints: bool
+    timeout: float
+    ts: float = 0.0  # wall-clock start, for the log
+    t0: float = 0.0  # monotonic start, for latency
+
+    def begin(self, wall: float, clock: float) -> Attempt:
+        return replace(self, ts=wall, t0=clock)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The backoff before a retry: the driver sleeps ``seconds`` (its own way) and sends ``None``."""
+
+    seconds: float
+
+
+class NoRoute(Exception):
+    """The retry/fallback loop has nothing more to try (the drivers raise AllRoutesFailed)."""
+
+
+class Truncated(Exception):
+    """A stream ended cleanly at the transport level but without a finish reason."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A non-streamed upstream answer as the gateway reads it; ``body`` is the whole answer."""
+
+    body: dict[str, Any]
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    tool_calls: int
+    headers: dict[str, str]
+
+
+class StreamState:
+    """What a stream's caller can know while it runs (both drivers' streams): the request's id,
+    intent and side, the attempt being streamed right now (the server names it in its response
+    headers), the upstream's passed headers, and ``result`` once the stream has ended."""
+
+    def __init__(self, plan: Plan):
+        self.result: ChatResult | None = None
+        self.request_id = plan.request_id
+        self.api = plan.api
+        self.intent = plan.intent
+        self.side = plan.side
+        self.caller_usage = plan.caller_usage
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.attempts = 0
+        self.upstream_headers: dict[str, str] = {}
+
+    def attempting(self, attempt: Attempt, number: int) -> None:
+        self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
+
+
+# ------------------------------------------------------------------------------- reading answers
+
+
+def _int(v: object) -> int:
+    """A token count from an upstream: a finite non-negative number, else 0 (never raises)."""
+    if type(v) is int:
+        return v if v > 0 else 0
+    if type(v) is float and math.isfinite(v):
+        return int(v) if v > 0 else 0
+    return 0
+
+
+def usage_of(u: object) -> Usage:
+    """Usage from a chat/completions/embeddings ``usage`` object or a Responses API one."""
+    if not isinstance(u, Mapping):
+        return Usage()
+    if "input_tokens" in u or "output_tokens" in u:  # the Responses API's names
+        details, out_details = u.get("input_tokens_details"), u.get("output_tokens_details")
+        return Usage(
+            prompt_tokens=_int(u.get("input_tokens")),
+            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0,
+            completion_tokens=_int(u.get("output_tokens")),
+            reasoning_tokens=_int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0,
+        )
+    details, out_details = u.get("prompt_tokens_details"), u.get("completion_tokens_details")
+    return Usage(
+        prompt_tokens=_int(u.get("prompt_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0,
+        completion_tokens=_int(u.get("completion_tokens")),
+        reasoning_tokens=_int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0,
+    )
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, str):
+        return f"text, not a JSON object: {value[:80]!r}"
+    return f"JSON {type(value).__name__}, not a completion object"
+
+
+def decode_json(content: bytes) -> object:
+    """An upstream body as JSON, or :class:`BadResponse` (HTML, bad JSON, not UTF-8)."""
+    try:
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        text = content[:200].decode("utf-8", "replace")
+        raise BadResponse(f"malformed response from upstream: {_kind(text)}") from None
+
+
+def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream response headers a caller gets back."""
+    return {
+        k.lower(): v for k, v in headers.items() if k.lower() in PASSED_HEADERS or k.lower().startswith("x-ratelimit-")
+    }
+
+
+def _chat_answer(body: dict) -> tuple[str, str | None, int]:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BadResponse(f"malformed response from upstream: choices is {choices!r:.80}, expected at least one")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, Mapping) else None
+    if not isinstance(message, Mapping):
+        raise BadResponse("malformed response from upstream: the first choice has no message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise BadResponse(f"malformed response from upstream: message content is {type(content).__name__}")
+    calls = message.get("tool_calls")
+    n_calls = len(calls) if isinstance(calls, list) else 0
+    finish = first.get("finish_reason")
+    return content or "", finish if isinstance(finish, str) else None, n_calls
+
+
+def _completions_answer(body: dict) -> tuple[str, str | None, int]:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise BadResponse(f"malformed response from upstream: choices is {choices!r:.80}, expected at least one")
+    text = choices[0].get("text")
+    if not isinstance(text, str):
+        raise BadResponse("malformed response from upstream: the first choice has no text")
+    finish = choices[0].get("finish_reason")
+    return text, finish if isinstance(finish, str) else None, 0
+
+
+def _embeddings_answer(body: dict) -> tuple[str, str | None, int]:
+    data = body.get("data")
+    if not isinstance(data, list) or not data or not all(isinstance(d, Mapping) and "embedding" in d for d in data):
+        raise BadResponse("malformed response from upstream: no embeddings in data")
+    return "", None, 0
+
+
+def response_output(response: Mapping) -> tuple[str, int]:
+    """(output text, function calls) of a Responses API ``response`` object."""
+    output = response.get("output")
+    if not isinstance(output, list):
+        raise BadResponse("malformed response from upstream: the response has no output list")
+    texts: list[str] = []
+    calls = 0
+    for item in output:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "function_call":
+            calls += 1
+        elif item.get("type") == "message" and isinstance(item.get("content"), list):
+            texts.extend(
+                p["text"]
+                for p in item["content"]
+                if isinstance(p, Mapping) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+            )
+    return "".join(texts), calls
+
+
+def _responses_answer(body: dict) -> tuple[str, str | None, int]:
+    if body.get("object") not in (None, "response"):
+        raise BadResponse(f"malformed response from upstream: object is {body.get('object')!r:.40}")
+    text, calls = response_output(body)
+    status = body.get("status")
+    return text, status if isinstance(status, str) else None, calls
+
+
+_READERS: dict[str, Callable[[dict], tuple[str, str | None, int]]] = {
+    "chat": _chat_answer,
+    "completions": _completions_answer,
+    "embeddings": _embeddings_answer,
+    "responses": _responses_answer,
+}
+
+
+def read_answer(api: str, content: bytes, headers: Mapping[str, str], model: str) -> Answer:
+    """A non-streamed answer of ``api`` from its bytes, ``model`` set to the routed model;
+    :class:`BadResponse` when the 200 is not such an answer."""
+    body = decode_json(content)
+    if not isinstance(body, dict):
+        raise BadResponse(f"malformed response from upstream: {_kind(body)}")
+    text, finish, calls = _READERS[api](body)
+    if "model" in body or api != "embeddings":
+        body["model"] = model
+    return Answer(body, text, finish, usage_of(body.get("usage")), calls, passed_headers(headers))
+
+
+class StreamAccount:
+    """What one streamed attempt has delivered so far, read chunk by chunk the same way by both
+    drivers: first-output times, usage, finish reason, tool calls and the text of choice 0.
+
+    Chunks before the first output (the role chunk, ``response.created``) are held back and
+    released with it, so an attempt that fails before any output leaves nothing at the caller and
+    the next route can still answer; after it, every chunk is released as it comes, in order,
+    unmerged. Each released chunk has ``model`` set to the routed model."""
+
+    __slots__ = (
+        "api",
+        "attempt_ttft_ms",
+        "calls",
+        "clock",
+        "finish",
+        "model",
+        "pending",
+        "pieces",
+        "released",
+        "response_id",
+        "started",
+        "t0",
+        "ttft_ms",
+        "usage",
+    )
+
+    def __init__(self, api: str, model: str, started: float, t0: float, clock: Callable[[], float]):
+        self.api = api
+        self.model = model
+        self.started = started  # when the caller's request started (TTFT is what the caller waited)
+        self.t0 = t0  # when this attempt started
+        self.clock = clock
+        self.pieces: list[str] = []  # text of choice 0 (chat, completions) or output text (responses)
+        self.pending: list[dict] = []
+        self.released = 0
+        self.ttft_ms: float | None = None
+        self.attempt_ttft_ms: float | None = None
+        self.usage: Usage | None = None
+        self.finish: str | None = None
+        self.calls: set[tuple[int, int]] | int = set() if api != "responses" else 0
+        self.response_id: str | None = None
+
+    def take(self, chunk: object, deadline: deadlines.AttemptDeadline) -> list[dict]:
+        """The chunks to hand on now (none while waiting for the first output);
+        :class:`BadResponse` when the chunk is not a chunk of this API."""
+        if not isinstance(chunk, dict):
+            raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
+        output = self._responses_event(chunk) if self.api == "responses" else self._chunk(chunk)
+        if output and self.ttft_ms is None:
+            now = self.clock()
+            deadline.first_token()
+            self.ttft_ms = (now - self.started) * 1000.0
+            self.attempt_ttft_ms = (now - self.t0) * 1000.0
+        if self.ttft_ms is None:
+            self.pending.append(chunk)
+            return []
+        if self.pending:
+            out, self.pending = [*self.pending, chunk], []
+        else:
+            out = [chunk]
+        self.released += len(out)
+        return out
+
+    def _chunk(self, chunk: dict) -> bool:
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
+        if "model" in chunk:
+            chunk["model"] = self.model
+        u = chunk.get("usage")
+        if u is not None:
+            self.usage = usage_of(u)
+        output = False
+        assert isinstance(self.calls, set)
+        for choice in choices:
+            index = choice.get("index", 0)
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                output = True
+                if index == 0 or self.finish is None:
+                    self.finish = finish
+            if self.api == "completions":
+                text = choice.get("text")
+            else:
+                delta = choice.get("delta")
+                if delta is None:
+                    continue
+                if not isinstance(delta, dict):
+                    raise BadResponse(f"malformed stream chunk from upstream: delta is {delta!r:.80}")
+                text = delta.get("content")
+                calls = delta.get("tool_calls")
+                if isinstance(calls, list) and calls:
+                    output = True
+                    for c in calls:
+                        if isinstance(c, Mapping):
+                            self.calls.add((index if isinstance(index, int) else 0, _int(c.get("index"))))
+                if delta.get("refusal") or delta.get("audio") or delta.get("function_call"):
+                    output = True
+            if isinstance(text, str) and text:
+                output = True
+                if index == 0:
+                    self.pieces.append(text)
+            elif text is not None and not isinstance(text, str):
+                raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
+        return output
+
+    def _responses_event(self, event: dict) -> bool:
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            raise BadResponse("malformed stream event from upstream: no type")
+        response = event.get("response")
+        if isinstance(response, dict):
+            if "model" in response:
+                response["model"] = self.model
+            if isinstance(response.get("id"), str):
+                self.response_id = response["id"]
+        if kind == "error" or kind == "response.failed":
+            err = event.get("error") if kind == "error" else (response or {}).get("error")
+            message = err.get("message") if isinstance(err, Mapping) else event.get("message")
+            raise BadResponse(f"the upstream's stream reported a failure: {message or kind}")
+        if kind == "response.output_text.delta":
+            delta = event.get("delta")
+            if isinstance(delta, str) and delta:
+                self.pieces.append(delta)
+            return True
+        if kind in ("response.completed", "response.incomplete"):
+            assert isinstance(response, dict) or response is None
+            if isinstance(response, dict):
+                self.usage = usage_of(response.get("usage"))
+                status = response.get("status")
+                self.finish = status if isinstance(status, str) else kind.rsplit(".", 1)[1]
+                try:
+                    _, calls = response_output(response)
+                except BadResponse:
+                    calls = 0
+                self.calls = calls
+            else:
+                self.finish = kind.rsplit(".", 1)[1]
+            return True
+        return kind.endswith(".delta") or kind == "response.output_item.added"
+
+    @property
+    def tool_calls(self) -> int:
+        return len(self.calls) if isinstance(self.calls, set) else self.calls
+
+    def check_finished(self) -> list[dict]:
+        """At the end of the stream: what is still held back (an answer with no output at all),
+        or :class:`Truncated` when it ended without a finish."""
+        if self.finish is None:
+            raise Truncated("the stream ended without a finish reason")
+        out, self.pending = self.pending, []
+        self.released += len(out)
+        return out
+
+    def record_kw(self) -> dict[str, Any]:
+        return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
+
+
+def chunk_text(api: str, chunk: Mapping) -> str:
+    """The text a chunk adds to choice 0 (the library's plain-text view of a stream)."""
+    if api == "responses":
+        return chunk["delta"] if chunk.get("type") == "response.output_text.delta" else ""
+    out = []
+    for choice in chunk.get("choices") or ():
+        if choice.get("index", 0) != 0:
+            continue
+        if api == "completions":
+            text = choice.get("text")
+        else:
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+        if isinstance(text, str):
+            out.append(text)
+    return "".join(out)
+
+
+def input_messages(api: str, body: Mapping[str, Any]) -> list[dict]:
+    """A request's input as chat messages (copies), for the intent rules, the token estimate and
+    the stored prompt; :class:`InvalidRequest` when the field the API needs is missing or bad."""
+    if api == "chat":
+        return validate_messages(body.get("messages"))
+    if api == "responses":
+        if "input" not in body:
+            raise InvalidRequest("input is required")
+        msgs = _input_messages(body["input"])
+        if isinstance(body.get("instructions"), str):
+            msgs.insert(0, {"role": "system", "content": body["instructions"]})
+        return msgs
+    if api == "embeddings":
+        if "input" not in body:
+            raise InvalidRequest("input is required")
+        return [{"role": "user", "content": _embedding_text(body["input"])}]
+    if "prompt" not in body:
+        raise InvalidRequest("prompt is required")
+    return [{"role": "user", "content": _prompt_text(body["prompt"])}]
+
+
+def _sendable_message(m: dict) -> dict:
+    """A validated message whose text can be encoded and stored: lone surrogates replaced, NUL and
+    other C0 controls (except tab and newlines) removed."""
+    content = m.get("content")
+    if isinstance(content, str):
+        m["content"] = storable(content, max(len(content), 1))
+    elif isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                part = {**part, "text": storable(part["text"], max(len(part["text"]), 1))}
+            parts.append(part)
+        m["content"] = parts
+    return m
+
+
+# ------------------------------------------------------------------------------------- the core
+
+
+class RoutingCore:
+    """The routing policy's state and decisions, shared by the sync and async drivers.
+
+    It holds the settings, the canary ratio source, the circuit breakers, the request-id counter,
+    the provider keys to scrub, which provider holds each Responses API id, and the telemetry sink;
+    clock, wall clock and randomness are injected so tests of timing take milliseconds."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        telemetry: TelemetrySink,
+        ratio: RatioSource,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        rng: random.Random,
+        source: str,
+        env: Mapping[str, str] | None,
+        secrets: Mapping[str, str] | None,
+    ):
+        self.settings = settings
+        self.telemetry = telemetry
+        self.ratio = ratio
+        self.clock = clock
+        self.wall = wall_clock
+        self.rng = rng
+        self.source = source
+        self.env = env
+        self.secrets = secrets
+        # Provider keys, scrubbed from every upstream text before it is stored, logged or shown.
+        self.secret_values = tuple(
+            v
+            for p in settings.providers.values()
+            if not p.is_simulated and p.api_key_env
+            if (v := lookup(p.api_key_env, env, secrets))
+        )
+        b = settings.breaker
+        policy = BreakerPolicy(
+            window_s=b.window_s,
+            min_attempts=b.min_attempts,
+            failure_rate=b.failure_rate,
+            cooldown_s=b.cooldown_s,
+            enabled=b.enabled,
+        )
+        #: Called as ``hook(provider, old_state, new_state, why)`` on every breaker state change, on
+        #: the request's thread and under that breaker's lock: keep hooks quick (enqueue, count).
+        self.on_breaker_change: list[Callable[[str, State, State, str], None]] = []
+        self.breakers = {
+            name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
+        }
+        self.offers = {name: Offer(frozenset(p.models), p.default_model) for name, p in settings.providers.items()}
+        # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
+        self._id_prefix = os.urandom(8).hex()
+        self._ids = itertools.count(1)
+        self._homes: OrderedDict[str, str] = OrderedDict()
+        self._homes_lock = threading.Lock()
+
+    def _breaker_changed(self, provider: str, old: State, new: State, why: str) -> None:
+        log.warning("circuit breaker for %s: %s -> %s (%s)", provider, old, new, why)
+        for hook in list(self.on_breaker_change):
+            try:
+                hook(provider, old, new, why)
+            except Exception:  # a listener's bug must not break routing
+                log.exception("breaker change hook %r failed", hook)
+
+    def breaker_states(self) -> dict[str, BreakerSnapshot]:
+        now = self.clock()
+        return {name: b.snapshot(now) for name, b in self.breakers.items()}
+
+    def sdk_settings(self, name: str) -> dict[str, Any]:
+        """How both drivers configure a provider's SDK client: its key (raises
+        :class:`ProviderNotConfigured` when unset), its base URL, its timeout, and no SDK retries
+        (the routing policy retries). Their HTTP clients never follow redirects, so the key never
+        leaves the configured host (a 3xx is a failure that fails over)."""
+        p = self.settings.providers[name]
+        return {
+            "api_key": resolve_api_key(name, p, self.env, self.secrets),
+            "base_url": upstream_base_url(p),
+            "max_retries": 0,
+            "timeout": p.timeout_s,
+        }
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan(
+        self,
+        api: str,
+        body: Mapping[str, Any],
+        *,
+        model: str | None = "auto",
+        session_id: str | None = None,
+        stream: bool = False,
+        source: str | None = None,
+        route: Side | None = None,
+        cache_hints: bool = True,
+        key_name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Plan:
+        """Validate what the gateway reads of a request and decide its side, model and routes;
+        :class:`InvalidRequest` (before any network call) when it cannot be routed."""
+        if api not in API_PATHS:
+            raise InvalidRequest(f"unknown API {api!r}")
+        body = {k: v for k, v in body.items() if k not in OWNED_FIELDS}
+        msgs = input_messages(api, body)
+        if api == "chat":
+            msgs = [_sendable_message(m) for m in msgs]
+            body["messages"] = msgs
+        header = None
+        if session_id is not None:
+            if not (isinstance(session_id, str) and 0 < len(session_id) <= MAX_SESSION_ID):
+                got = f"{len(session_id)} characters" if isinstance(session_id, str) else type(session_id).__name__
+                raise InvalidRequest(f"session_id must be 1 to {MAX_SESSION_ID} characters, got {got}")
+            try:
+                header = session_header_value(validate_session_id(session_id))
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+        source = source or self.source
+        if not (isinstance(source, str) and 0 < len(source) <= MAX_SOURCE):
+            raise InvalidRequest(f"source must be 1 to {MAX_SOURCE} characters")
+        source = storable(source, MAX_SOURCE) or "api"  # a caller's label: NUL or a lone surrogate cannot be stored
+        caller_usage = False
+        if stream:
+            opts = body.get("stream_options")
+            caller_usage = isinstance(opts, Mapping) and opts.get("include_usage") is True
+        temperature = body.get("temperature")
+        if temperature is not None and (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, (int, float))
+            or not 0.0 <= float(temperature) <= 2.0
+        ):
+            raise InvalidRequest("temperature must be between 0 and 2")
+        for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+            v = body.get(name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidRequest(f"{name} must be a positive integer")
+
+        r = self.settings.routing
+        if route is not None:
+            if route not in ("primary", "fallback"):
+                raise InvalidRequest("route must be 'primary' or 'fallback'")
+            side: Side = route
+            routes = [(getattr(r, route), False)]
+        else:
+            side = assign_side(self.ratio.value, session_id, self.rng)
+            routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
+            if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
+                routes.append((r.fallback, True))
+        routes = self._serving(api, routes, forced=route is not None)
+
+        if api == "embeddings":
+            chosen, intent, requested = self._embedding_model(model, routes)
+            routes = [(p, fb) for p, fb in routes if chosen in self.settings.providers[p].models]
+            if not routes:
+                raise InvalidRequest(f"no provider on this route serves the embedding model {chosen!r}")
+            est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+        elif model in (None, "", "auto"):
+            decision = classify_intent(msgs, self.settings.intents)
+            chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
+            requested = "auto"
+        else:
+            info = catalog.get(model)  # UnknownModelError before any network call
+            if info.kind != "chat":
+                raise InvalidRequest(f"{model!r} is an embedding model; use it with the embeddings API")
+            chosen, intent, requested = model, "explicit", model
+            est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+        routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
+        if api == "responses":
+            home = self._home_of(body.get("previous_response_id"))
+            if home is not None:
+                routes = [(home, False)]  # only the provider that holds the conversation can continue it
+        allowed = {h.lower() for p in self.settings.providers.values() for h in p.forward_headers}
+        forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in allowed}
+        return Plan(
+            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            api=api,
+            body=body,
+            messages=msgs,
+            requested_model=requested,
+            model=chosen,
+            intent=intent,
+            side=side,
+            routes=routes,
+            prompt_tokens_est=est,
+            session_id=session_id,
+            source=source,
+            cache_hints=cache_hints,
+            stream=stream,
+            caller_usage=caller_usage,
+            session_header=header,
+            prompt_text=clean(message_text(msgs), PROMPT_STORE_LIMIT, self.secret_values)
+            if self.settings.telemetry.store_prompts
+            else None,
+            headers=forwarded,
+            key_name=key_name,
+        )
+
+    def _serving(self, api: str, routes: list[tuple[str, bool]], *, forced: bool) -> list[tuple[str, bool]]:
+        """The routes whose provider serves ``api``; when the assigned side serves none, the other
+        side does (an API served by one side only); :class:`InvalidRequest` when no provider does."""
+        providers = self.settings.providers
+        kept = [(p, fb) for p, fb in routes if api in providers[p].apis]
+        if kept:
+            return kept
+        r = self.settings.routing
+        others = [name for name in (r.primary, r.fallback) if api in providers[name].apis]
+        if others and not forced:
+            return [(others[0], False)]
+        serving = sorted(name for name, p in providers.items() if api in p.apis)
+        where = f" (only {', '.join(serving)} does, which is not routed here)" if serving else ""
+        raise InvalidRequest(f"no provider on this route serves the {API_NAMES[api]}{where}")
+
+    def _embedding_model(self, model: str | None, routes: list[tuple[str, bool]]) -> tuple[str, str, str]:
+        if model in (None, "", "auto"):
+            for provider, _ in routes:
+                for m in self.settings.providers[provider].models:
+                    if catalog.get(m).kind == "embedding":
+                        return m, "embedding", "auto"
+            raise InvalidRequest("no embedding model is configured on this route; name one in 'model'")
+        info = catalog.get(model)
+        if info.kind != "embedding":
+            raise InvalidRequest(f"{model!r} is not an embedding model")
+        return model, "embedding", model
+
+    def _home_of(self, response_id: object) -> str | None:
+        if not isinstance(response_id, str):
+            return None
+        with self._homes_lock:
+            return self._homes.get(response_id)
+
+    def remember_response(self, response_id: str | None, provider: str) -> None:
+        """Note which provider holds a Responses API id (a ``previous_response_id`` goes back there)."""
+        if not response_id:
+            return
+        with self._homes_lock:
+            self._homes[response_id] = provider
+            self._homes.move_to_end(response_id)
+            while len(self._homes) > RESPONSE_HOMES:
+                self._homes.popitem(last=False)
+
+    def _cost_safe_routes(
+        self, model: str, routes: list[tuple[str, bool]], *, forced: bool, by_intent: bool
+    ) -> list[tuple[str, bool]]:
+        """The planned routes under ``[routing.substitution]`` (see :mod:`app.routing.substitution`);
+        raises :class:`SubstitutionRefused` before any network call when none is left."""
+        r = self.settings.routing
+        policy = Policy.of(r.substitution.mode, r.substitution.max_price_factor)
+        decision = decide(
+            model,
+            routes,
+            self.offers,
+            policy,
+            alternatives=(r.primary, r.fallback),
+            forced=forced,
+            by_intent=by_intent,
+        )
+        for v in decision.dropped:
+            log.info(
+                "%s not used for %s: %s would cost %.2fx (routing.substitution)", v.provider, model, v.model, v.factor
+            )
+        if decision.rerouted:
+            log.info("%s routed to %s, which serves it (routing.substitution)", model, decision.routes[0][0])
+        return decision.routes
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, plan: Plan, attempt: Attempt) -> tuple[str, dict[str, Any], RequestOptions]:
+        """The path, body and SDK request options of one attempt (both drivers send them with the
+        SDK's ``client.post``). The body is the caller's, as sent, with the routed ``model``;
+        streamed, ``stream`` and ``stream_options.include_usage`` (the gateway's accounting);
+        then the provider's ``drop_params`` and ``rename_params``."""
+        body: dict[str, Any] = {"model": attempt.model, **plan.body}
+        if plan.stream:
+            body["stream"] = True
+            if plan.api != "responses":
+                opts = plan.body.get("stream_options")
+                body["stream_options"] = {**(opts if isinstance(opts, Mapping) else {}), "include_usage": True}
+        p = self.settings.providers[attempt.provider]
+        for name in p.drop_params:
+            body.pop(name, None)
+        for old, new in p.rename_params.items():
+            if old in body:
+                body[new] = body.pop(old)
+        options: RequestOptions = {"timeout": attempt.timeout, "security": {"bearer_auth": True}}
+        headers = self._headers(plan, attempt)
+        if headers:
+            options["headers"] = headers
+        return API_PATHS[plan.api], body, options
+
+    def adjusted_params(self, plan: Plan, provider: str) -> list[str]:
+        """What ``drop_params`` / ``rename_params`` changed in a request to ``provider`` (for the
+        attempt's record and the drill-down)."""
+        p = self.settings.providers[provider]
+        out = [f"-{n}" for n in p.drop_params if n in plan.body]
+        out += [f"{o}->{n}" for o, n in p.rename_params.items() if o in plan.body]
+        return out
+
+    def _headers(self, plan: Plan, attempt: Attempt) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if plan.headers:
+            allowed = self.settings.providers[attempt.provider].forward_headers
+            headers.update({k: v for k, v in plan.headers.items() if k in allowed})
+        if attempt.with_hints:
+            headers["x-session-id"] = plan.session_header or ""
+            headers["x-cache-controls"] = "session_scope"
+        return headers
+
+    def read(self, plan: Plan, attempt: Attempt, response: httpx2.Response) -> Answer:
+        """A non-streamed 2xx answer, read (:class:`BadResponse` when it is not an answer)."""
+        return read_answer(plan.api, response.content, response.headers, attempt.model)
+
+    def stream_account(self, plan: Plan, attempt: Attempt, started: float) -> StreamAccount:
+        return StreamAccount(plan.api, attempt.model, started, attempt.t0, self.clock)
+
+    # -- the attempt loop ----------------------------------------------------------------------
+    def start(self, plan: Plan) -> float:
+        started = self.clock()
+        plan.deadline = Deadline.after(started, self.settings.retry.request_deadline_s)
+        return started
+
+    def deadline(self, plan: Plan, attempt: Attempt) -> deadlines.AttemptDeadline:
+        """An attempt's deadlines: non-streamed, its whole budget; streamed, its budget until the
+        first token, then the idle gap and the request's deadline."""
+        budget_end = attempt.t0 + attempt.timeout
+        if not plan.stream:
+            return deadlines.AttemptDeadline(self.clock, budget_end)
+        return deadlines.AttemptDeadline(
+            self.clock,
+            plan.deadline.end,
+            first_token_by=budget_end,
+            idle_s=self.settings.retry.stream_idle_timeout_s,
+        )
+
+    def attempts(self, plan: Plan) -> Generator[Attempt | Wait, Failure | None, None]:
+        """Drive the retry/fallback loop; yields what to try next and learns each outcome.
+
+        The caller sends back ``None`` on success (the loop ends) or the (cleaned) :class:`Failure`;
+        for a :class:`Wait` it sleeps that long and sends ``None``. The decisions are
+        :mod:`app.routing.policy`'s; this only reads the clock, draws the backoff and asks the
+        breakers. No I/O and no sleeping happen here.
+        """
+        cfg = self.settings.retry
+        backoff = Backoff(cfg, self.rng)
+        skipped: list[str] = []
+        for provider, is_fallback in plan.routes:
+            p = self.settings.providers[provider]
+            model, substituted = model_on(self.offers[provider], plan.model)
+            base_timeout = attempt_timeout_s(p.timeout_s, plan.prompt_tokens_est, cfg)
+            max_attempts = max_attempts_for(p.max_attempts, cfg.max_attempts)
+            breaker = self.breakers[provider]
+            with_hints = plan.cache_hints and plan.session_header is not None
+            hints_dropped = False
+            made = 0
+            while True:
+                now = self.clock()
+                remaining = plan.deadline.remaining(now)
+                if remaining <= 0:
+                    raise NoRoute(f"the request deadline of {cfg.request_deadline_s:g} s passed")
+                if not breaker.allow(now):
+                    log.info("%s: circuit open, skipped (request %s)", provider, plan.request_id)
+                    skipped.append(provider)
+                    break
+                timeout = attempt_budget_s(base_timeout, remaining)
+                failure = yield Attempt(provider, model, is_fallback, substituted, with_hints, timeout)
+                if failure is None:
+                    return
+                delay = None
+                if wants_retry(failure, made + 1, max_attempts, cfg.retry_after_cap_s):
+                    delay = backoff.propose(made, failure.retry_after_s)
+                step = next_step(
+                    failure,
+                    attempts_made=made + 1,
+                    max_attempts=max_attempts,
+                    hints_dropped=hints_dropped,
+                    retry_after_cap_s=cfg.retry_after_cap_s,
+                    delay_s=delay,
+                    remaining_s=plan.deadline.remaining(self.clock()),
+                )
+                if step.action == "resend_without_hints":
+                    log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
+                    with_hints, hints_dropped = False, True
+                    continue
+                made += 1
+                if step.action == "retry":
+                    log.info(
+                        "%s: %s; retry in %.2fs (request %s)",
+                        provider,
+                        failure.describe(),
+                        step.delay_s,
+                        plan.request_id,
+                    )
+                    backoff.commit(step.delay_s)
+                    yield Wait(step.delay_s)
+                    continue
+                if step.action == "fail_over":
+                    log.info(
+                        "%s: %s; %s; trying the next route (request %s)",
+                        provider,
+                        failure.describe(),
+                        step.reason,
+                        plan.request_id,
+                    )
+                    break
+                raise NoRoute(f"request refused by {provider}")
+        if skipped:
+            raise NoRoute(f"all routes failed (circuit open: {', '.join(skipped)})")
+        raise NoRoute("all routes failed")
+
+    # -- records -------------------------------------------------------------------------------
+    def clean(self, text: str) -> str:
+        return clean(text, ERROR_TEXT_LIMIT, self.secret_values) or ""
+
+    def record(
+        self,
+        plan: Plan,
+        attempt: Attempt,
+        *,
+        ttft_ms: float | None = None,
+        attempt_ttft_ms: float | None = None,
+        failure: Failure | None = None,
+        usage: Usage | None = None,
+        cost: float = 0.0,
+        final: bool = False,
+        answer: str | None = None,
+        finish_reason: str | None = None,
+        tool_calls: int = 0,
+    ) -> Failure | None:
+        """Log one attempt (and tell its provider's breaker); returns ``failure`` with its text
+        cleaned, which is the only form of it that goes further (logs, retries, the caller)."""
+        if failure is not None:
+            failure = replace(failure, message=self.clean(failure.message), body=self._clean_body(failure.body))
+        outcome = breaker_outcome(failure)
+        if outcome is not None:
+            self.breakers[attempt.provider].record(outcome, self.clock())
+        usage = usage or Usage()
+        number = len(plan.records) + 1
+        latency_ms = (self.clock() - attempt.t0) * 1000.0
+        plan.records.append(
+            AttemptRecord(
+                request_id=plan.request_id,
+                attempt=number,
+                ts=attempt.ts,
+                provider=attempt.provider,
+                model=attempt.model,
+                requested_model=plan.requested_model,
+                intent=plan.intent,
+                side=plan.side,
+                status="ok" if failure is None else "error",
+                latency_ms=latency_ms,
+                http_status=failure.http_status if failure else 200,
+                error_class=failure.error_class if failure else None,
+                error_message=failure.message if failure else None,
+                ttft_ms=ttft_ms,
+                prompt_tokens=usage.prompt_tokens,
+                cached_tokens=usage.cached_tokens,
+                completion_tokens=usage.completion_tokens,
+                cost_usd=cost,
+                fallback=attempt.is_fallback,
+                final=final,
+                substituted=attempt.substituted,
+                stream=plan.stream,
+                source=plan.source,
+                session_id=plan.session_id,
+                prompt_text=plan.prompt_text,
+                key_name=plan.key_name,
+                answer_text=answer,
+                api=plan.api,
+                finish_reason=finish_reason,
+                tool_calls=tool_calls,
+                reasoning_tokens=usage.reasoning_tokens,
+            )
+        )
+        plan.infos.append(
+            AttemptInfo(
+                number=number,
+                provider=attempt.provider,
+                model=attempt.model,
+                status="ok" if failure is None else "error",
+                latency_ms=latency_ms,
+                error_class=failure.error_class if failure else None,
+                http_status=failure.http_status if failure else None,
+                error=failure.describe() if failure else None,
+                with_hints=attempt.with_hints,
+                ttft_ms=ttft_ms,
+                attempt_ttft_ms=attempt_ttft_ms,
+                adjusted_params=tuple(self.adjusted_params(plan, attempt.provider)),
+                upstream_error=failure.body if failure else None,
+                retry_after_s=failure.retry_after_s if failure else None,
+            )
+        )
+        return failure
+
+    def _clean_body(self, body: object) -> dict | None:
+        """An upstream's error object with every text cleaned (keys scrubbed), for the caller."""
+        if not isinstance(body, Mapping):
+            return None
+
+        def scrub(v: object) -> object:
+            if isinstance(v, str):
+                return clean(v, ERROR_TEXT_LIMIT * 4, self.secret_values)
+            if isinstance(v, Mapping):
+                return {str(k)[:64]: scrub(x) for k, x in list(v.items())[:32]}
+            if isinstance(v, list):
+                return [scrub(x) for x in v[:32]]
+            return v if isinstance(v, (int, float, bool)) or v is None else None
+
+        out = scrub(body)
+        return out if isinstance(out, dict) else None
+
+    def failed(self, plan: Plan, attempt: Attempt, exc: Exception, **kw: Any) -> Failure:
+        """Classify and log a failed attempt. An exception that is not an upstream fault (our own
+        bug) is logged as ``internal_error`` and raised to the caller."""
+        try:
+            failure = classify(exc, sent_hints=attempt.with_hints)
+        except BaseException:
+            self.record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
+            raise
+        cleaned = self.record(plan, attempt, failure=failure, **kw)
+        assert cleaned is not None
+        return cleaned
+
+    def commit(self, plan: Plan) -> None:
+        if not plan.records:
+            return
+        if not plan.records[-1].final:  # a failed request: its last attempt closes it
+            plan.records[-1] = replace(plan.records[-1], final=True)
+        self.telemetry.submit_many(plan.records)
+
+    def succeed(
+        self,
+        plan: Plan,
+        attempt: Attempt,
+        started: float,
+        answer: Answer,
+        *,
+        ttft_ms: float | None = None,
+        attempt_ttft_ms: float | None = None,
+    ) -> ChatResult:
+        """Record the successful attempt and build the caller's result."""
+        usage = answer.usage
+        cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+        text = answer.text
+        # The answer is stored only with store_prompts, cleaned like the prompt (keys scrubbed).
+        stored = clean(text, PROMPT_STORE_LIMIT, self.secret_values) if self.settings.telemetry.store_prompts else None
+        self.record(
+            plan,
+            attempt,
+            ttft_ms=ttft_ms,
+            attempt_ttft_ms=attempt_ttft_ms,
+            usage=usage,
+            cost=cost,
+            final=True,
+            answer=stored,
+            finish_reason=answer.finish_reason,
+            tool_calls=answer.tool_calls,
+        )
+        if plan.api == "responses":
+            rid = answer.body.get("id")
+            self.remember_response(rid if isinstance(rid, str) else None, attempt.provider)
+        return ChatResult(
+            text=text,
+            provider=attempt.provider,
+            model=attempt.model,
+            requested_model=plan.requested_model,
+            intent=plan.intent,
+            side=plan.side,
+            fallback_used=attempt.is_fallback,
+            attempts=len(plan.records),
+            latency_ms=(self.clock() - started) * 1000.0,
+            ttft_ms=ttft_ms,
+            usage=usage,
+            cost_usd=cost,
+            request_id=plan.request_id,
+            session_id=plan.session_id,
+            substituted_model=attempt.substituted,
+            finish_reason=answer.finish_reason,
+            attempt_log=list(plan.infos),
+            api=plan.api,
+            tool_call_count=answer.tool_calls,
+            raw=answer.body if answer.body else None,
+            upstream_headers=answer.headers,
+        )
+
+    # -- stream outcomes -----------------------------------------------------------------------
+    def stream_cancelled(self, plan: Plan, attempt: Attempt, acc: StreamAccount, why: str) -> None:
+        self.record(plan, attempt, failure=Failure("cancelled", why), **acc.record_kw())
+
+    def stream_failed(self, plan: Plan, attempt: Attempt, acc: StreamAccount, exc: Exception) -> Failure:
+        """A streamed attempt failed. Before anything reached the caller: the failure for the
+        retry/fallback loop. After: :class:`StreamBrokenError` (an answer cannot be taken back);
+        an exception that is not an upstream fault is logged and raised as it is."""
+        kw = acc.record_kw()
+        if isinstance(exc, Truncated):
+            exc = BadResponse(exc.args[0])
+        if not acc.released:
+            return self.failed(plan, attempt, exc, **kw)
+        try:
+            classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
+        except BaseException:
+            self.record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
+            raise
+        n = acc.released
+        cause = self.clean(f"{type(exc).__name__}: {exc}" if not isinstance(exc, BadResponse) else str(exc))
+        self.record(plan, attempt, failure=Failure("stream_broken", f"stream broke after {n} chunks: {cause}"), **kw)
+        raise StreamBrokenError(
+            f"{attempt.provider}/{attempt.model} stream broke after {n} chunks "
+            f"(request {plan.request_id}): {cause}; the answer is incomplete"
+        ) from exc
+
+    def stream_succeeded(
+        self, plan: Plan, attempt: Attempt, started: float, acc: StreamAccount, headers: Mapping[str, str]
+    ) -> ChatResult:
+        if plan.api == "responses":
+            self.remember_response(acc.response_id, attempt.provider)
+        answer = Answer({}, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
+        return self.succeed(plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms)

@@ -1,0 +1,206 @@
+"""The gateway's object graph, assembled around a routing client of the caller's choosing.
+
+settings -> engine (migrations, the canary setting row) -> background refresher (canary ratio,
+simulated fault settings) -> upstreams and transports (the built-in simulators) -> telemetry writer
+(its callback is only the batch insert) -> guardrail on its own timer -> the client (``make_client``).
+
+:func:`assemble` knows the client only by the keyword arguments it is built with, so this module
+imports no router: :func:`app.gateway.build_gateway` (the composition root) passes
+:class:`~app.routing.client.RoutingClient`, and ``RoutingClient.from_config`` passes itself, with
+no import circle between the router and the root. ``Gateway.close()`` stops the timers, flushes and
+closes the telemetry writer and closes the HTTP clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx2
+from sqlalchemy import Engine
+
+from app.config import Settings, load_settings
+from app.guardrail import CHECK_EVERY_S, guardrail_timer
+from app.refresh import Periodic, Refreshed, RefreshedState, Refresher
+from app.simulated import SimulatedUpstream, simulated_upstreams
+from app.simulator import make_transport
+from app.telemetry.location import open_writer
+from app.telemetry.writer import TelemetryWriter
+from db.events import record_breaker_change_later
+
+log = logging.getLogger(__name__)
+RATIO = "canary_ratio"
+
+
+class RoutingClientLike(Protocol):
+    """What the gateway needs of its client: to be attached, to close its HTTP clients, and its
+    breaker-change hooks."""
+
+    @property
+    def on_breaker_change(self) -> Any: ...  # a list of hooks(provider, old, new, why)
+
+    def attach(self, gateway: Any) -> None: ...
+
+    def close_http(self) -> None: ...
+
+
+C = TypeVar("C", bound=RoutingClientLike)
+
+
+@dataclass(eq=False)
+class Gateway(Generic[C]):
+    """Everything one process needs to route requests, wired together; close it once."""
+
+    settings: Settings
+    engine: Engine
+    refresher: Refresher
+    ratio: Refreshed[float]
+    upstreams: dict[str, SimulatedUpstream]
+    transports: dict[str, httpx2.BaseTransport]
+    telemetry: TelemetryWriter
+    guardrail: Periodic | None
+    client: C
+    owns_telemetry: bool = True
+    _closed: bool = field(default=False, repr=False)
+    _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def refresh(self) -> None:
+        """Reload the ratio and fault settings now (a process that has just changed them)."""
+        self.refresher.reload_all()
+
+    def snapshot(self) -> dict[str, RefreshedState]:
+        """Each refreshed value with its age in seconds (for ``status`` and the dashboard)."""
+        return self.refresher.snapshot()
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.guardrail is not None:
+            self.guardrail.stop()
+        self.refresher.stop()
+        if self.owns_telemetry:
+            self.telemetry.close()
+        else:
+            self.telemetry.flush()
+        self.client.close_http()
+
+    def __enter__(self) -> Gateway[C]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def assemble(
+    settings: Settings | None,
+    make_client: Callable[..., C],
+    *,
+    config_path: str | None = None,
+    engine: Engine | None = None,
+    transports: Mapping[str, httpx2.BaseTransport] | None = None,
+    env: Mapping[str, str] | None = None,
+    secrets: Mapping[str, str] | None = None,
+    source: str = "api",
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.perf_counter,
+    wall_clock: Callable[[], float] = time.time,
+    monotonic: Callable[[], float] = time.monotonic,
+    rng: random.Random | None = None,
+    stop: threading.Event | None = None,
+    telemetry: TelemetryWriter | None = None,
+    guardrail: bool = True,
+    guardrail_every_s: float = CHECK_EVERY_S,
+) -> Gateway[C]:
+    """Build the whole object graph from ``settings`` (default: ``GATEWAY_CONFIG`` and
+    ``DATABASE_URL``).
+
+    ``transports`` replaces a provider's network (tests, benchmarks); every other ``sim://``
+    provider gets the built-in simulator. ``stop`` ends the background timers when set (tests may
+    pass their own); ``monotonic`` is their clock. ``guardrail=False`` leaves the guardrail timer
+    out (the simulator process, benchmarks).
+    """
+    from db.canary import ensure_setting, read_ratio_version
+    from db.engine import DbTimeouts, get_engine
+    from db.requests import insert_batch
+
+    settings = settings if settings is not None else load_settings(config_path, env=env)
+    if engine is None:
+        engine = get_engine(settings.database_url, timeouts=DbTimeouts(**settings.database.model_dump()))
+    ensure_setting(engine, settings.routing.initial_ratio)
+
+    stop = stop or threading.Event()
+    refresher = Refresher(settings.routing.ratio_refresh_s, clock=monotonic, stop=stop)
+    ratio = refresher.add(RATIO, lambda: read_ratio_version(engine)[0])
+    # Injected transports win; every other sim:// provider is served by the built-in simulator.
+    wired = dict(transports or {})
+    upstreams = simulated_upstreams(settings, engine, refresher, skip=wired)
+    for name, upstream in upstreams.items():
+        wired[name] = make_transport(upstream.provider)
+
+    owns_telemetry = telemetry is None
+    # The writer journals what the database cannot take yet (queue full, database down) and
+    # replays it, including a journal left by a killed process (app.telemetry.location).
+    writer = telemetry or open_writer(
+        settings.database_url,
+        partial(insert_batch, engine),
+        journal_dir=settings.telemetry.journal_dir,
+        queue_size=settings.telemetry.queue_size,
+        batch_size=settings.telemetry.batch_size,
+        flush_interval_s=settings.telemetry.flush_interval_s,
+    )
+    timer = None
+    if guardrail:
+        timer = guardrail_timer(
+            engine,
+            settings,
+            on_rollback=refresher.reload_all,
+            interval_s=guardrail_every_s,
+            stop=stop,
+            wall_clock=wall_clock,
+        )
+    client = make_client(
+        settings,
+        telemetry=writer,
+        ratio=ratio,
+        transports=wired,
+        reload=refresher.reload_all,
+        sleep=sleep,
+        clock=clock,
+        wall_clock=wall_clock,
+        rng=rng,
+        source=source,
+        env=env,
+        secrets=secrets,
+    )
+    gateway = Gateway(
+        settings=settings,
+        engine=engine,
+        refresher=refresher,
+        ratio=ratio,
+        upstreams=upstreams,
+        transports=wired,
+        telemetry=writer,
+        guardrail=timer,
+        client=client,
+        owns_telemetry=owns_telemetry,
+    )
+    client.attach(gateway)
+
+    # Breaker transitions become ops events (markers on the monitor's charts); written off the request
+    # thread, since the hook runs on it under the breaker's lock.
+    def record_breaker_change(provider: str, old: str, new: str, why: str) -> None:
+        record_breaker_change_later(engine, provider, old, new, why)
+
+    client.on_breaker_change.append(record_breaker_change)
+    refresher.start()
+    if timer is not None:
+        timer.start()
+    return gateway

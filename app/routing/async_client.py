@@ -309,6 +309,7 @@ class AsyncRoutingClient:
                     continue
                 return core.succeed(plan, attempt, started, answer)
         except NoRoute as stop:
+            core.no_route(plan, stop)
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()
@@ -355,6 +356,7 @@ class AsyncRoutingClient:
                 holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
                 return
         except NoRoute as stop:
+            core.no_route(plan, stop)
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()

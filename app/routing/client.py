@@ -144,7 +144,6 @@ class RoutingClient:
         secrets: Mapping[str, str] | None = None,
     ):
         self.settings = settings
-        self.telemetry = telemetry
         self.source = source
         self.core = RoutingCore(
             settings,
@@ -188,6 +187,15 @@ class RoutingClient:
     @property
     def engine(self) -> Engine:
         return self.gateway.engine
+
+    @property
+    def telemetry(self) -> TelemetrySink:
+        """Where the attempt records go (the core's sink; the server wraps it to count them)."""
+        return self.core.telemetry
+
+    @telemetry.setter
+    def telemetry(self, sink: TelemetrySink) -> None:
+        self.core.telemetry = sink
 
     @property
     def on_breaker_change(self) -> list[Callable[[str, State, State, str], None]]:
@@ -433,6 +441,7 @@ class RoutingClient:
                     continue
                 return core.succeed(plan, attempt, started, answer)
         except NoRoute as stop:
+            core.no_route(plan, stop)
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()
@@ -465,6 +474,7 @@ class RoutingClient:
                 holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
                 return
         except NoRoute as stop:
+            core.no_route(plan, stop)
             raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
         finally:
             steps.close()

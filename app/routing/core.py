@@ -52,7 +52,7 @@ from app.routing.intent import estimate_tokens, message_text
 from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
 from app.routing.result import AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
-from app.routing.substitution import Offer, Policy, decide, model_on
+from app.routing.substitution import Offer, Policy, SubstitutionRefused, decide, model_on
 from core.errors import InvalidRequest
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
@@ -233,7 +233,17 @@ class Wait:
 
 
 class NoRoute(Exception):
-    """The retry/fallback loop has nothing more to try (the drivers raise AllRoutesFailed)."""
+    """The retry/fallback loop has nothing more to try (the drivers raise AllRoutesFailed).
+    ``error_class`` names why when that happened before any attempt (the request's own row)."""
+
+    def __init__(self, message: str, error_class: str | None = None):
+        super().__init__(message)
+        self.error_class = error_class
+
+
+class NoProvider(InvalidRequest):
+    """No provider on the request's route serves its API (or embedding model); raised while
+    planning, before any network call."""
 
 
 class Truncated(Exception):
@@ -774,29 +784,33 @@ class RoutingCore:
             routes = [(r.primary, False)] if side == "primary" else [(r.fallback, False)]
             if side == "primary" and r.fallback_enabled and r.fallback != r.primary:
                 routes.append((r.fallback, True))
-        routes = self._serving(api, routes, forced=route is not None)
+        try:
+            routes = self._serving(api, routes, forced=route is not None)
 
-        if api == "embeddings":
-            chosen, intent, requested = self._embedding_model(model, routes)
-            routes = [(p, fb) for p, fb in routes if chosen in self.settings.providers[p].models]
-            if not routes:
-                raise InvalidRequest(f"no provider on this route serves the embedding model {chosen!r}")
-            est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
-        elif model in (None, "", "auto"):
-            decision = classify_intent(msgs, self.settings.intents)
-            chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
-            requested = "auto"
-        else:
-            info = catalog.get(model)  # UnknownModelError before any network call
-            if info.kind != "chat":
-                raise InvalidRequest(f"{model!r} is an embedding model; use it with the embeddings API")
-            chosen, intent, requested = model, "explicit", model
-            est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
-        routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
-        if api == "responses":
-            home = self._home_of(body.get("previous_response_id"))
-            if home is not None:
-                routes = [(home, False)]  # only the provider that holds the conversation can continue it
+            if api == "embeddings":
+                chosen, intent, requested = self._embedding_model(model, routes)
+                routes = [(p, fb) for p, fb in routes if chosen in self.settings.providers[p].models]
+                if not routes:
+                    raise NoProvider(f"no provider on this route serves the embedding model {chosen!r}")
+                est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+            elif model in (None, "", "auto"):
+                decision = classify_intent(msgs, self.settings.intents)
+                chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
+                requested = "auto"
+            else:
+                info = catalog.get(model)  # UnknownModelError before any network call
+                if info.kind != "chat":
+                    raise InvalidRequest(f"{model!r} is an embedding model; use it with the embeddings API")
+                chosen, intent, requested = model, "explicit", model
+                est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+            routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
+            if api == "responses":
+                home = self._home_of(body.get("previous_response_id"))
+                if home is not None:
+                    routes = [(home, False)]  # only the provider that holds the conversation can continue it
+        except (NoProvider, SubstitutionRefused) as exc:
+            self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
+            raise
         allowed = {h.lower() for p in self.settings.providers.values() for h in p.forward_headers}
         forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in allowed}
         return Plan(
@@ -823,6 +837,44 @@ class RoutingCore:
             key_name=key_name,
         )
 
+    def _refused(
+        self,
+        api: str,
+        body: dict[str, Any],
+        msgs: list[dict],
+        model: str | None,
+        side: Side,
+        routes: list[tuple[str, bool]],
+        session_id: str | None,
+        source: str,
+        stream: bool,
+        key_name: str | None,
+        exc: InvalidRequest,
+    ) -> None:
+        """A request the routing policy refused before any attempt (no provider serves its API or
+        model, the substitution policy) still gets its one final row, so every rate counts it."""
+        requested = model if model not in (None, "") else "auto"
+        plan = Plan(
+            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            api=api,
+            body=body,
+            messages=msgs,
+            requested_model=requested,
+            model=requested,
+            intent="refused",
+            side=side,
+            routes=routes,
+            prompt_tokens_est=0,
+            session_id=session_id,
+            source=source,
+            cache_hints=False,
+            stream=stream,
+            key_name=key_name,
+        )
+        error_class = "refused_by_policy" if isinstance(exc, SubstitutionRefused) else "no_route"
+        self.no_route(plan, NoRoute(str(exc), error_class))
+        self.commit(plan)
+
     def _serving(self, api: str, routes: list[tuple[str, bool]], *, forced: bool) -> list[tuple[str, bool]]:
         """The routes whose provider serves ``api``; when the assigned side serves none, the other
         side does (an API served by one side only); :class:`InvalidRequest` when no provider does."""
@@ -836,7 +888,7 @@ class RoutingCore:
             return [(others[0], False)]
         serving = sorted(name for name, p in providers.items() if api in p.apis)
         where = f" (only {', '.join(serving)} does, which is not routed here)" if serving else ""
-        raise InvalidRequest(f"no provider on this route serves the {API_NAMES[api]}{where}")
+        raise NoProvider(f"no provider on this route serves the {API_NAMES[api]}{where}")
 
     def _embedding_model(self, model: str | None, routes: list[tuple[str, bool]]) -> tuple[str, str, str]:
         if model in (None, "", "auto"):
@@ -982,7 +1034,7 @@ class RoutingCore:
                 now = self.clock()
                 remaining = plan.deadline.remaining(now)
                 if remaining <= 0:
-                    raise NoRoute(f"the request deadline of {cfg.request_deadline_s:g} s passed")
+                    raise NoRoute(f"the request deadline of {cfg.request_deadline_s:g} s passed", "deadline")
                 if not breaker.allow(now):
                     log.info("%s: circuit open, skipped (request %s)", provider, plan.request_id)
                     skipped.append(provider)
@@ -1030,8 +1082,8 @@ class RoutingCore:
                     break
                 raise NoRoute(f"request refused by {provider}")
         if skipped:
-            raise NoRoute(f"all routes failed (circuit open: {', '.join(skipped)})")
-        raise NoRoute("all routes failed")
+            raise NoRoute(f"all routes failed (circuit open: {', '.join(skipped)})", "breaker_open")
+        raise NoRoute("all routes failed", "no_route")
 
     # -- records -------------------------------------------------------------------------------
     def clean(self, text: str) -> str:
@@ -1145,6 +1197,16 @@ class RoutingCore:
         cleaned = self.record(plan, attempt, failure=failure, **kw)
         assert cleaned is not None
         return cleaned
+
+    def no_route(self, plan: Plan, stop: NoRoute) -> None:
+        """The request ended with nothing more to try. When no attempt was made at all (every
+        breaker open, the deadline gone), the request still gets its one final row, of its own
+        error class and zero latency, so every rate counts it."""
+        if plan.records or stop.error_class is None:
+            return
+        provider = plan.routes[0][0] if plan.routes else self.settings.routing.primary
+        attempt = Attempt(provider, plan.model, False, False, False, 0.0, ts=self.wall(), t0=self.clock())
+        self.record(plan, attempt, failure=Failure(stop.error_class, str(stop)), final=True)
 
     def commit(self, plan: Plan) -> None:
         if not plan.records:

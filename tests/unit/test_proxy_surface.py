@@ -105,7 +105,7 @@ class Proxy:
         with self.gateway.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(text("select * from request_log order by id"))]
 
-    def run(self, coro):  # noqa: ANN001, ANN201 - any coroutine
+    def run(self, coro):
         return self.loop.run_until_complete(coro)
 
     def close(self) -> None:
@@ -305,6 +305,7 @@ def test_the_sdk_reads_tool_calls_and_the_second_leg_is_accepted(proxy_factory, 
             return first, second
 
     first, second = proxy.run(go())
+    assert second.choices[0].message.content == "chaos says hello"  # the upstream's default answer
     assert first.choices[0].message.tool_calls[0].function.name == "get_weather"
     assert first.choices[1].message.content == "second"
     assert first.usage.completion_tokens_details.reasoning_tokens == 8
@@ -466,7 +467,8 @@ def test_responses_plain_and_previous_response_id_goes_back_to_its_provider(prox
 def test_responses_stream_keeps_its_named_events(proxy_factory, up):
     proxy = proxy_factory()
     events = [
-        {"type": "response.created", "sequence_number": 0, "response": {**RESPONSE, "status": "in_progress", "output": []}},
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**RESPONSE, "status": "in_progress", "output": []}},
         {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0,
          "content_index": 0, "delta": "hel"},
         {"type": "response.output_text.delta", "sequence_number": 2, "item_id": "msg_1", "output_index": 0,

@@ -5,6 +5,7 @@ import streamlit as st
 from app.catalog import model_names
 from app.dashboard.answer import build_messages, parse_max_tokens
 from app.dashboard.safe_text import inert
+from app.dashboard.structured import FORMATS, chat_params
 from ui import render, resources
 from ui.state import PlaygroundState
 
@@ -28,6 +29,8 @@ with st.sidebar:
     except ValueError as exc:
         max_tokens = None
         st.error(f"{inert(exc)}. Nothing is sent until it is fixed.", icon="⚠️")
+    offer_tool = st.toggle("Offer a sample tool (get_weather)", help="Ask for the weather in a city to see a tool call")
+    answer_format = st.selectbox("Answer format", FORMATS, help="JSON modes send response_format upstream")
     st.text_input(
         "Session id",
         value=state.session_id,
@@ -43,6 +46,7 @@ chat_options = {
     "session_id": state.session_id,
     "temperature": temperature,
     "max_tokens": max_tokens,
+    **chat_params(offer_tool=offer_tool, response_format=answer_format),
 }
 
 st.title("Playground")
@@ -89,5 +93,11 @@ elif prompt:
             if result is None:
                 user_turn["failed"] = True
             state.turns.append(
-                {"role": "assistant", "content": result["text"] if result else "", "meta": result, "error": error}
+                {
+                    "role": "assistant",
+                    "content": result["text"] if result else "",
+                    "meta": result,
+                    "error": error,
+                    "wanted_json": "response_format" in chat_options,
+                }
             )

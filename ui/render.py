@@ -8,6 +8,7 @@ import streamlit as st
 from app.dashboard.answer import AnswerMeta, FailureView, explain_failure, preview
 from app.dashboard.answer import answer_meta as build_answer_meta
 from app.dashboard.safe_text import inert, safe_markdown, safe_stream
+from app.dashboard.structured import structured_view
 from app.monitor import request_link
 
 
@@ -63,6 +64,7 @@ def chat_turn(turn: dict) -> None:
         if turn.get("content"):
             long_text(turn["content"])
         if turn.get("meta"):
+            structured(turn["meta"], wanted_json=bool(turn.get("wanted_json")))
             answer_meta(build_answer_meta(turn["meta"]))
         if turn.get("error"):
             failure(turn["error"])
@@ -80,5 +82,22 @@ def streamed_answer(
         view = explain_failure(exc, settings)
         failure(view)
         return None, view
+    structured(result, wanted_json="response_format" in options)
     answer_meta(build_answer_meta(result))
     return result, None
+
+
+def structured(result: dict, *, wanted_json: bool) -> None:
+    """An answer's tool calls and JSON, shown as data (st.json: never HTML or markdown)."""
+    view = structured_view(result, wanted_json=wanted_json)
+    for call in view.tool_calls:
+        st.markdown(f"**Tool call:** `{inert(call.name)}`" + ("" if call.valid_json else " (arguments are not JSON)"))
+        if call.valid_json:
+            st.json(call.arguments)
+        else:
+            st.code(str(call.arguments), language=None)
+    if view.data is not None:
+        st.caption("Structured output")
+        st.json(view.data)
+    elif view.json_error:
+        st.warning(f"JSON was asked for, but {view.json_error}.", icon="⚠️")

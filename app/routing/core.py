@@ -437,6 +437,7 @@ class StreamAccount:
         "calls",
         "clock",
         "finish",
+        "head",
         "model",
         "pending",
         "pieces",
@@ -444,6 +445,7 @@ class StreamAccount:
         "response_id",
         "started",
         "t0",
+        "tool_parts",
         "ttft_ms",
         "usage",
     )
@@ -463,6 +465,8 @@ class StreamAccount:
         self.finish: str | None = None
         self.calls: set[tuple[int, int]] | int = set() if api != "responses" else 0
         self.response_id: str | None = None
+        self.head: dict[str, Any] = {}  # id, created, system_fingerprint, ... of the first chunk
+        self.tool_parts: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, assembled
 
     def take(self, chunk: object, deadline: deadlines.AttemptDeadline) -> list[dict]:
         """The chunks to hand on now (none while waiting for the first output);
@@ -491,6 +495,8 @@ class StreamAccount:
             raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
         if "model" in chunk:
             chunk["model"] = self.model
+        if not self.head:
+            self.head = {k: chunk[k] for k in ("id", "created", "system_fingerprint", "service_tier") if k in chunk}
         u = chunk.get("usage")
         if u is not None:
             self.usage = usage_of(u)
@@ -518,6 +524,8 @@ class StreamAccount:
                     for c in calls:
                         if isinstance(c, Mapping):
                             self.calls.add((index if isinstance(index, int) else 0, _int(c.get("index"))))
+                            if index == 0:
+                                self._assemble_call(c)
                 if delta.get("refusal") or delta.get("audio") or delta.get("function_call"):
                     output = True
             if isinstance(text, str) and text:
@@ -563,9 +571,46 @@ class StreamAccount:
             return True
         return kind.endswith(".delta") or kind == "response.output_item.added"
 
+    def _assemble_call(self, delta: Mapping) -> None:
+        part = self.tool_parts.setdefault(
+            _int(delta.get("index")), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if isinstance(delta.get("id"), str):
+            part["id"] = delta["id"]
+        fn = delta.get("function")
+        if isinstance(fn, Mapping):
+            for k in ("name", "arguments"):
+                if isinstance(fn.get(k), str):
+                    part["function"][k] += fn[k]
+
     @property
     def tool_calls(self) -> int:
         return len(self.calls) if isinstance(self.calls, set) else self.calls
+
+    def assembled(self) -> dict[str, Any] | None:
+        """Choice 0 of a chat stream as one ``chat.completion`` body (text, tool calls, finish,
+        usage), as the SDK's stream helpers assemble it; None for the other APIs."""
+        if self.api != "chat":
+            return None
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces) or None, "refusal": None}
+        if self.tool_parts:
+            message["tool_calls"] = [self.tool_parts[i] for i in sorted(self.tool_parts)]
+        u = self.usage or Usage()
+        return {
+            "id": self.head.get("id", ""),
+            "object": "chat.completion",
+            "created": self.head.get("created", 0),
+            "model": self.model,
+            **{k: self.head[k] for k in ("system_fingerprint", "service_tier") if k in self.head},
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish}],
+            "usage": {
+                "prompt_tokens": u.prompt_tokens,
+                "completion_tokens": u.completion_tokens,
+                "total_tokens": u.total_tokens,
+                "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+                "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+            },
+        }
 
     def check_finished(self) -> list[dict]:
         """At the end of the stream: what is still held back (an answer with no output at all),
@@ -1301,5 +1346,6 @@ class RoutingCore:
     ) -> ChatResult:
         if plan.api == "responses":
             self.remember_response(acc.response_id, attempt.provider)
-        answer = Answer({}, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
+        body = acc.assembled() or {}
+        answer = Answer(body, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
         return self.succeed(plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms)

@@ -64,7 +64,8 @@ class ChatResult:
     attempt_log: list[AttemptInfo] = field(default_factory=list)
     api: str = "chat"  # chat | responses | embeddings | completions
     tool_call_count: int = 0
-    #: The upstream's whole answer (JSON), ``model`` set to the routed model; None for a stream.
+    #: The upstream's whole answer (JSON), ``model`` set to the routed model; for a chat stream, choice 0
+    #: assembled from its chunks (text, tool calls, finish, usage); None for other streams.
     raw: dict | None = field(default=None, repr=False, compare=False)
     #: The upstream's rate-limit and processing-time headers, passed on by the server.
     upstream_headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)

@@ -563,3 +563,27 @@ def test_cors_preflight_and_headers_only_for_configured_origins(proxy_factory):
     assert "access-control-allow-origin" not in other.headers
     assert models.headers["access-control-allow-origin"] == ORIGIN
     assert "x-gateway-provider" in models.headers["access-control-expose-headers"]
+
+
+def test_the_library_stream_gives_text_sdk_chunks_and_the_assembled_tool_calls(proxy_factory, up):
+    proxy = proxy_factory()
+    calls = {"index": 0, "id": "call_7", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    events = [
+        chunk([{"index": 0, "delta": {"role": "assistant", "content": "Let me check. "}}]),
+        chunk([{"index": 0, "delta": {"tool_calls": [calls]}}]),
+        chunk([{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Paris"}'}}]}}]),
+        chunk([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]),
+        chunk([], usage={"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}),
+    ]
+    up.script(sse_fault(events), sse_fault(events), provider="direct")
+    client = proxy.gateway.client
+    stream = client.chat([{"role": "user", "content": "weather?"}], "gpt-4.1", stream=True, tools=[{"type": "x"}])
+    assert "".join(stream) == "Let me check. "
+    result = stream.result
+    assert [(t.id, t.function.name, t.function.arguments) for t in result.tool_calls] == [
+        ("call_7", "get_weather", '{"city": "Paris"}')
+    ]
+    assert result.finish_reason == "tool_calls" and result.usage.completion_tokens == 5
+    chunks = list(client.chat([{"role": "user", "content": "again"}], "gpt-4.1", stream=True).chunks())
+    assert [type(c).__name__ for c in chunks] == ["ChatCompletionChunk"] * 5
+    assert chunks[2].choices[0].delta.tool_calls[0].function.arguments == '{"city": "Paris"}'

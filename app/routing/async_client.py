@@ -34,10 +34,11 @@ import httpx2
 import openai
 
 from app.routing import deadline as deadlines
+from app.routing.answers import chunk_text, passed_headers
 from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
 from app.routing.client import RoutingClient, sdk_chunk
-from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait, chunk_text, passed_headers
+from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.result import AllRoutesFailed, ChatResult
 

@@ -36,27 +36,24 @@ from sqlalchemy import Engine
 
 from app.config import Settings, load_settings
 from app.routing import deadline as deadlines
+from app.routing.answers import StreamAccount, chunk_text, passed_headers
 from app.routing.body_limit import BodyLimitTransport
 from app.routing.breaker import BreakerSnapshot, State
 from app.routing.canary import Side
 from app.routing.core import (
     MAX_SESSION_ID,
-    VALID_ROLES,
     Attempt,
     NoRoute,
     Plan,
     RatioSource,
     RoutingCore,
-    StreamAccount,
     StreamState,
     TelemetrySink,
     Wait,
-    chunk_text,
-    passed_headers,
     upstream_base_url,
-    validate_messages,
 )
 from app.routing.errors import ClientClosedError, Failure
+from app.routing.inputs import VALID_ROLES, validate_messages
 from app.routing.result import AllRoutesFailed, ChatResult
 
 __all__ = [

@@ -27,9 +27,7 @@ provider that is down. The decisions themselves are the pure functions of :mod:`
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-import math
 import os
 import random
 import threading
@@ -44,9 +42,11 @@ from openai import RequestOptions
 from app import catalog
 from app.config import ProviderConfig, Settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
+from app.routing.answers import Answer, StreamAccount, Truncated, read_answer
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.canary import Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
+from app.routing.inputs import input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
@@ -60,7 +60,6 @@ from core.text import clean, storable
 
 log = logging.getLogger(__name__)
 
-VALID_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 PROMPT_STORE_LIMIT = 20_000
 ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
@@ -81,9 +80,6 @@ API_NAMES = {
     "embeddings": "embeddings API",
     "completions": "completions API",
 }
-#: Upstream response headers the caller gets back (rate-limit state, upstream processing time).
-PASSED_HEADER_PREFIXES = ("x-ratelimit-",)
-PASSED_HEADERS = frozenset({"openai-processing-ms", "retry-after", "retry-after-ms"})
 #: Body fields the gateway owns: never taken from the caller as they are.
 OWNED_FIELDS = frozenset({"model", "stream"})
 
@@ -108,76 +104,6 @@ class TelemetrySink(Protocol):
     def submit_many(self, records: Sequence[AttemptRecord]) -> None: ...
 
     def flush(self) -> None: ...
-
-
-def validate_messages(messages: object) -> list[dict]:
-    """Chat messages as the gateway reads them: a non-empty list of objects with a known role and
-    text, parts, or (an assistant turn that only calls tools) ``None`` as content. The rest of a
-    message (tool calls, tool_call_id, name, audio, ...) is the upstream's to judge."""
-    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)) or not messages:
-        raise InvalidRequest("messages must be a non-empty list of {'role': ..., 'content': ...}")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise InvalidRequest(f"messages[{i}] must be a mapping with 'role' and 'content'")
-        role = m.get("role")
-        if role not in VALID_ROLES:
-            raise InvalidRequest(f"messages[{i}].role must be one of {', '.join(sorted(VALID_ROLES))}, got {role!r}")
-        content = m.get("content")
-        if content is None and role not in ("assistant", "function"):
-            raise InvalidRequest(f"messages[{i}].content is required for role {role!r}")
-        if content is not None and not isinstance(content, (str, list)):
-            raise InvalidRequest(f"messages[{i}].content must be text or a list of content parts")
-        out.append(dict(m))
-    return out
-
-
-def _input_messages(value: object) -> list[dict]:
-    """The Responses API's ``input`` as chat-like messages, for the intent rules and the token
-    estimate only (the body is forwarded as sent)."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise InvalidRequest("input must be text or a non-empty list of input items")
-    out: list[dict] = []
-    for item in value:
-        if not isinstance(item, Mapping):
-            raise InvalidRequest("each input item must be an object")
-        content = item.get("content")
-        if isinstance(content, list):
-            content = [
-                {"type": "text", "text": p.get("text")}
-                for p in content
-                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-            ]
-        elif not isinstance(content, str):
-            content = item.get("output") if isinstance(item.get("output"), str) else None
-        role = item.get("role") if isinstance(item.get("role"), str) else "user"
-        out.append({"role": role, "content": content})
-    return out
-
-
-def _embedding_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value:
-        if all(isinstance(v, str) for v in value):
-            return "\n".join(value)
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return " " * (4 * len(value))  # token ids: four characters a token for the estimate
-        if all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value):
-            return " " * (4 * sum(len(v) for v in value))
-    raise InvalidRequest("input must be text, a list of texts, or token ids")
-
-
-def _prompt_text(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-        return "\n".join(value)
-    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        return " " * (4 * len(value))
-    raise InvalidRequest("prompt must be text or a list of texts")
 
 
 @dataclass
@@ -246,22 +172,6 @@ class NoProvider(InvalidRequest):
     planning, before any network call."""
 
 
-class Truncated(Exception):
-    """A stream ended cleanly at the transport level but without a finish reason."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A non-streamed upstream answer as the gateway reads it; ``body`` is the whole answer."""
-
-    body: dict[str, Any]
-    text: str
-    finish_reason: str | None
-    usage: Usage
-    tool_calls: int
-    headers: dict[str, str]
-
-
 class StreamState:
     """What a stream's caller can know while it runs (both drivers' streams): the request's id,
     intent and side, the attempt being streamed right now (the server names it in its response
@@ -281,403 +191,6 @@ class StreamState:
 
     def attempting(self, attempt: Attempt, number: int) -> None:
         self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
-
-
-# ------------------------------------------------------------------------------- reading answers
-
-
-def _int(v: object) -> int:
-    """A token count from an upstream: a finite non-negative number, else 0 (never raises)."""
-    if type(v) is int:
-        return v if v > 0 else 0
-    if type(v) is float and math.isfinite(v):
-        return int(v) if v > 0 else 0
-    return 0
-
-
-def usage_of(u: object) -> Usage:
-    """Usage from a chat/completions/embeddings ``usage`` object or a Responses API one."""
-    if not isinstance(u, Mapping):
-        return Usage()
-    if "input_tokens" in u or "output_tokens" in u:  # the Responses API's names
-        details, out_details = u.get("input_tokens_details"), u.get("output_tokens_details")
-        return Usage(
-            prompt_tokens=_int(u.get("input_tokens")),
-            cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0,
-            completion_tokens=_int(u.get("output_tokens")),
-            reasoning_tokens=_int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0,
-        )
-    details, out_details = u.get("prompt_tokens_details"), u.get("completion_tokens_details")
-    return Usage(
-        prompt_tokens=_int(u.get("prompt_tokens")),
-        cached_tokens=_int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0,
-        completion_tokens=_int(u.get("completion_tokens")),
-        reasoning_tokens=_int(out_details.get("reasoning_tokens")) if isinstance(out_details, Mapping) else 0,
-    )
-
-
-def _kind(value: object) -> str:
-    if isinstance(value, str):
-        return f"text, not a JSON object: {value[:80]!r}"
-    return f"JSON {type(value).__name__}, not a completion object"
-
-
-def decode_json(content: bytes) -> object:
-    """An upstream body as JSON, or :class:`BadResponse` (HTML, bad JSON, not UTF-8)."""
-    try:
-        return json.loads(content)
-    except (ValueError, RecursionError):
-        text = content[:200].decode("utf-8", "replace")
-        raise BadResponse(f"malformed response from upstream: {_kind(text)}") from None
-
-
-def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The upstream response headers a caller gets back."""
-    return {
-        k.lower(): v for k, v in headers.items() if k.lower() in PASSED_HEADERS or k.lower().startswith("x-ratelimit-")
-    }
-
-
-def _chat_answer(body: dict) -> tuple[str, str | None, int]:
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise BadResponse(f"malformed response from upstream: choices is {choices!r:.80}, expected at least one")
-    first = choices[0]
-    message = first.get("message") if isinstance(first, Mapping) else None
-    if not isinstance(message, Mapping):
-        raise BadResponse("malformed response from upstream: the first choice has no message")
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        raise BadResponse(f"malformed response from upstream: message content is {type(content).__name__}")
-    calls = message.get("tool_calls")
-    n_calls = len(calls) if isinstance(calls, list) else 0
-    finish = first.get("finish_reason")
-    return content or "", finish if isinstance(finish, str) else None, n_calls
-
-
-def _completions_answer(body: dict) -> tuple[str, str | None, int]:
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-        raise BadResponse(f"malformed response from upstream: choices is {choices!r:.80}, expected at least one")
-    text = choices[0].get("text")
-    if not isinstance(text, str):
-        raise BadResponse("malformed response from upstream: the first choice has no text")
-    finish = choices[0].get("finish_reason")
-    return text, finish if isinstance(finish, str) else None, 0
-
-
-def _embeddings_answer(body: dict) -> tuple[str, str | None, int]:
-    data = body.get("data")
-    if not isinstance(data, list) or not data or not all(isinstance(d, Mapping) and "embedding" in d for d in data):
-        raise BadResponse("malformed response from upstream: no embeddings in data")
-    return "", None, 0
-
-
-def response_output(response: Mapping) -> tuple[str, int]:
-    """(output text, function calls) of a Responses API ``response`` object."""
-    output = response.get("output")
-    if not isinstance(output, list):
-        raise BadResponse("malformed response from upstream: the response has no output list")
-    texts: list[str] = []
-    calls = 0
-    for item in output:
-        if not isinstance(item, Mapping):
-            continue
-        if item.get("type") == "function_call":
-            calls += 1
-        elif item.get("type") == "message" and isinstance(item.get("content"), list):
-            texts.extend(
-                p["text"]
-                for p in item["content"]
-                if isinstance(p, Mapping) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
-            )
-    return "".join(texts), calls
-
-
-def _responses_answer(body: dict) -> tuple[str, str | None, int]:
-    if body.get("object") not in (None, "response"):
-        raise BadResponse(f"malformed response from upstream: object is {body.get('object')!r:.40}")
-    text, calls = response_output(body)
-    status = body.get("status")
-    return text, status if isinstance(status, str) else None, calls
-
-
-_READERS: dict[str, Callable[[dict], tuple[str, str | None, int]]] = {
-    "chat": _chat_answer,
-    "completions": _completions_answer,
-    "embeddings": _embeddings_answer,
-    "responses": _responses_answer,
-}
-
-
-def read_answer(api: str, content: bytes, headers: Mapping[str, str], model: str) -> Answer:
-    """A non-streamed answer of ``api`` from its bytes, ``model`` set to the routed model;
-    :class:`BadResponse` when the 200 is not such an answer."""
-    body = decode_json(content)
-    if not isinstance(body, dict):
-        raise BadResponse(f"malformed response from upstream: {_kind(body)}")
-    text, finish, calls = _READERS[api](body)
-    if "model" in body or api != "embeddings":
-        body["model"] = model
-    return Answer(body, text, finish, usage_of(body.get("usage")), calls, passed_headers(headers))
-
-
-class StreamAccount:
-    """What one streamed attempt has delivered so far, read chunk by chunk the same way by both
-    drivers: first-output times, usage, finish reason, tool calls and the text of choice 0.
-
-    Chunks before the first output (the role chunk, ``response.created``) are held back and
-    released with it, so an attempt that fails before any output leaves nothing at the caller and
-    the next route can still answer; after it, every chunk is released as it comes, in order,
-    unmerged. Each released chunk has ``model`` set to the routed model."""
-
-    __slots__ = (
-        "api",
-        "attempt_ttft_ms",
-        "calls",
-        "clock",
-        "finish",
-        "head",
-        "model",
-        "pending",
-        "pieces",
-        "released",
-        "response_id",
-        "started",
-        "t0",
-        "tool_parts",
-        "ttft_ms",
-        "usage",
-    )
-
-    def __init__(self, api: str, model: str, started: float, t0: float, clock: Callable[[], float]):
-        self.api = api
-        self.model = model
-        self.started = started  # when the caller's request started (TTFT is what the caller waited)
-        self.t0 = t0  # when this attempt started
-        self.clock = clock
-        self.pieces: list[str] = []  # text of choice 0 (chat, completions) or output text (responses)
-        self.pending: list[dict] = []
-        self.released = 0
-        self.ttft_ms: float | None = None
-        self.attempt_ttft_ms: float | None = None
-        self.usage: Usage | None = None
-        self.finish: str | None = None
-        self.calls: set[tuple[int, int]] | int = set() if api != "responses" else 0
-        self.response_id: str | None = None
-        self.head: dict[str, Any] = {}  # id, created, system_fingerprint, ... of the first chunk
-        self.tool_parts: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, assembled
-
-    def take(self, chunk: object, deadline: deadlines.AttemptDeadline) -> list[dict]:
-        """The chunks to hand on now (none while waiting for the first output);
-        :class:`BadResponse` when the chunk is not a chunk of this API."""
-        if not isinstance(chunk, dict):
-            raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
-        output = self._responses_event(chunk) if self.api == "responses" else self._chunk(chunk)
-        if output and self.ttft_ms is None:
-            now = self.clock()
-            deadline.first_token()
-            self.ttft_ms = (now - self.started) * 1000.0
-            self.attempt_ttft_ms = (now - self.t0) * 1000.0
-        if self.ttft_ms is None:
-            self.pending.append(chunk)
-            return []
-        if self.pending:
-            out, self.pending = [*self.pending, chunk], []
-        else:
-            out = [chunk]
-        self.released += len(out)
-        return out
-
-    def _chunk(self, chunk: dict) -> bool:
-        choices = chunk.get("choices")
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-            raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
-        if "model" in chunk:
-            chunk["model"] = self.model
-        if not self.head:
-            self.head = {k: chunk[k] for k in ("id", "created", "system_fingerprint", "service_tier") if k in chunk}
-        u = chunk.get("usage")
-        if u is not None:
-            self.usage = usage_of(u)
-        output = False
-        assert isinstance(self.calls, set)
-        for choice in choices:
-            index = choice.get("index", 0)
-            finish = choice.get("finish_reason")
-            if isinstance(finish, str) and finish:
-                output = True
-                if index == 0 or self.finish is None:
-                    self.finish = finish
-            if self.api == "completions":
-                text = choice.get("text")
-            else:
-                delta = choice.get("delta")
-                if delta is None:
-                    continue
-                if not isinstance(delta, dict):
-                    raise BadResponse(f"malformed stream chunk from upstream: delta is {delta!r:.80}")
-                text = delta.get("content")
-                calls = delta.get("tool_calls")
-                if isinstance(calls, list) and calls:
-                    output = True
-                    for c in calls:
-                        if isinstance(c, Mapping):
-                            self.calls.add((index if isinstance(index, int) else 0, _int(c.get("index"))))
-                            if index == 0:
-                                self._assemble_call(c)
-                if delta.get("refusal") or delta.get("audio") or delta.get("function_call"):
-                    output = True
-            if isinstance(text, str) and text:
-                output = True
-                if index == 0:
-                    self.pieces.append(text)
-            elif text is not None and not isinstance(text, str):
-                raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
-        return output
-
-    def _responses_event(self, event: dict) -> bool:
-        kind = event.get("type")
-        if not isinstance(kind, str):
-            raise BadResponse("malformed stream event from upstream: no type")
-        response = event.get("response")
-        if isinstance(response, dict):
-            if "model" in response:
-                response["model"] = self.model
-            if isinstance(response.get("id"), str):
-                self.response_id = response["id"]
-        if kind == "error" or kind == "response.failed":
-            err = event.get("error") if kind == "error" else (response or {}).get("error")
-            message = err.get("message") if isinstance(err, Mapping) else event.get("message")
-            raise BadResponse(f"the upstream's stream reported a failure: {message or kind}")
-        if kind == "response.output_text.delta":
-            delta = event.get("delta")
-            if isinstance(delta, str) and delta:
-                self.pieces.append(delta)
-            return True
-        if kind in ("response.completed", "response.incomplete"):
-            assert isinstance(response, dict) or response is None
-            if isinstance(response, dict):
-                self.usage = usage_of(response.get("usage"))
-                status = response.get("status")
-                self.finish = status if isinstance(status, str) else kind.rsplit(".", 1)[1]
-                try:
-                    _, calls = response_output(response)
-                except BadResponse:
-                    calls = 0
-                self.calls = calls
-            else:
-                self.finish = kind.rsplit(".", 1)[1]
-            return True
-        return kind.endswith(".delta") or kind == "response.output_item.added"
-
-    def _assemble_call(self, delta: Mapping) -> None:
-        part = self.tool_parts.setdefault(
-            _int(delta.get("index")), {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-        )
-        if isinstance(delta.get("id"), str):
-            part["id"] = delta["id"]
-        fn = delta.get("function")
-        if isinstance(fn, Mapping):
-            for k in ("name", "arguments"):
-                if isinstance(fn.get(k), str):
-                    part["function"][k] += fn[k]
-
-    @property
-    def tool_calls(self) -> int:
-        return len(self.calls) if isinstance(self.calls, set) else self.calls
-
-    def assembled(self) -> dict[str, Any] | None:
-        """Choice 0 of a chat stream as one ``chat.completion`` body (text, tool calls, finish,
-        usage), as the SDK's stream helpers assemble it; None for the other APIs."""
-        if self.api != "chat":
-            return None
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces) or None, "refusal": None}
-        if self.tool_parts:
-            message["tool_calls"] = [self.tool_parts[i] for i in sorted(self.tool_parts)]
-        u = self.usage or Usage()
-        return {
-            "id": self.head.get("id", ""),
-            "object": "chat.completion",
-            "created": self.head.get("created", 0),
-            "model": self.model,
-            **{k: self.head[k] for k in ("system_fingerprint", "service_tier") if k in self.head},
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish}],
-            "usage": {
-                "prompt_tokens": u.prompt_tokens,
-                "completion_tokens": u.completion_tokens,
-                "total_tokens": u.total_tokens,
-                "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-                "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-            },
-        }
-
-    def check_finished(self) -> list[dict]:
-        """At the end of the stream: what is still held back (an answer with no output at all),
-        or :class:`Truncated` when it ended without a finish."""
-        if self.finish is None:
-            raise Truncated("the stream ended without a finish reason")
-        out, self.pending = self.pending, []
-        self.released += len(out)
-        return out
-
-    def record_kw(self) -> dict[str, Any]:
-        return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
-
-
-def chunk_text(api: str, chunk: Mapping) -> str:
-    """The text a chunk adds to choice 0 (the library's plain-text view of a stream)."""
-    if api == "responses":
-        return chunk["delta"] if chunk.get("type") == "response.output_text.delta" else ""
-    out = []
-    for choice in chunk.get("choices") or ():
-        if choice.get("index", 0) != 0:
-            continue
-        if api == "completions":
-            text = choice.get("text")
-        else:
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-        if isinstance(text, str):
-            out.append(text)
-    return "".join(out)
-
-
-def input_messages(api: str, body: Mapping[str, Any]) -> list[dict]:
-    """A request's input as chat messages (copies), for the intent rules, the token estimate and
-    the stored prompt; :class:`InvalidRequest` when the field the API needs is missing or bad."""
-    if api == "chat":
-        return validate_messages(body.get("messages"))
-    if api == "responses":
-        if "input" not in body:
-            raise InvalidRequest("input is required")
-        msgs = _input_messages(body["input"])
-        if isinstance(body.get("instructions"), str):
-            msgs.insert(0, {"role": "system", "content": body["instructions"]})
-        return msgs
-    if api == "embeddings":
-        if "input" not in body:
-            raise InvalidRequest("input is required")
-        return [{"role": "user", "content": _embedding_text(body["input"])}]
-    if "prompt" not in body:
-        raise InvalidRequest("prompt is required")
-    return [{"role": "user", "content": _prompt_text(body["prompt"])}]
-
-
-def _sendable_message(m: dict) -> dict:
-    """A validated message whose text can be encoded and stored: lone surrogates replaced, NUL and
-    other C0 controls (except tab and newlines) removed."""
-    content = m.get("content")
-    if isinstance(content, str):
-        m["content"] = storable(content, max(len(content), 1))
-    elif isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                part = {**part, "text": storable(part["text"], max(len(part["text"]), 1))}
-            parts.append(part)
-        m["content"] = parts
-    return m
 
 
 # ------------------------------------------------------------------------------------- the core
@@ -787,7 +300,7 @@ class RoutingCore:
         body = {k: v for k, v in body.items() if k not in OWNED_FIELDS}
         msgs = input_messages(api, body)
         if api == "chat":
-            msgs = [_sendable_message(m) for m in msgs]
+            msgs = [sendable_message(m) for m in msgs]
             body["messages"] = msgs
         header = None
         if session_id is not None:

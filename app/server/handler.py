@@ -29,9 +29,11 @@ import anyio
 import anyio.to_thread
 
 from app import catalog
+from app.routing.answers import chunk_text
 from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
 from app.routing.client import RoutingClient
-from app.routing.core import MAX_SESSION_ID, chunk_text, input_messages
+from app.routing.core import MAX_SESSION_ID
+from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire

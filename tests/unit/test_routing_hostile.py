@@ -200,7 +200,7 @@ def test_a_failing_breaker_hook_does_not_break_routing(router, up):
 
 # -- our own bugs ------------------------------------------------------------------------------------
 def test_our_own_bug_surfaces_and_is_logged_as_internal_error(router, up, monkeypatch):
-    import app.routing.core as core_module
+    import app.routing.answers as core_module
 
     def buggy(body):
         raise TypeError("our own bug")

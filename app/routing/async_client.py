@@ -333,6 +333,7 @@ class AsyncRoutingClient:
                     deadline = core.deadline(plan, attempt)
                     stream = await self._send(plan, attempt, deadline)
                     holder.upstream_headers = passed_headers(stream.response.headers)
+                    feed = core.feed(plan, attempt)
                     async with stream:
                         chunks = stream.__aiter__()
                         while True:
@@ -344,8 +345,12 @@ class AsyncRoutingClient:
                             except TimeoutError:
                                 deadline.check()  # the first-token or request deadline, by name
                                 raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
-                            for out in acc.take(chunk, deadline):
-                                yield out
+                            for event in feed.take(chunk):
+                                for out in acc.take(event, deadline):
+                                    yield out
+                    for event in feed.end():
+                        for out in acc.take(event, deadline):
+                            yield out
                     for out in acc.check_finished():
                         yield out
                 except (GeneratorExit, asyncio.CancelledError):

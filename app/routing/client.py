@@ -458,9 +458,13 @@ class RoutingClient:
                     deadline = core.deadline(plan, attempt)
                     stream = self._send(plan, attempt, deadline)
                     holder.upstream_headers = passed_headers(stream.response.headers)
+                    feed = core.feed(plan, attempt)
                     with stream:
                         for chunk in stream:
-                            yield from acc.take(chunk, deadline)
+                            for event in feed.take(chunk):
+                                yield from acc.take(event, deadline)
+                    for event in feed.end():
+                        yield from acc.take(event, deadline)
                     yield from acc.check_finished()
                 except GeneratorExit:
                     core.stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")

@@ -44,6 +44,7 @@ from app.config import ProviderConfig, Settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
 from app.routing.answers import Answer, StreamAccount, Truncated, read_answer
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
+from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
 from app.routing.canary import Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
 from app.routing.inputs import input_messages, sendable_message
@@ -82,6 +83,12 @@ API_NAMES = {
 }
 #: Body fields the gateway owns: never taken from the caller as they are.
 OWNED_FIELDS = frozenset({"model", "stream"})
+
+
+def serves(p: ProviderConfig, api: str) -> bool:
+    """Whether a provider can answer ``api``: it serves it, or (the Responses API) it serves chat
+    completions, which :mod:`app.routing.bridge` translates to and from."""
+    return api in p.apis or (api == "responses" and "chat" in p.apis)
 
 
 def upstream_base_url(p: ProviderConfig) -> str:
@@ -146,6 +153,7 @@ class Attempt:
     timeout: float
     ts: float = 0.0  # wall-clock start, for the log
     t0: float = 0.0  # monotonic start, for latency
+    bridged: bool = False  # a Responses API request sent as chat completions (app.routing.bridge)
 
     def begin(self, wall: float, clock: float) -> Attempt:
         return replace(self, ts=wall, t0=clock)
@@ -363,9 +371,7 @@ class RoutingCore:
                 est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
             routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
             if api == "responses":
-                home = self._home_of(body.get("previous_response_id"))
-                if home is not None:
-                    routes = [(home, False)]  # only the provider that holds the conversation can continue it
+                routes = self._responses_routes(body, routes)
         except (NoProvider, SubstitutionRefused) as exc:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
@@ -437,14 +443,14 @@ class RoutingCore:
         """The routes whose provider serves ``api``; when the assigned side serves none, the other
         side does (an API served by one side only); :class:`InvalidRequest` when no provider does."""
         providers = self.settings.providers
-        kept = [(p, fb) for p, fb in routes if api in providers[p].apis]
+        kept = [(p, fb) for p, fb in routes if serves(providers[p], api)]
         if kept:
             return kept
         r = self.settings.routing
-        others = [name for name in (r.primary, r.fallback) if api in providers[name].apis]
+        others = [name for name in (r.primary, r.fallback) if serves(providers[name], api)]
         if others and not forced:
             return [(others[0], False)]
-        serving = sorted(name for name, p in providers.items() if api in p.apis)
+        serving = sorted(name for name, p in providers.items() if serves(p, api))
         where = f" (only {', '.join(serving)} does, which is not routed here)" if serving else ""
         raise NoProvider(f"no provider on this route serves the {API_NAMES[api]}{where}")
 
@@ -459,6 +465,23 @@ class RoutingCore:
         if info.kind != "embedding":
             raise InvalidRequest(f"{model!r} is not an embedding model")
         return model, "embedding", model
+
+    def _responses_routes(self, body: dict[str, Any], routes: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
+        """A ``previous_response_id`` goes back to the provider that holds it; a request the
+        bridge cannot translate keeps only providers that serve the Responses API themselves."""
+        home = self._home_of(body.get("previous_response_id"))
+        if home is not None:
+            return [(home, False)]  # only the provider that holds the conversation can continue it
+        native = [(p, fb) for p, fb in routes if "responses" in self.settings.providers[p].apis]
+        if len(native) == len(routes):
+            return routes
+        try:
+            chat_request(body)
+        except NotBridgeable as exc:
+            if native:
+                return native
+            raise NoProvider(str(exc)) from None
+        return routes
 
     def _home_of(self, response_id: object) -> str | None:
         if not isinstance(response_id, str):
@@ -506,10 +529,12 @@ class RoutingCore:
         SDK's ``client.post``). The body is the caller's, as sent, with the routed ``model``;
         streamed, ``stream`` and ``stream_options.include_usage`` (the gateway's accounting);
         then the provider's ``drop_params`` and ``rename_params``."""
-        body: dict[str, Any] = {"model": attempt.model, **plan.body}
+        api = "chat" if attempt.bridged else plan.api
+        sent = chat_request(plan.body) if attempt.bridged else plan.body
+        body: dict[str, Any] = {"model": attempt.model, **sent}
         if plan.stream:
             body["stream"] = True
-            if plan.api != "responses":
+            if api != "responses":
                 opts = plan.body.get("stream_options")
                 body["stream_options"] = {**(opts if isinstance(opts, Mapping) else {}), "include_usage": True}
         p = self.settings.providers[attempt.provider]
@@ -522,7 +547,7 @@ class RoutingCore:
         headers = self._headers(plan, attempt)
         if headers:
             options["headers"] = headers
-        return API_PATHS[plan.api], body, options
+        return API_PATHS[api], body, options
 
     def adjusted_params(self, plan: Plan, provider: str) -> list[str]:
         """What ``drop_params`` / ``rename_params`` changed in a request to ``provider`` (for the
@@ -544,7 +569,16 @@ class RoutingCore:
 
     def read(self, plan: Plan, attempt: Attempt, response: httpx2.Response) -> Answer:
         """A non-streamed 2xx answer, read (:class:`BadResponse` when it is not an answer)."""
-        return read_answer(plan.api, response.content, response.headers, attempt.model)
+        if not attempt.bridged:
+            return read_answer(plan.api, response.content, response.headers, attempt.model)
+        chat = read_answer("chat", response.content, response.headers, attempt.model)
+        body = response_body(chat.body, plan.body, attempt.model)
+        return Answer(body, chat.text, body["status"], chat.usage, chat.tool_calls, chat.headers)
+
+    def feed(self, plan: Plan, attempt: Attempt) -> EventBridge | PassThrough:
+        """What turns an attempt's upstream chunks into the caller's: a chat stream into the
+        Responses API's events when bridged, else each chunk as it is."""
+        return EventBridge(plan.body, attempt.model) if attempt.bridged else PassThrough()
 
     def stream_account(self, plan: Plan, attempt: Attempt, started: float) -> StreamAccount:
         return StreamAccount(plan.api, attempt.model, started, attempt.t0, self.clock)
@@ -598,7 +632,8 @@ class RoutingCore:
                     skipped.append(provider)
                     break
                 timeout = attempt_budget_s(base_timeout, remaining)
-                failure = yield Attempt(provider, model, is_fallback, substituted, with_hints, timeout)
+                bridged = plan.api == "responses" and "responses" not in p.apis
+                failure = yield Attempt(provider, model, is_fallback, substituted, with_hints, timeout, bridged=bridged)
                 if failure is None:
                     return
                 delay = None
@@ -801,7 +836,7 @@ class RoutingCore:
             finish_reason=answer.finish_reason,
             tool_calls=answer.tool_calls,
         )
-        if plan.api == "responses":
+        if plan.api == "responses" and not attempt.bridged:  # a bridged answer holds no conversation
             rid = answer.body.get("id")
             self.remember_response(rid if isinstance(rid, str) else None, attempt.provider)
         return ChatResult(
@@ -857,7 +892,7 @@ class RoutingCore:
     def stream_succeeded(
         self, plan: Plan, attempt: Attempt, started: float, acc: StreamAccount, headers: Mapping[str, str]
     ) -> ChatResult:
-        if plan.api == "responses":
+        if plan.api == "responses" and not attempt.bridged:
             self.remember_response(acc.response_id, attempt.provider)
         body = acc.assembled() or {}
         answer = Answer(body, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))

@@ -587,3 +587,85 @@ def test_the_library_stream_gives_text_sdk_chunks_and_the_assembled_tool_calls(p
     chunks = list(client.chat([{"role": "user", "content": "again"}], "gpt-4.1", stream=True).chunks())
     assert [type(c).__name__ for c in chunks] == ["ChatCompletionChunk"] * 5
     assert chunks[2].choices[0].delta.tool_calls[0].function.arguments == '{"city": "Paris"}'
+
+
+# ------------------------------------------------------------------ the Responses API on chat providers
+CHAT_ONLY = 'apis = ["chat", "embeddings"]\n'
+
+
+def test_responses_on_a_chat_only_provider_are_translated_both_ways(proxy_factory, up):
+    proxy = proxy_factory(direct=CHAT_ONLY, holysheep=CHAT_ONLY)
+    up.script(json_fault(ANSWER), provider="direct")
+    body = {
+        "model": "gpt-4.1",
+        "instructions": "be brief",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "weather?"}]}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}, "strict": True}],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "max_output_tokens": 64,
+        "reasoning": {"effort": "low"},
+        "text": {"format": {"type": "json_schema", "name": "w", "schema": {"type": "object"}, "strict": True}},
+        "temperature": 0.3,
+    }
+
+    async def go():
+        async with proxy.sdk() as c:
+            return await c.responses.create(**body)
+
+    got = proxy.run(go())
+    sent = up.requests_for("direct")[0]
+    assert sent.path == "/direct/v1/chat/completions"
+    assert sent.json == {
+        "model": "gpt-4.1",
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "weather?"}]}],
+        "temperature": 0.3,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}, "strict": True}}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "max_completion_tokens": 64,
+        "reasoning_effort": "low",
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True}},
+    }  # fmt: skip
+    calls = [o for o in got.output if o.type == "function_call"]
+    assert [(c.call_id, c.name, c.arguments) for c in calls] == [("call_1", "get_weather", '{"c":1}')]
+    assert (
+        got.status == "completed"
+        and got.usage.output_tokens == 20
+        and got.usage.output_tokens_details.reasoning_tokens == 8
+    )
+    (row,) = proxy.rows()
+    assert (row["api"], row["tool_calls"], row["finish_reason"]) == ("responses", 1, "completed")
+
+
+def test_a_bridged_stream_becomes_the_responses_events(proxy_factory, up):
+    proxy = proxy_factory(direct=CHAT_ONLY, holysheep=CHAT_ONLY)
+    events = [
+        chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}}]),
+        chunk([{"index": 0, "delta": {"content": "Hel"}}]),
+        chunk([{"index": 0, "delta": {"content": "lo"}}]),
+        chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+        chunk([], usage={"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}),
+    ]
+    up.script(sse_fault(events), provider="direct")
+
+    async def go():
+        async with proxy.sdk() as c:
+            stream = await c.responses.create(model="gpt-4.1", input="hi", stream=True)
+            return [e async for e in stream]
+
+    got = proxy.run(go())
+    kinds = [e.type for e in got]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert "".join(e.delta for e in got if e.type == "response.output_text.delta") == "Hello"
+    assert [e.sequence_number for e in got] == list(range(len(got)))
+    final = got[-1].response
+    assert final.output_text == "Hello" and final.usage.input_tokens == 4 and final.model == "gpt-4.1"
+    assert up.requests_for("direct")[0].json["stream_options"] == {"include_usage": True}
+
+
+def test_what_chat_cannot_express_is_refused_by_name_before_any_call(proxy_factory, up):
+    proxy = proxy_factory(direct=CHAT_ONLY, holysheep=CHAT_ONLY)
+    r = post(proxy, "/v1/responses", {"model": "gpt-4.1", "input": "hi", "previous_response_id": "resp_x"})
+    assert r.status_code == 400 and "previous_response_id" in r.json()["error"]["message"]
+    r = post(proxy, "/v1/responses", {"model": "gpt-4.1", "input": "hi", "tools": [{"type": "web_search"}]})
+    assert r.status_code == 400 and "web_search" in r.json()["error"]["message"]
+    assert up.requests == []

@@ -7,7 +7,7 @@ request drill-down (:mod:`app.monitor.drilldown`) and one call that builds a mon
 (:mod:`app.monitor.view`)."""
 
 from app.monitor.drilldown import RequestStory, load_story, request_link, search, search_link
-from app.monitor.export import RECENT_COLUMNS, recent_requests, requests_csv, time_utc
+from app.monitor.export import RECENT_COLUMNS, RECENT_LABELS, recent_requests, requests_csv, time_utc
 from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels
 from app.monitor.series import (
     MAX_POINTS,
@@ -60,6 +60,7 @@ __all__ = [
     "MAX_RANGE_S",
     "QUANTILES",
     "RECENT_COLUMNS",
+    "RECENT_LABELS",
     "REFRESH_INTERVALS_S",
     "WINDOWS",
     "Kpi",

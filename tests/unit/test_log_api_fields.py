@@ -20,6 +20,7 @@ from db.drilldown import forget_columns, request_attempts
 from db.engine import create_db_engine
 from db.migrate import alembic_config, upgrade
 from db.models import ROLLUP_TABLES, RequestLog
+from db.monitor import MonitorFilters, api_sums
 from db.requests import insert_batch
 
 T0 = 1_700_000_040.0  # whole minute + 40 s: every record below falls in one minute bucket
@@ -179,6 +180,17 @@ def test_a_journal_line_written_before_the_api_fields_replays_with_their_default
         w.close()
     got = log_rows(engine)[("old-1", 1)]
     assert (got["api"], got["finish_reason"], got["tool_calls"], got["reasoning_tokens"]) == ("chat", None, 0, 0)
+
+
+def test_the_minute_rollup_gives_requests_per_api_and_reasoning_tokens(engine) -> None:
+    write_through_writer(engine, [*RECORDS, rec("chat-2", provider="direct", reasoning_tokens=5)])
+    sums = api_sums(engine, since=T0 - 60, until=T0 + 60)
+    assert sums.requests == {"chat": 2, "responses": 1, "embeddings": 1, "completions": 1}
+    assert (sums.reasoning_tokens, sums.tool_calls) == (17, 2)
+    direct = api_sums(engine, since=T0 - 60, until=T0 + 60, filters=MonitorFilters(providers=("direct",)))
+    assert direct.requests == {"chat": 1, "responses": 0, "embeddings": 0, "completions": 0}
+    assert direct.reasoning_tokens == 5
+    assert api_sums(engine, since=T0 + 3600, until=T0 + 7200).requests["chat"] == 0
 
 
 # -- migration -------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from app.routing.intent import estimate_tokens, message_text
 from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
 from app.routing.result import AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
-from app.routing.substitution import Offer, Policy, SubstitutionRefused, decide, model_on
+from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide, model_on
 from core.errors import InvalidRequest
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
@@ -254,7 +254,7 @@ class RoutingCore:
         self.breakers = {
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
         }
-        self.offers = {name: Offer(frozenset(p.models), p.default_model) for name, p in settings.providers.items()}
+        self.offers = chat_offers(settings.providers)
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
         self._id_prefix = os.urandom(8).hex()
         self._ids = itertools.count(1)
@@ -369,7 +369,8 @@ class RoutingCore:
                     raise InvalidRequest(f"{model!r} is an embedding model; use it with the embeddings API")
                 chosen, intent, requested = model, "explicit", model
                 est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
-            routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
+            if api != "embeddings":  # an embedding model is never substituted: its routes all serve it
+                routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
             if api == "responses":
                 routes = self._responses_routes(body, routes)
         except (NoProvider, SubstitutionRefused) as exc:
@@ -615,7 +616,9 @@ class RoutingCore:
         skipped: list[str] = []
         for provider, is_fallback in plan.routes:
             p = self.settings.providers[provider]
-            model, substituted = model_on(self.offers[provider], plan.model)
+            model, substituted = (
+                (plan.model, False) if plan.api == "embeddings" else model_on(self.offers[provider], plan.model)
+            )
             base_timeout = attempt_timeout_s(p.timeout_s, plan.prompt_tokens_est, cfg)
             max_attempts = max_attempts_for(p.max_attempts, cfg.max_attempts)
             breaker = self.breakers[provider]

@@ -31,6 +31,7 @@ from decimal import Decimal
 from typing import Literal
 
 from app import catalog
+from app.config import ProviderConfig
 from core.errors import InvalidRequest
 
 Mode = Literal["route", "substitute", "refuse"]
@@ -54,6 +55,15 @@ class Offer:
 
     models: frozenset[str]
     default_model: str
+
+
+def chat_offers(providers: Mapping[str, ProviderConfig]) -> dict[str, Offer]:
+    """What each provider offers a chat request: its chat models (an embedding model never
+    substitutes for chat) and its default model."""
+    return {
+        name: Offer(frozenset(m for m in p.models if catalog.get(m).kind == "chat"), p.default_model)
+        for name, p in providers.items()
+    }
 
 
 @dataclass(frozen=True)

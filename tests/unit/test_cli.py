@@ -19,7 +19,13 @@ import pytest
 from sqlalchemy import select
 
 REPO = Path(__file__).resolve().parents[2]
-SUPPORTED = ["deepseek-chat-v3.2", "claude-sonnet-4-20250514", "gemini-2.5-flash", "gpt-4.1"]
+SUPPORTED = [
+    "deepseek-chat-v3.2",
+    "claude-sonnet-4-20250514",
+    "gemini-2.5-flash",
+    "gpt-4.1",
+    "text-embedding-3-small",
+]
 
 
 @dataclass

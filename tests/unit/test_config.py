@@ -58,7 +58,10 @@ def test_bad_values(tmp_path):
     cases = {
         'primary = "holysheep"': ('primary = "nobody"', "routing.primary = 'nobody' is not a provider"),
         'base_url = "sim://direct"': ('base_url = "ftp://x"', "must start with sim://, http:// or https://"),
-        'models = ["gpt-4.1", "gemini-2.5-flash"]': ('models = ["gpt-5-ultra"]', "unknown model(s) gpt-5-ultra"),
+        'models = ["gpt-4.1", "gemini-2.5-flash", "text-embedding-3-small"]': (
+            'models = ["gpt-5-ultra"]',
+            "unknown model(s) gpt-5-ultra",
+        ),
     }
     for old, (new, expect) in cases.items():
         with pytest.raises(ConfigError) as info:

@@ -16,6 +16,7 @@ from app.routing.substitution import (
     Policy,
     SubstitutionRefused,
     blended_price,
+    chat_offers,
     decide,
     model_on,
     price_factor,
@@ -24,7 +25,7 @@ from app.routing.substitution import (
 
 MODELS = catalog.model_names()
 SETTINGS = load_settings("gateway.toml", env={})
-OFFERS = {name: Offer(frozenset(p.models), p.default_model) for name, p in SETTINGS.providers.items()}
+OFFERS = chat_offers(SETTINGS.providers)
 P, F = SETTINGS.routing.primary, SETTINGS.routing.fallback
 DEFAULT = Policy()
 DS, GEM, CLAUDE, GPT = "deepseek-chat-v3.2", "gemini-2.5-flash", "claude-sonnet-4-20250514", "gpt-4.1"

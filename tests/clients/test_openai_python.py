@@ -19,6 +19,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from tests.clients.expect import MODEL, SNAPSHOT, answer_model, forwarded, renamed
 from tests.support.chaos_upstream import (
     bad_request,
     chat_body,
@@ -47,8 +48,6 @@ from tests.support.chaos_upstream import (
 )
 from tests.support.serve_process import UPSTREAM_KEY
 
-MODEL = "gpt-4.1"
-SNAPSHOT = "gpt-4.1-2025-04-14"  # what a real upstream names in its answer
 HELLO = [{"role": "user", "content": "hello"}]
 WEATHER_TOOL = {
     "type": "function",
@@ -73,24 +72,6 @@ RATE_HEADERS = {
     "x-ratelimit-reset-tokens": "0s",
     "openai-processing-ms": "187",
 }
-
-
-def answer_model(target, upstream_model: str = SNAPSHOT) -> str:
-    """The ``model`` the client must see: the routed model through the gateway, else the upstream's."""
-    return MODEL if target.is_gateway else upstream_model
-
-
-def forwarded(target, sent: dict) -> dict:
-    """What the upstream must receive for the chat body ``sent``: the same, except that through the
-    gateway a stream always asks for the usage chunk."""
-    want = dict(sent)
-    if target.is_gateway and sent.get("stream"):
-        want["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
-    return want
-
-
-def renamed(obj: Any, model: str) -> Any:
-    return {**obj, "model": model} if isinstance(obj, dict) and "model" in obj else obj
 
 
 def data_events(target) -> list:

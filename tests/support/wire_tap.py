@@ -25,7 +25,7 @@ import httpx2
 
 from tests.support.openai_schema import SchemaError, validate
 
-__all__ = ["Exchange", "WireTap", "parse_sse", "schema_for"]
+__all__ = ["Exchange", "WireTap", "parse_sse", "schema_for", "validate_exchange"]
 
 
 @dataclass
@@ -88,6 +88,32 @@ def schema_for(path: str, status: int, *, streamed: bool) -> str:
     if "/models/" in p:
         return "Model"
     raise KeyError(f"no schema known for {path}")
+
+
+def validate_exchange(method: str, path: str, status: int, content_type: str, body: bytes) -> int:
+    """Validate one answer body (JSON, or each event of an SSE stream) against the official schema
+    for ``path``; returns how many objects were checked. Raises :class:`SchemaError` naming the
+    exchange."""
+    where = f"{method} {path} -> {status}"
+    if not body:
+        raise SchemaError(f"{where}: empty body")
+    checked = 0
+    try:
+        if content_type.startswith("text/event-stream") and status < 400:
+            name = schema_for(path, status, streamed=True)
+            for event, data in parse_sse(body):
+                if data == "[DONE]":
+                    continue
+                if event is not None and isinstance(data, dict) and event != data.get("type"):
+                    raise SchemaError(f"event: {event!r} carries type {data.get('type')!r}")
+                validate(name, data)
+                checked += 1
+        else:
+            validate(schema_for(path, status, streamed=False), json.loads(body))
+            checked += 1
+    except (SchemaError, ValueError) as e:
+        raise SchemaError(f"{where}: {e}") from e
+    return checked
 
 
 class _SyncTee(httpx2.SyncByteStream):
@@ -175,24 +201,7 @@ class WireTap:
     def validate_all(self) -> int:
         """Validate every body read so far against its official schema (each SSE event separately;
         a named event's ``event:`` must equal its ``type``); returns how many objects were checked."""
-        checked = 0
-        for ex in self.exchanges:
-            where = f"{ex.method} {ex.path} -> {ex.status}"
-            if not ex.body:
-                raise SchemaError(f"{where}: empty body")
-            try:
-                if ex.is_sse and ex.status < 400:
-                    name = schema_for(ex.path, ex.status, streamed=True)
-                    for event, data in ex.events:
-                        if data == "[DONE]":
-                            continue
-                        if event is not None and isinstance(data, dict) and event != data.get("type"):
-                            raise SchemaError(f"event: {event!r} carries type {data.get('type')!r}")
-                        validate(name, data)
-                        checked += 1
-                else:
-                    validate(schema_for(ex.path, ex.status, streamed=False), ex.json())
-                    checked += 1
-            except (SchemaError, ValueError) as e:
-                raise SchemaError(f"{where}: {e}") from e
-        return checked
+        return sum(
+            validate_exchange(ex.method, ex.path, ex.status, ex.headers.get("content-type", ""), bytes(ex.body))
+            for ex in self.exchanges
+        )

@@ -1,6 +1,7 @@
-"""Fixtures for the real-client tests: a scripted loopback upstream (one per module), a real
-``python -m app serve`` process in front of it (one per module: it takes a second or two to start),
-and the ``target`` each test talks to.
+"""Fixtures for the real-client tests: a scripted loopback upstream, a real ``python -m app serve``
+process in front of it, and the ``target`` each test talks to. The upstream and the process start
+once per test session (per xdist worker), not per module: starting the server and creating its key
+through the CLI takes seconds on a loaded 2-core machine, and every test resets what it uses.
 
 ``target`` is ``"gateway"`` (the client talks to the serve process, which talks to the upstream) or
 ``"upstream"`` (the client talks to the scripted upstream directly). The second proves that a test
@@ -100,13 +101,13 @@ class Target:
         return self.tap.validate_all()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def upstream():
     with ChaosUpstream(default=openai_like()) as up:
         yield up
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gateway(upstream, tmp_path_factory):
     """The serve process on the scripted upstream and a gateway key for it: ``(process, key)``."""
     tmp: Path = tmp_path_factory.mktemp("serve")

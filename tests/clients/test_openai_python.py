@@ -488,13 +488,17 @@ def test_upstream_refusal_reaches_client_with_its_status_and_error(target, statu
 
 
 def test_refusal_echoing_a_secret_is_scrubbed(target):
-    target.script(bad_request(f"Invalid key {UPSTREAM_KEY} for project proj_1", code="invalid_api_key"))
+    """A refusal about the request whose message quotes the upstream key (as some upstreams echo
+    headers): its status and error fields reach the client, the key never does."""
+    message = f"Invalid 'user': got header Bearer {UPSTREAM_KEY} for project proj_1"
+    target.script(bad_request(message, code="invalid_value", param="user"))
     with pytest.raises(openai.BadRequestError) as caught:
-        target.openai().chat.completions.create(model=MODEL, messages=HELLO)
+        target.openai().chat.completions.create(model=MODEL, messages=HELLO, user="u1")
     assert caught.value.status_code == 400
     body = target.tap.last.json()
-    assert body["error"]["code"] == "invalid_api_key" and "for project proj_1" in body["error"]["message"]
-    if target.is_gateway:  # the scripted upstream itself echoes what it was given
+    assert (body["error"]["code"], body["error"]["param"]) == ("invalid_value", "user")
+    assert body["error"]["message"].startswith("Invalid 'user'") and "for project proj_1" in body["error"]["message"]
+    if target.is_gateway:  # straight from the scripted upstream the echo is there, as sent
         assert UPSTREAM_KEY not in target.tap.last.body.decode()
         assert target.api_key not in target.tap.last.body.decode()
     assert target.validate_all() == 1

@@ -450,10 +450,11 @@ def test_parameter_reaches_upstream_unchanged(target, case):
     got = target.last.json
     sent_params = {**kwargs.pop("extra_body", {}), **kwargs}
     for name, value in sent_params.items():
-        want = forwarded(target, sent)[name]
-        assert json.dumps(got[name]) == json.dumps(want), name
-        if name != "stream_options":
-            assert got[name] == value
+        if name == "stream_options":  # the gateway adds include_usage; the client's own keys stay as sent
+            assert {k: got[name][k] for k in value} == value
+            continue
+        # The same JSON text: a value re-encoded on the way (0.0 -> 0, key order, escapes) fails here.
+        assert json.dumps(got[name]) == json.dumps(value), name
     assert "max_tokens" not in got or case == "max_tokens_legacy"  # max_completion_tokens is not renamed
     assert got == forwarded(target, sent)
     if case == "stream_include_obfuscation":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 import openai
@@ -186,6 +187,23 @@ def test_stream_chunk_by_chunk_usage_withheld_when_not_asked(target):
     if target.is_gateway:
         assert target.last.json["stream_options"]["include_usage"] is True
     assert target.validate_all() == len(want)
+
+
+def test_stream_reaches_client_while_upstream_still_answering(target):
+    """Chunk by chunk, not buffered: the first two events reach the client while the upstream holds
+    the rest back (until the client has them)."""
+    release = threading.Event()
+    chunks = text_chunks(SNAPSHOT, "first second third")
+    target.script(sse(chunks, hold_after=2, release=release))
+    stream = iter(target.openai().chat.completions.create(model=MODEL, messages=HELLO, stream=True))
+    head = [next(stream), next(stream)]
+    still_answering = not target.last.served.is_set()
+    release.set()
+    rest = list(stream)
+    assert still_answering
+    assert [c.choices[0].delta.content for c in head] == ["", "first"]
+    assert "".join(c.choices[0].delta.content or "" for c in rest if c.choices) == " second third"
+    assert target.validate_all() == len(chunks) - 1
 
 
 def test_stream_usage_chunk_when_asked(target):

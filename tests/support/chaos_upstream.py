@@ -544,6 +544,8 @@ def sse(
     done: bool | None = None,
     usage_if_asked: bool = True,
     headers: Mapping[str, str] | None = None,
+    hold_after: int | None = None,
+    release: threading.Event | None = None,
     name: str = "sse",
 ) -> Fault:
     """A 200 ``text/event-stream`` of ``events`` (JSON objects, or a function of the request returning
@@ -553,12 +555,18 @@ def sse(
     ``(event_name, obj)`` pair names one event explicitly. ``done``: end with ``data: [DONE]`` (chat and
     completions streams do, the Responses API does not; default: not ``named``). ``usage_if_asked``:
     the usage-only chunk (``choices == []`` with ``usage``) is sent only when the request asked for it
-    with ``stream_options.include_usage``, as OpenAI does."""
+    with ``stream_options.include_usage``, as OpenAI does. ``hold_after`` / ``release``: after that many
+    events, wait until ``release`` is set (or the server stops; at most 30 s) before the rest, so a
+    test can see the first events arrive while the upstream is still answering."""
     end = (not named) if done is None else done
 
     def serve(h: _Handler, req: RecordedRequest) -> None:
         h.start_chunked(200, "text/event-stream", headers)
-        for event in _resolve(events, req):
+        for n, event in enumerate(_resolve(events, req)):
+            if n == hold_after and release is not None:
+                deadline = time.monotonic() + 30.0
+                while not release.wait(0.05) and not h.server.stopping.is_set() and time.monotonic() < deadline:
+                    pass
             if usage_if_asked and _is_usage_chunk(event) and not _asked_for_usage(req):
                 continue
             label = None

@@ -132,4 +132,6 @@ def target(request, upstream) -> Any:
         base_url = proc.base_url
     else:
         base_url, key = upstream.base_url(PROVIDER), sp.UPSTREAM_KEY
-    return Target(request.param, base_url, key, upstream, WireTap(), len(upstream.requests))
+    tap = WireTap()
+    yield Target(request.param, base_url, key, upstream, tap, len(upstream.requests))
+    tap.close()

@@ -176,6 +176,7 @@ class WireTap:
     def __init__(self) -> None:
         self.exchanges: list[Exchange] = []
         self._lock = threading.Lock()
+        self._clients: list[httpx2.Client] = []
 
     def _record(self, request: httpx2.Request, response: httpx2.Response) -> Exchange:
         headers = {k.lower(): v for k, v in response.headers.items()}
@@ -189,7 +190,15 @@ class WireTap:
         return ex
 
     def client(self, **kw: Any) -> httpx2.Client:
-        return httpx2.Client(transport=_Transport(self), timeout=kw.pop("timeout", 30), **kw)
+        client = httpx2.Client(transport=_Transport(self), timeout=kw.pop("timeout", 30), **kw)
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        """Close every sync client handed out (async ones are closed by their tests' event loops)."""
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
 
     def async_client(self, **kw: Any) -> httpx2.AsyncClient:
         return httpx2.AsyncClient(transport=_AsyncTransport(self), timeout=kw.pop("timeout", 30), **kw)

@@ -15,11 +15,12 @@ def answer_model(target: Any, upstream_model: str = SNAPSHOT) -> str:
     return MODEL if target.is_gateway else upstream_model
 
 
-def forwarded(target: Any, sent: dict) -> dict:
-    """What the upstream must receive for the chat body ``sent``: the same, except that through the
-    gateway a stream always asks for the usage chunk (withheld again from a client that did not ask)."""
+def forwarded(target: Any, sent: dict, path: str = "/v1/chat/completions") -> dict:
+    """What the upstream must receive for the body ``sent`` to ``path``: the same, except that through
+    the gateway a chat completions stream always asks for the usage chunk (withheld again from a client
+    that did not ask). Other endpoints (the Responses API has no such option) are forwarded as sent."""
     want = dict(sent)
-    if target.is_gateway and sent.get("stream"):
+    if target.is_gateway and path.rstrip("/").endswith("/chat/completions") and sent.get("stream"):
         want["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
     return want
 

@@ -58,8 +58,8 @@ def chat(target, **kw) -> ChatOpenAI:
 
 def sent_to_upstream_as_sent(target) -> None:
     """Every request reached the upstream as LangChain sent it (bar what the gateway owns)."""
-    sent = [ex.sent_json for ex in target.tap.exchanges]
-    assert [r.json for r in target.received] == [forwarded(target, s) for s in sent]
+    sent = [(ex.path, ex.sent_json) for ex in target.tap.exchanges]
+    assert [r.json for r in target.received] == [forwarded(target, body, path) for path, body in sent]
 
 
 def test_bind_tools_round_trip(target):

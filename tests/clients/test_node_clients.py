@@ -64,8 +64,8 @@ def run(node: str, target, scenario: str) -> dict:
             ex["method"], urlsplit(ex["url"]).path, ex["status"], ex["contentType"] or "", ex["body"].encode()
         )
     # What reached the upstream is what the client sent (bar what the gateway owns).
-    sent = [json.loads(ex["sent"]) for ex in out["wire"] if ex["sent"]]
-    assert [r.json for r in target.received] == [forwarded(target, s) for s in sent]
+    sent = [(urlsplit(ex["url"]).path, json.loads(ex["sent"])) for ex in out["wire"] if ex["sent"]]
+    assert [r.json for r in target.received] == [forwarded(target, body, path) for path, body in sent]
     out["result"]["_wire"] = out["wire"]
     return out["result"]
 

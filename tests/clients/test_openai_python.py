@@ -691,8 +691,8 @@ def test_models_retrieve_unknown_is_404(target):
     assert target.validate_all() == 1
 
 
-def test_chunk_builder_matches_schema_and_sdk(target):
-    """The scripted stream's building block read by the SDK: one hand-made chunk with a refusal delta."""
+def test_stream_refusal_delta(target):
+    """A refusal streamed as a delta (hand-made chunks) reaches the client as sent."""
     chunks = [
         chat_chunk(
             SNAPSHOT,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs Debian's chromium and postgresql when missing, starts a
-# PostgreSQL cluster for the database tests (and stops it again if this script started it), then
-# runs pytest (unit, AppTest page tests and the Playwright browser tests) in two processes.
+# Runs the whole test suite: installs Debian's chromium, postgresql, prometheus, nodejs and npm when
+# missing, installs the pinned Node clients of tests/clients (npm ci), starts a PostgreSQL cluster
+# for the database tests (and stops it again if this script started it), then runs pytest (unit,
+# real-client, AppTest page tests and the Playwright browser tests) in two processes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,12 +10,17 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v pg_ctlcluster >/dev/null 2>&1 || need+=(postgresql)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (apt)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# The Node clients the real-client tests run (openai, ai, @ai-sdk/*, zod), exactly as locked.
+npm ci --prefix tests/clients/node --no-audit --no-fund --loglevel=error --prefer-offline
 
 PG_VERSION=$(ls /usr/lib/postgresql | sort -V | tail -1)
 if ! pg_lsclusters -h | awk -v v="$PG_VERSION" '$1==v && $2=="main"' | grep -q .; then

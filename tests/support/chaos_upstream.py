@@ -7,6 +7,14 @@ by the test, for the faults that real upstreams and gateways produce during inci
         ...
         assert [r.path for r in up.requests] == [...]
 
+Besides the faults, :func:`reply` (any JSON answer, status and headers) and :func:`sse` (any stream
+of JSON chunks, with named ``event:`` lines for the Responses API) play scripted *valid* answers; the
+``*_body`` / ``*_chunks`` / ``*_events`` builders make the common real ones (tool calls and their
+streamed deltas, n=2 interleaved, logprobs, refusal, reasoning usage, embeddings, legacy completions,
+the Responses API object and its event sequence, models), shaped as the official OpenAPI schema says.
+Any path is served (``/NAME/v1/chat/completions``, ``.../responses``, ``.../embeddings``,
+``.../completions``, ``.../models/ID``); what a fault answers is up to the fault.
+
 Requests are served in arrival order from a queue of faults (one per request), per *provider* (the
 first path segment of ``/NAME/v1/...``; plain ``/v1/...`` is provider ``""``). When a queue is empty
 the provider's default answers (:func:`ok` unless set). Every request is recorded (method, path,
@@ -38,31 +46,53 @@ __all__ = [
     "RecordedRequest",
     "bad_json",
     "bad_request",
+    "chat_body",
+    "chat_chunk",
+    "choice",
     "completion_body",
     "context_length",
+    "embeddings_body",
     "empty_choices",
     "error",
+    "function_call_item",
     "hang",
     "hang_until_closed",
     "html_200",
     "huge",
+    "interleaved_chunks",
     "invalid_parameter",
     "json_array_200",
     "litellm_invalid_model",
     "litellm_no_db",
+    "logprobs_body",
+    "message_item",
     "mid_stream_drop",
+    "model_body",
+    "models_body",
     "null_choices",
     "ok",
+    "openai_like",
     "rate_limited",
     "raw",
     "redirect",
+    "refusal_body",
+    "reply",
     "reset",
+    "response_body",
+    "response_events",
     "server_error",
+    "sse",
     "stall_after",
     "stream_null_choices",
+    "text_chunks",
+    "text_completion_body",
+    "tool_call",
+    "tool_call_body",
+    "tool_call_chunks",
     "trickle",
     "unauthorized_echo",
     "unavailable",
+    "usage",
 ]
 
 DEFAULT_MODEL = "chaos-model"
@@ -472,6 +502,441 @@ def huge(size_bytes: int = 50 * 1024 * 1024, *, chunked: bool = False) -> Fault:
     return Fault("huge", serve)
 
 
+# -- scripted answers: any body, any stream ----------------------------------------------------------
+# Fixed, so that a test can compare what the client got with what the upstream sent, field by field.
+CREATED = 1764547200
+FINGERPRINT = "fp_chaos_0001"
+
+Body = Any  # a JSON value, or a function of the RecordedRequest returning one
+
+
+def _resolve(body: Body, req: RecordedRequest) -> Any:
+    return body(req) if callable(body) else body
+
+
+def reply(body: Body, *, status: int = 200, headers: Mapping[str, str] | None = None, name: str = "reply") -> Fault:
+    """Any JSON answer (or a function of the request that returns one), with ``status`` and extra
+    ``headers`` (e.g. ``x-ratelimit-remaining-requests``, ``openai-processing-ms``)."""
+
+    def serve(h: _Handler, req: RecordedRequest) -> None:
+        h.send_json(status, _resolve(body, req), headers)
+
+    return Fault(name, serve)
+
+
+def _is_usage_chunk(event: Any) -> bool:
+    return isinstance(event, dict) and event.get("choices") == [] and event.get("usage") is not None
+
+
+def _asked_for_usage(req: RecordedRequest) -> bool:
+    try:
+        body = req.json
+    except ValueError:
+        return False
+    options = body.get("stream_options") if isinstance(body, dict) else None
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def sse(
+    events: Body,
+    *,
+    named: bool = False,
+    done: bool | None = None,
+    usage_if_asked: bool = True,
+    headers: Mapping[str, str] | None = None,
+    hold_after: int | None = None,
+    release: threading.Event | None = None,
+    name: str = "sse",
+) -> Fault:
+    """A 200 ``text/event-stream`` of ``events`` (JSON objects, or a function of the request returning
+    them), one ``data:`` line each, in order, each in its own HTTP chunk.
+
+    ``named``: each event is preceded by ``event: <its "type">`` (the Responses API's framing); a
+    ``(event_name, obj)`` pair names one event explicitly. ``done``: end with ``data: [DONE]`` (chat and
+    completions streams do, the Responses API does not; default: not ``named``). ``usage_if_asked``:
+    the usage-only chunk (``choices == []`` with ``usage``) is sent only when the request asked for it
+    with ``stream_options.include_usage``, as OpenAI does. ``hold_after`` / ``release``: after that many
+    events, wait until ``release`` is set (or the server stops; at most 30 s) before the rest, so a
+    test can see the first events arrive while the upstream is still answering."""
+    end = (not named) if done is None else done
+
+    def serve(h: _Handler, req: RecordedRequest) -> None:
+        h.start_chunked(200, "text/event-stream", headers)
+        for n, event in enumerate(_resolve(events, req)):
+            if n == hold_after and release is not None:
+                deadline = time.monotonic() + 30.0
+                while not release.wait(0.05) and not h.server.stopping.is_set() and time.monotonic() < deadline:
+                    pass
+            if usage_if_asked and _is_usage_chunk(event) and not _asked_for_usage(req):
+                continue
+            label = None
+            if isinstance(event, tuple):
+                label, event = event
+            elif named and isinstance(event, dict):
+                label = event.get("type")
+            data = json.dumps(event)
+            h.write_chunk((f"event: {label}\n" if label else "").encode() + f"data: {data}\n\n".encode())
+        if end:
+            h.write_chunk(_sse("[DONE]"))
+        h.end_chunked()
+
+    return Fault(name, serve)
+
+
+def openai_like(text: str = "Hello from the scripted upstream.") -> Fault:
+    """A schema-valid answer for whatever endpoint the request names, echoing its ``model``: chat
+    (plain or streamed), Responses (plain or streamed events), embeddings (one 3-vector per input),
+    legacy completions, ``GET .../models`` and ``GET .../models/ID``."""
+
+    def serve(h: _Handler, req: RecordedRequest) -> None:
+        path = req.path.split("?", 1)[0].rstrip("/")
+        body = req.json if req.body else {}
+        model = req.model
+        if "/models/" in path:
+            fault = reply(model_body(path.rsplit("/", 1)[1]))
+        elif path.endswith("/models"):
+            fault = reply(models_body([model]))
+        elif path.endswith("/responses"):
+            fault = (
+                sse(response_events(model, text), named=True) if req.wants_stream else reply(response_body(model, text))
+            )
+        elif path.endswith("/embeddings"):
+            inputs = body.get("input") if isinstance(body, dict) else None
+            count = len(inputs) if isinstance(inputs, list) and not all(isinstance(i, int) for i in inputs) else 1
+            fault = reply(embeddings_body(model, [[0.01 * i, 0.5, -0.25] for i in range(count)]))
+        elif path.endswith("/completions") and not path.endswith("/chat/completions"):
+            fault = reply(text_completion_body(model, [text]))
+        elif req.wants_stream:
+            fault = sse(text_chunks(model, text))
+        else:
+            fault = reply(chat_body(model, [choice(content=text)]))
+        fault.serve(h, req)
+
+    return Fault("openai_like", serve)
+
+
+# -- builders: chat completions ----------------------------------------------------------------------
+def usage(
+    prompt: int = 12,
+    completion: int = 7,
+    *,
+    cached: int = 0,
+    reasoning: int = 0,
+    audio: int = 0,
+    accepted_prediction: int = 0,
+    rejected_prediction: int = 0,
+) -> dict:
+    """A chat ``usage`` with both detail objects, as OpenAI sends it."""
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": audio,
+            "accepted_prediction_tokens": accepted_prediction,
+            "rejected_prediction_tokens": rejected_prediction,
+        },
+    }
+
+
+def tool_call(call_id: str, name: str, arguments: str | Mapping[str, Any]) -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def choice(
+    index: int = 0,
+    *,
+    content: str | None = "Hello from the scripted upstream.",
+    tool_calls: list[dict] | None = None,
+    refusal: str | None = None,
+    logprobs: dict | None = None,
+    finish_reason: str = "stop",
+    annotations: list | None = None,
+) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    message["annotations"] = annotations if annotations is not None else []
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def chat_body(
+    model: str,
+    choices: list[dict] | None = None,
+    *,
+    usage_: dict | None = None,
+    system_fingerprint: str | None = FINGERPRINT,
+    service_tier: str | None = "default",
+    id_: str = "chatcmpl-scripted",
+) -> dict:
+    """A ``chat.completion`` (default: one plain text choice) with full usage."""
+    body: dict[str, Any] = {
+        "id": id_,
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": model,
+        "choices": choices if choices is not None else [choice()],
+        "usage": usage_ if usage_ is not None else usage(),
+        "service_tier": service_tier,
+    }
+    if system_fingerprint is not None:
+        body["system_fingerprint"] = system_fingerprint
+    return body
+
+
+def tool_call_body(model: str, calls: list[dict], *, content: str | None = None) -> dict:
+    """The assistant calling ``calls`` (see :func:`tool_call`): content null, finish ``tool_calls``."""
+    return chat_body(model, [choice(content=content, tool_calls=calls, finish_reason="tool_calls")])
+
+
+def refusal_body(model: str, refusal: str = "I'm sorry, I can't help with that.") -> dict:
+    return chat_body(model, [choice(content=None, refusal=refusal)])
+
+
+def _logprob(token: str, logprob: float, alternatives: list[tuple[str, float]]) -> dict:
+    def entry(t: str, lp: float) -> dict:
+        return {"token": t, "logprob": lp, "bytes": list(t.encode())}
+
+    return {**entry(token, logprob), "top_logprobs": [entry(t, lp) for t, lp in alternatives]}
+
+
+def logprobs_body(model: str) -> dict:
+    """A completion whose choice carries token logprobs with two top alternatives per token."""
+    content = [
+        _logprob("Hello", -0.0031, [("Hello", -0.0031), ("Hi", -5.91)]),
+        _logprob("!", -0.25, [("!", -0.25), (".", -1.5)]),
+    ]
+    return chat_body(model, [choice(content="Hello!", logprobs={"content": content, "refusal": None})])
+
+
+def chat_chunk(
+    model: str, choices: list[dict], *, usage_: dict | None = None, system_fingerprint: str | None = FINGERPRINT
+) -> dict:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "service_tier": "default",
+        "choices": choices,
+    }
+    if system_fingerprint is not None:
+        body["system_fingerprint"] = system_fingerprint
+    if usage_ is not None:
+        body["usage"] = usage_
+    return body
+
+
+def _delta(index: int, delta: dict, finish_reason: str | None = None) -> dict:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+def _pieces(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def text_chunks(model: str, text: str = "Hello from the scripted upstream.", *, usage_: dict | None = None) -> list:
+    """A streamed text answer: role, one chunk per word, finish ``stop``, then the usage chunk."""
+    chunks = [chat_chunk(model, [_delta(0, {"role": "assistant", "content": "", "refusal": None})])]
+    chunks += [chat_chunk(model, [_delta(0, {"content": p})]) for p in _pieces(text)]
+    chunks.append(chat_chunk(model, [_delta(0, {}, "stop")]))
+    chunks.append(chat_chunk(model, [], usage_=usage_ or usage(completion=len(_pieces(text)))))
+    return chunks
+
+
+def _fragments(s: str, n: int) -> list[str]:
+    step = max(1, -(-len(s) // n))
+    return [s[i : i + step] for i in range(0, len(s), step)] or [""]
+
+
+def tool_call_chunks(model: str, calls: list[dict], *, fragments: int = 3, usage_: dict | None = None) -> list:
+    """The streamed form of :func:`tool_call_body`, as OpenAI sends it: the role, then per call a chunk
+    with its index, id, type and name (arguments ``""``), then its arguments in ``fragments`` pieces
+    (index only), then finish ``tool_calls`` and the usage chunk."""
+    chunks = [chat_chunk(model, [_delta(0, {"role": "assistant", "content": None, "refusal": None})])]
+    for i, call in enumerate(calls):
+        head = {"index": i, "id": call["id"], "type": "function"}
+        head["function"] = {"name": call["function"]["name"], "arguments": ""}
+        chunks.append(chat_chunk(model, [_delta(0, {"tool_calls": [head]})]))
+        for piece in _fragments(call["function"]["arguments"], fragments):
+            frag = {"index": i, "function": {"arguments": piece}}
+            chunks.append(chat_chunk(model, [_delta(0, {"tool_calls": [frag]})]))
+    chunks.append(chat_chunk(model, [_delta(0, {}, "tool_calls")]))
+    chunks.append(chat_chunk(model, [], usage_=usage_ or usage()))
+    return chunks
+
+
+def interleaved_chunks(model: str, texts: list[str], *, usage_: dict | None = None) -> list:
+    """``n=len(texts)`` choices streamed interleaved: each index's role, then word k of every choice
+    in turn, then each index's finish, then the usage chunk."""
+    pieces = [_pieces(t) for t in texts]
+    chunks = [chat_chunk(model, [_delta(i, {"role": "assistant", "content": ""})]) for i in range(len(texts))]
+    for k in range(max(len(p) for p in pieces)):
+        for i, p in enumerate(pieces):
+            if k < len(p):
+                chunks.append(chat_chunk(model, [_delta(i, {"content": p[k]})]))
+    chunks += [chat_chunk(model, [_delta(i, {}, "stop")]) for i in range(len(texts))]
+    chunks.append(chat_chunk(model, [], usage_=usage_ or usage(completion=sum(len(p) for p in pieces))))
+    return chunks
+
+
+# -- builders: the other endpoints -------------------------------------------------------------------
+def embeddings_body(model: str, vectors: list[list[float]], *, prompt_tokens: int = 8) -> dict:
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+
+
+def text_completion_body(model: str, texts: list[str], *, finish_reason: str = "stop") -> dict:
+    """A legacy ``text_completion`` (``POST /v1/completions``), one choice per text."""
+    choices = [{"index": i, "text": t, "logprobs": None, "finish_reason": finish_reason} for i, t in enumerate(texts)]
+    return {
+        "id": "cmpl-scripted",
+        "object": "text_completion",
+        "created": CREATED,
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": choices,
+        "usage": {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10},
+    }
+
+
+def model_body(model_id: str, *, owned_by: str = "chaos") -> dict:
+    return {"id": model_id, "object": "model", "created": CREATED, "owned_by": owned_by}
+
+
+def models_body(ids: list[str]) -> dict:
+    return {"object": "list", "data": [model_body(i) for i in ids]}
+
+
+def message_item(text: str, *, item_id: str = "msg_scripted", status: str = "completed") -> dict:
+    """A Responses API output message with one ``output_text`` part."""
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status, "content": [part]}
+
+
+def function_call_item(
+    call_id: str,
+    name: str,
+    arguments: str | Mapping[str, Any],
+    *,
+    item_id: str = "fc_scripted",
+    status: str = "completed",
+) -> dict:
+    """A Responses API ``function_call`` output item."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": status,
+    }
+
+
+def _response_usage(input_tokens: int = 11, output_tokens: int = 9, reasoning: int = 0) -> dict:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def response_body(
+    model: str,
+    output: list[dict] | str = "Hello from the scripted upstream.",
+    *,
+    status: str = "completed",
+    usage_: dict | None = None,
+    response_id: str = "resp_scripted",
+) -> dict:
+    """A Responses API ``response`` object; ``output`` is a list of items or the text of one message."""
+    items = [message_item(output)] if isinstance(output, str) else output
+    done = status == "completed"
+    body: dict[str, Any] = {
+        "id": response_id,
+        "object": "response",
+        "created_at": CREATED,
+        "completed_at": CREATED + 1 if done else None,
+        "status": status,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": model,
+        "output": items,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "service_tier": "default",
+        "store": True,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "metadata": {},
+    }
+    if done:  # the schema's ``usage`` is not nullable: a response still in progress has none
+        body["usage"] = usage_ or _response_usage()
+    return body
+
+
+def response_events(model: str, output: list[dict] | str = "Hello from the scripted upstream.") -> list[dict]:
+    """The full streamed event sequence of :func:`response_body` as OpenAI sends it: created,
+    in_progress; per item output_item.added, then (messages) content_part.added, output_text.delta per
+    word, output_text.done, content_part.done, or (function calls) function_call_arguments.delta in
+    pieces and .done; output_item.done; finally completed. Numbered by ``sequence_number``."""
+    final = response_body(model, output)
+    pending = response_body(model, [], status="in_progress")
+    events: list[dict] = [
+        {"type": "response.created", "response": pending},
+        {"type": "response.in_progress", "response": pending},
+    ]
+    for index, item in enumerate(final["output"]):
+        if item["type"] == "message":
+            events.append(
+                {"type": "response.output_item.added", "output_index": index,
+                 "item": {**item, "status": "in_progress", "content": []}}
+            )  # fmt: skip
+            for c, part in enumerate(item["content"]):
+                where = {"item_id": item["id"], "output_index": index, "content_index": c}
+                events.append({"type": "response.content_part.added", **where, "part": {**part, "text": ""}})
+                for piece in _pieces(part["text"]):
+                    events.append({"type": "response.output_text.delta", **where, "delta": piece, "logprobs": []})
+                events.append({"type": "response.output_text.done", **where, "text": part["text"], "logprobs": []})
+                events.append({"type": "response.content_part.done", **where, "part": part})
+        elif item["type"] == "function_call":
+            events.append(
+                {"type": "response.output_item.added", "output_index": index,
+                 "item": {**item, "status": "in_progress", "arguments": ""}}
+            )  # fmt: skip
+            where = {"item_id": item["id"], "output_index": index}
+            for piece in _fragments(item["arguments"], 3):
+                events.append({"type": "response.function_call_arguments.delta", **where, "delta": piece})
+            events.append(
+                {"type": "response.function_call_arguments.done", **where, "name": item["name"],
+                 "arguments": item["arguments"]}
+            )  # fmt: skip
+        else:
+            events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": "response.completed", "response": final})
+    return [{**e, "sequence_number": n} for n, e in enumerate(events)]
+
+
 # -- the server --------------------------------------------------------------------------------------
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -512,11 +977,13 @@ class _Handler(BaseHTTPRequestHandler):
     def send_json(self, status: int, obj: Any, headers: Mapping[str, str] | None = None) -> None:
         self.send_raw(status, json.dumps(obj).encode("ascii"), "application/json", headers)
 
-    def start_chunked(self, status: int, content_type: str) -> None:
+    def start_chunked(self, status: int, content_type: str, headers: Mapping[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("transfer-encoding", "chunked")
         self.send_header("cache-control", "no-cache")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
 
     def write_chunk(self, data: bytes) -> None:

@@ -29,11 +29,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def chaos_config(upstream_url: str, *, ratio: float = 0.0, timeout_s: float = 10.0, max_attempts: int = 1) -> str:
+def chaos_config(
+    upstream_url: str,
+    *,
+    ratio: float = 0.0,
+    timeout_s: float = 10.0,
+    max_attempts: int = 1,
+    models: tuple[str, ...] = ("gpt-4.1", "gemini-2.5-flash"),
+) -> str:
+    """``models``: what both providers serve (the first is their default model)."""
+    listed = ", ".join(f'"{m}"' for m in models)
+
     def provider(name: str) -> str:
         return (
             f'[providers.{name}]\nbase_url = "{upstream_url}/{name}/v1"\napi_key_env = "CHAOS_KEY"\n'
-            f'models = ["gpt-4.1", "gemini-2.5-flash"]\ndefault_model = "gpt-4.1"\ntimeout_s = {timeout_s}\n'
+            f'models = [{listed}]\ndefault_model = "{models[0]}"\ntimeout_s = {timeout_s}\n'
         )
 
     return (

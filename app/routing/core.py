@@ -81,8 +81,9 @@ API_NAMES = {
     "embeddings": "embeddings API",
     "completions": "completions API",
 }
-#: Body fields the gateway owns: never taken from the caller as they are.
-OWNED_FIELDS = frozenset({"model", "stream"})
+#: Body fields the gateway owns: never taken from the caller as they are (``stream: true`` is the
+#: gateway's to send; a caller's ``stream: false`` passes as sent).
+OWNED_FIELDS = frozenset({"model"})
 
 
 def serves(p: ProviderConfig, api: str) -> bool:
@@ -305,7 +306,7 @@ class RoutingCore:
         :class:`InvalidRequest` (before any network call) when it cannot be routed."""
         if api not in API_PATHS:
             raise InvalidRequest(f"unknown API {api!r}")
-        body = {k: v for k, v in body.items() if k not in OWNED_FIELDS}
+        body = {k: v for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)}
         msgs = input_messages(api, body)
         if api == "chat":
             msgs = [sendable_message(m) for m in msgs]

@@ -63,7 +63,10 @@ def status_for(exc: AllRoutesFailed) -> wire.WireError:
     attempts = exc.attempts
     rid = exc.request_id
     last = attempts[-1] if attempts else None
-    if last is not None and last.error_class in REQUEST_FAULTS:
+    refused = last is not None and (
+        last.error_class in REQUEST_FAULTS or (last.http_status in (404, 422) and last.upstream_error is not None)
+    )
+    if last is not None and refused:
         detail = (last.error or "").split(": ", 1)[-1]
         status = last.http_status if last.http_status and 400 <= last.http_status < 500 else 400
         return wire.WireError(

@@ -615,16 +615,23 @@ def test_responses_on_a_chat_only_provider_are_translated_both_ways(proxy_factor
     got = proxy.run(go())
     sent = up.requests_for("direct")[0]
     assert sent.path == "/direct/v1/chat/completions"
+    function = {"name": "get_weather", "parameters": {"type": "object"}, "strict": True}
     assert sent.json == {
         "model": "gpt-4.1",
-        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "weather?"}]}],
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+        ],
         "temperature": 0.3,
-        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}, "strict": True}}],
+        "tools": [{"type": "function", "function": function}],
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
         "max_completion_tokens": 64,
         "reasoning_effort": "low",
-        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True}},
-    }  # fmt: skip
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": True},
+        },
+    }
     calls = [o for o in got.output if o.type == "function_call"]
     assert [(c.call_id, c.name, c.arguments) for c in calls] == [("call_1", "get_weather", '{"c":1}')]
     assert (

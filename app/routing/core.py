@@ -508,15 +508,30 @@ class RoutingCore:
         raises :class:`SubstitutionRefused` before any network call when none is left."""
         r = self.settings.routing
         policy = Policy.of(r.substitution.mode, r.substitution.max_price_factor)
-        decision = decide(
-            model,
-            routes,
-            self.offers,
-            policy,
-            alternatives=(r.primary, r.fallback),
-            forced=forced,
-            by_intent=by_intent,
-        )
+        # The canary ratio means what it says: a side the operator gave no traffic (0 % or 100 %)
+        # is never where a request is moved to because of its model; only fail-over reaches it.
+        ratio = self.ratio.value
+        closed = {r.primary} if ratio <= 0 else {r.fallback} if ratio >= 1 else set()
+        alternatives = [a for a in (r.primary, r.fallback) if a not in closed or a in {p for p, _ in routes}]
+        try:
+            decision = decide(
+                model,
+                routes,
+                self.offers,
+                policy,
+                alternatives=alternatives,
+                forced=forced,
+                by_intent=by_intent,
+            )
+        except SubstitutionRefused as exc:
+            shut = [a for a in (r.primary, r.fallback) if a in closed and a not in {p for p, _ in routes}]
+            if not shut or not any(model in self.offers[a].models for a in shut):
+                raise
+            raise SubstitutionRefused(
+                model,
+                f"{exc} {shut[0]} serves {model} but gets no traffic at a canary ratio of {ratio:.0%}: "
+                f"raise the ratio to send such requests there",
+            ) from None
         for v in decision.dropped:
             log.info(
                 "%s not used for %s: %s would cost %.2fx (routing.substitution)", v.provider, model, v.model, v.factor

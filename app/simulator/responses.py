@@ -251,8 +251,9 @@ def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str], store:
         "top_logprobs": top or 0,
         "top_p": body.get("top_p", 1.0),
         "truncation": truncation,
-        "user": body.get("user"),
     }
+    if isinstance(body.get("user"), str):  # the spec's ``user`` is a string, never null
+        echo["user"] = body["user"]
     logprobs = include is not None and _LOGPROBS_INCLUDE in include
     return _ResponsesRequest(ask, stream, echo["store"], conversation, echo, logprobs, top or 0)
 
@@ -372,14 +373,9 @@ def _frames(response: Mapping[str, Any], request: _ResponsesRequest, first_s: fl
     def add(payload: dict[str, Any], delta: bool = False) -> None:
         events.append((delta, payload))
 
-    snapshot = {
-        **response,
-        "status": "in_progress",
-        "output": [],
-        "usage": None,
-        "completed_at": None,
-        "incomplete_details": None,
-    }
+    # The in-progress response has no output and no usage yet (the spec's usage is never null).
+    snapshot = {key: value for key, value in response.items() if key != "usage"}
+    snapshot.update(status="in_progress", output=[], completed_at=None, incomplete_details=None)
     add({"type": "response.created", "response": snapshot})
     add({"type": "response.in_progress", "response": snapshot})
     for output_index, item in enumerate(response["output"]):

@@ -356,13 +356,12 @@ def _fit(
             if low is not None and high is not None and low < high:
                 value = (low + high) / 2
         return value if ok(value) else None
-    k = math.ceil(start / step)
-    for candidate in range(k, k + 64):
+    # The multiples nearest ``start``, upwards then downwards (an open upper bound at ``start``).
+    up, down = math.ceil(start / step), math.floor(start / step)
+    for candidate in [*range(up, up + 64), *range(down, down - 64, -1)]:
         value = candidate * step
         if ok(value):
             return value
-        if high is not None and value > high:
-            break
     return None
 
 

@@ -145,7 +145,10 @@ def _prompt_value(name: str, schema: Mapping[str, Any], prompt: str) -> Any:
                 return place.group(1)
         return NO_HINT
     if kind in ("integer", "number"):
-        number = re.search(rf"\b{spelled}\b\D{{0,12}}?(-?\d+(?:\.\d+)?)", prompt, re.I)
+        # "seats: 3", "seats 3" or "3 seats"
+        number = re.search(rf"\b{spelled}\b\D{{0,12}}?(-?\d+(?:\.\d+)?)", prompt, re.I) or re.search(
+            rf"(-?\d+(?:\.\d+)?)\s+{spelled}\b", prompt, re.I
+        )
         if number:
             text = number.group(1)
             if kind == "integer":

@@ -38,6 +38,7 @@ from app.simulator.wire import (
     check_object,
     check_stop,
     check_string,
+    dumps,
     sse_data,
     usage_counts,
 )
@@ -359,13 +360,13 @@ def plan_chat(
     return Planned(frames=frames, tokens=len(prompt) + completion, processing_ms=round(first_s * 1000))
 
 
-def _logprobs(reply: Reply, request: _ChatRequest, tokens: Sequence[str], start: int = 0) -> dict[str, Any] | None:
+def _logprobs(reply: Reply, request: _ChatRequest, tokens: Sequence[str]) -> dict[str, Any] | None:
     if not request.logprobs:
         return None
     if reply.text is None:
         return {"content": None, "refusal": None}
     entries = token_logprobs(tokens, request.top_logprobs, reply.salt + request.ask.model)
-    return {"content": entries[start:] if start else entries, "refusal": None}
+    return {"content": entries, "refusal": None}
 
 
 def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
@@ -382,7 +383,7 @@ def _choice(index: int, reply: Reply, request: _ChatRequest) -> dict[str, Any]:
     return {
         "index": index,
         "message": message,
-        "logprobs": _logprobs(reply, request, pieces(reply.text or "")),
+        "logprobs": _logprobs(reply, request, pieces(reply.text or "")) if request.logprobs else None,
         "finish_reason": reply.finish_reason,
     }
 
@@ -397,11 +398,14 @@ def _frames(
 ) -> list[Frame]:
     """The stream: choices interleaved token by token; the role event and each choice's first
     token go out together, so the first byte is the first token."""
-    usage_field: dict[str, Any] = {"usage": None} if request.include_usage else {}
+    # Every chunk shares its envelope; only the choice is encoded per chunk.
+    envelope = dumps({**head, "object": "chat.completion.chunk", "choices": []})
+    prefix = ("data: " + envelope[: envelope.rindex("[]")] + "[").encode()
+    suffix = ("]" + (',"usage":null' if request.include_usage else "") + "}\n\n").encode()
 
     def chunk(index: int, delta: Mapping[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        return sse_data({**head, "object": "chat.completion.chunk", "choices": [choice], **usage_field})
+        return prefix + dumps(choice).encode() + suffix
 
     steps: list[list[bytes]] = []
     for index, reply in enumerate(replies):

@@ -11,6 +11,7 @@ with; else the canned simulated text. Reasoning tokens are spent first and count
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
@@ -65,7 +66,7 @@ class ToolCall:
     arguments: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: the token counts are cached on the instance
 class Reply:
     text: str | None  # None when the reply only calls tools
     finish_reason: str  # "stop", "length" or "tool_calls"
@@ -73,7 +74,7 @@ class Reply:
     reasoning_tokens: int = 0
     salt: str = field(default="", compare=False)
 
-    @property
+    @functools.cached_property
     def visible_tokens(self) -> int:
         calls = sum(len(tokenize(c.name)) + len(tokenize(c.arguments)) for c in self.tool_calls)
         return len(tokenize(self.text or "")) + calls

@@ -94,8 +94,10 @@ def _no_constants(name: str) -> Any:
 def _parse_json(content: bytes) -> dict[str, Any]:
     try:
         body = json.loads(content.decode("utf-8") or "null", parse_constant=_no_constants)
-        # A lone surrogate (\\ud800) parses but cannot be encoded: refuse it here, not later.
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
+        # A lone surrogate (\ud800) parses but cannot be encoded: refuse it here, not later. Valid
+        # UTF-8 bytes cannot hold one, so only a body with a \\uD8xx-\\uDFxx escape needs the check.
+        if b"\\ud" in content or b"\\uD" in content:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
     except (ValueError, UnicodeError, RecursionError):
         raise BadRequest(400, "We could not parse the JSON body of your request.", "invalid_json") from None
     if not isinstance(body, dict):

@@ -152,6 +152,16 @@ def _conversation(value: Any) -> list[dict[str, Any]]:
     return messages
 
 
+def _check_call_outputs(conversation: Sequence[Mapping[str, Any]]) -> None:
+    """Every ``function_call_output`` answers an earlier ``function_call``, as OpenAI requires."""
+    calls: set[str] = set()
+    for message in conversation:
+        calls.update(str(c.get("id")) for c in message.get("tool_calls") or ())
+        call_id = message.get("tool_call_id")
+        if message.get("role") == "tool" and call_id not in calls:
+            raise BadRequest(400, f"No tool call found for function call output with call_id {call_id}.", None, "input")
+
+
 @dataclass(frozen=True, slots=True)
 class _ResponsesRequest:
     ask: Ask
@@ -198,6 +208,7 @@ def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str], store:
     conversation = history + new_messages
     if not conversation:
         raise invalid("input", "the conversation has no input.", "empty_array")
+    _check_call_outputs(conversation)
     messages = ([{"role": "developer", "content": instructions}] if instructions else []) + conversation
 
     max_output = check_int(body, "max_output_tokens", MIN_OUTPUT_TOKENS)

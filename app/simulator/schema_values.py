@@ -23,6 +23,7 @@ __all__ = ["NO_HINT", "Hint", "SchemaError", "value_for_schema"]
 MAX_ITEMS = 100
 MAX_STRING = 4096
 MAX_NODES = 20_000
+MAX_TOTAL_CHARS = 1_000_000  # of all generated strings together
 # Deeper than this, only required properties are generated and arrays stay at their minimum, so
 # recursive schemas ($ref cycles) end.
 _OPTIONAL_DEPTH = 4
@@ -84,6 +85,7 @@ class _Generator:
         self.root = root
         self.hint = hint
         self.nodes = 0
+        self.chars = 0
 
     # ---- dispatch -----------------------------------------------------------------------
 
@@ -244,6 +246,13 @@ class _Generator:
     # ---- scalars ------------------------------------------------------------------------
 
     def string_value(self, schema: Mapping[str, Any], variant: int) -> str:
+        text = self._string_value(schema, variant)
+        self.chars += len(text)
+        if self.chars > MAX_TOTAL_CHARS:
+            raise SchemaError("the schema asks for too much text")
+        return text
+
+    def _string_value(self, schema: Mapping[str, Any], variant: int) -> str:
         low = _count(schema.get("minLength"), 0)
         high = _count(schema.get("maxLength"), MAX_STRING)
         if low > MAX_STRING:
@@ -440,9 +449,10 @@ def _emit(items: Sequence[Any], bonus: int, variant: int) -> str:
         elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
             low, high, sub = arg
             count = low if bonus == 0 else min(max(low, bonus), high if high != _sre_parse.MAXREPEAT else low + bonus)
-            if count > MAX_STRING:
+            piece = _emit(list(sub), bonus, variant)
+            if count > MAX_STRING or len(piece) * count > MAX_STRING:
                 raise _Unsupported
-            out.append(_emit(list(sub), bonus, variant) * count)
+            out.append(piece * count)
         elif name == "SUBPATTERN":
             out.append(_emit(list(arg[-1]), bonus, variant))
         elif name == "ATOMIC_GROUP":

@@ -321,6 +321,14 @@ def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) 
     assert client.responses.retrieve(first.id).output_text == first.output_text
 
 
+def test_a_function_call_output_without_its_call_is_refused(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(
+            model="gpt-4.1", input=[{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}]
+        )
+    assert "call_nowhere" in caught.value.message
+
+
 def test_an_unknown_previous_response_id_is_refused(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="gpt-4.1", input="Hi", previous_response_id="resp_unknown")

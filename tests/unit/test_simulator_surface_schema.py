@@ -196,6 +196,12 @@ def test_all_properties_are_filled_when_shallow_and_defaults_are_used() -> None:
         {"$ref": "https://example.com/schema"},
         {"type": "integer", "minimum": 3, "maximum": 4, "multipleOf": 10},
         {"$defs": {"loop": {"$ref": "#/$defs/loop"}}, "$ref": "#/$defs/loop"},
+        # Bounded output: 100 x 100 strings of 4000 characters would be 40 MB.
+        {
+            "type": "array",
+            "minItems": 100,
+            "items": {"type": "array", "minItems": 100, "items": {"type": "string", "minLength": 4000}},
+        },
     ],
 )
 def test_schemas_that_cannot_be_served_are_schema_errors(schema: Any) -> None:
@@ -269,3 +275,8 @@ def test_arguments_take_values_from_the_prompt() -> None:
         },
     )
     assert json.loads(arguments_for(tool, "book 3 seats in business class")) == {"seats": 3, "cabin": "business"}
+
+
+def test_a_pattern_too_large_to_spell_out_falls_back_quickly() -> None:
+    value = value_for_schema({"type": "string", "pattern": "^(a{1000}){1000}$"})
+    assert isinstance(value, str) and len(value) < 10_000

@@ -540,3 +540,10 @@ def test_hostile_bodies_are_400_not_500(content: bytes) -> None:
         response = http.post("http://holysheep.sim/v1/chat/completions", content=content)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_json"
+
+
+def test_streamed_structured_output_is_parsed_by_the_stream_helper(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Solve 2x = 4."}]
+    with client.chat.completions.stream(model="gpt-4.1", messages=messages, response_format=Solution) as stream:
+        final = stream.get_final_completion()
+    assert isinstance(final.choices[0].message.parsed, Solution)

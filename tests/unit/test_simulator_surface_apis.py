@@ -458,3 +458,15 @@ def test_latency_applies_to_the_new_endpoints() -> None:
         events = list(client.responses.create(model="gpt-4.1", input="x", stream=True))
         deltas = sum(1 for e in events if e.type == "response.output_text.delta")
         assert sleeps == [pytest.approx(0.1)] + [pytest.approx(0.02)] * (deltas - 1)
+
+
+def test_responses_logprobs_when_included(client: openai.OpenAI) -> None:
+    include = ["message.output_text.logprobs"]
+    response = client.responses.create(model="gpt-4.1", input="x", include=include, top_logprobs=2)
+    part = response.output[0].content[0]
+    assert "".join(entry.token for entry in part.logprobs) == part.text
+    assert all(len(entry.top_logprobs) == 2 for entry in part.logprobs)
+    events = list(client.responses.create(model="gpt-4.1", input="x", include=include, top_logprobs=2, stream=True))
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert all([entry.token for entry in e.logprobs] == [e.delta] for e in deltas)
+    assert client.responses.create(model="gpt-4.1", input="x").output[0].content[0].logprobs == []

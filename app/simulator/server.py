@@ -279,7 +279,7 @@ class SimulatedProvider:
             broken = draws.stream_break < faults.stream_break_rate
             return httpx2.Response(200, headers=headers, content=self._paced(request, planned.frames, broken))
         self._pause(planned.delay_s)
-        return httpx2.Response(planned.status, headers=headers, content=json.dumps(planned.body).encode())
+        return httpx2.Response(200, headers=headers, content=json.dumps(planned.body).encode())
 
     def _pace(self, model: Any, faults: FaultSettings, draws: _Draws) -> Pace:
         profile = profile_for(self._profiles, model if isinstance(model, str) else "")

@@ -60,9 +60,9 @@ def _significant(words: Sequence[str]) -> set[str]:
 
 def _mention(tool: FunctionTool, text: str, words: set[str]) -> int | None:
     """Where in ``text`` the message asks for ``tool`` (a character offset), or None."""
-    lowered = text.lower()
-    spellings = {tool.name.lower(), " ".join(_words(tool.name))}
-    positions = [lowered.find(s) for s in spellings if s and lowered.find(s) >= 0]
+    spellings = {tool.name, " ".join(_words(tool.name))}
+    found = [re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", text, re.IGNORECASE) for s in spellings if s]
+    positions = [match.start() for match in found if match]
     if positions:
         return min(positions)
     name_hits = _significant(_words(tool.name)) & words

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from app.simulator.errors import BadRequest, invalid
@@ -64,8 +64,6 @@ class Planned:
     frames: Sequence[Frame] | None = None
     tokens: int = 0  # prompt + output tokens, for the rate-limit headers
     processing_ms: int = 0
-    status: int = 200
-    extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 # One encoder for every event: json.dumps with options builds a new encoder per call, which is

@@ -233,6 +233,7 @@ WEATHER = FunctionTool(
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
 STOCKS = FunctionTool("lookupStockPrice", "Latest share price of a listed company", {"type": "object"})
+SEARCH = FunctionTool("search", "", {"type": "object"})
 
 
 @pytest.mark.parametrize(
@@ -244,10 +245,12 @@ STOCKS = FunctionTool("lookupStockPrice", "Latest share price of a listed compan
         ("what is the latest share price of ACME?", ["lookupStockPrice"]),
         ("write a poem about the sea", []),
         ("call one of your tools", ["get_weather"]),
+        ("do some research on it", []),  # "search" inside another word is no mention
+        ("search for canaries", ["search"]),
     ],
 )
 def test_auto_calls_what_the_message_asks_for(text: str, expected: list[str]) -> None:
-    chosen = choose_tools([WEATHER, STOCKS], "auto", parallel=True, last_user_text=text)
+    chosen = choose_tools([WEATHER, STOCKS, SEARCH], "auto", parallel=True, last_user_text=text)
     assert [t.name for t in chosen] == expected
 
 

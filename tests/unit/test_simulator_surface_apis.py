@@ -470,3 +470,27 @@ def test_responses_logprobs_when_included(client: openai.OpenAI) -> None:
     deltas = [e for e in events if e.type == "response.output_text.delta"]
     assert all([entry.token for entry in e.logprobs] == [e.delta] for e in deltas)
     assert client.responses.create(model="gpt-4.1", input="x").output[0].content[0].logprobs == []
+
+
+def test_async_sdk_through_the_threaded_transport() -> None:
+    """The async server's path: AsyncOpenAI over the simulator's transport run in worker threads."""
+    import asyncio
+
+    from app.routing.async_client import ThreadedTransport
+
+    sim = provider()
+
+    async def run() -> tuple[str, str, list[float]]:
+        http = httpx2.AsyncClient(transport=ThreadedTransport(make_transport(sim)))
+        async with openai.AsyncOpenAI(
+            base_url="http://direct.sim/v1", api_key="sim", max_retries=0, http_client=http
+        ) as client:
+            stream = await client.responses.create(model="gpt-4.1", input="async", stream=True)
+            text = "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
+            whole = await client.responses.create(model="gpt-4.1", input="async")
+            vector = await client.embeddings.create(model="text-embedding-3-small", input="async", dimensions=4)
+        return text, whole.output_text, vector.data[0].embedding
+
+    text, whole, vector = asyncio.run(run())
+    assert text == whole
+    assert len(vector) == 4

@@ -14,10 +14,11 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.simulator.answers import Answer, compose_answer
 from app.simulator.errors import BadRequest, invalid
 from app.simulator.generation import REASONING_TOKENS, Ask, Reply, pieces, reply_to, token_logprobs
 from app.simulator.prefix_cache import PrefixCache
@@ -262,7 +263,9 @@ def parse_schema_format(value: Any, param: str, *, flat: bool) -> Mapping[str, A
     return {"type": "json_schema", "name": name, "schema": schema}
 
 
-def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str]) -> _ChatRequest:
+def _parse(
+    body: Mapping[str, Any], provider: str, models: Sequence[str], compose: Callable[..., Answer]
+) -> _ChatRequest:
     model = check_model(body, models)
     messages = _check_messages(body.get("messages"))
     max_tokens = check_int(body, "max_completion_tokens", 1)
@@ -320,6 +323,7 @@ def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str]) -> _Ch
         stop=check_stop(body),
         seed=seed,
         reasoning_effort=effort,
+        compose=compose,
     )
     include_usage = bool(options and options.get("include_usage") is True)
     return _ChatRequest(ask, n, stream, include_usage, logprobs, top or 0, "default" if tier == "auto" else tier)
@@ -329,10 +333,16 @@ def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str]) -> _Ch
 
 
 def plan_chat(
-    body: Mapping[str, Any], *, provider: str, models: Sequence[str], prefix_cache: PrefixCache, pace: Pace
+    body: Mapping[str, Any],
+    *,
+    provider: str,
+    models: Sequence[str],
+    prefix_cache: PrefixCache,
+    pace: Pace,
+    compose: Callable[..., Answer] = compose_answer,
 ) -> Planned:
     """The answer to a chat completion request ``body``; raises ``BadRequest``."""
-    request = _parse(body, provider, models)
+    request = _parse(body, provider, models, compose)
     try:
         replies = [reply_to(request.ask, variant) for variant in range(request.n)]
     except SchemaError as exc:

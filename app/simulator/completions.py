@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.simulator.answers import Answer, compose_answer
@@ -80,7 +80,13 @@ def _legacy_logprobs(tokens: Sequence[str], top: int, salt: str, offset: int) ->
 
 
 def plan_completions(
-    body: Mapping[str, Any], *, provider: str, models: Sequence[str], prefix_cache: PrefixCache, pace: Pace
+    body: Mapping[str, Any],
+    *,
+    provider: str,
+    models: Sequence[str],
+    prefix_cache: PrefixCache,
+    pace: Pace,
+    compose: Callable[..., Answer] = compose_answer,
 ) -> Planned:
     """The answer to a legacy completion request ``body``; raises ``BadRequest``."""
     model = check_model(body, models)
@@ -118,7 +124,7 @@ def plan_completions(
         cached += prefix_cache.lookup_and_insert(tokens)
         for choice in range(n):
             salt = "" if choice == 0 and seed is None else f"seed={seed}\x00n={choice}"
-            answer = compose_answer(provider, model, messages, tokens, max_tokens, salt=salt, stop=stop)
+            answer = compose(provider, model, messages, tokens, max_tokens, salt=salt, stop=stop)
             choices.append((prompt if echo else "", answer, salt))
     completion = sum(len(tokenize(answer.text)) for _, answer, _ in choices)
     usage = usage_counts(prompt_total, cached, completion, 0)

@@ -15,7 +15,7 @@ import functools
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,8 @@ class Ask:
     seed: int | None = None
     reasoning_effort: str | None = None
     call_prefix: str = "call_"
+    # Writes the canned text answer (``answers.compose_answer``); the provider hands it in.
+    compose: Callable[..., Answer] = compose_answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,7 @@ def _text(ask: Ask, salt: str, budget: int | None, after_tools: bool) -> Answer:
         return cut(json.dumps(value, ensure_ascii=False), ask.stop, budget)
     if after_tools:
         return cut(_tool_results_text(ask), ask.stop, budget)
-    return compose_answer(ask.provider, ask.model, ask.messages, ask.prompt, budget, salt=salt, stop=ask.stop)
+    return ask.compose(ask.provider, ask.model, ask.messages, ask.prompt, budget, salt=salt, stop=ask.stop)
 
 
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str | None:

@@ -19,10 +19,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.simulator.answers import Answer, compose_answer
 from app.simulator.chat import SERVICE_TIERS, parse_schema_format, parse_tool_choice, parse_tools
 from app.simulator.errors import BadRequest, invalid
 from app.simulator.generation import REASONING_TOKENS, Ask, Reply, pieces, reply_to, token_logprobs
@@ -185,7 +186,13 @@ def _echo_tools(value: Any) -> list[Any]:
     return out
 
 
-def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str], store: ResponseStore) -> _ResponsesRequest:
+def _parse(
+    body: Mapping[str, Any],
+    provider: str,
+    models: Sequence[str],
+    store: ResponseStore,
+    compose: Callable[..., Answer],
+) -> _ResponsesRequest:
     model = check_model(body, models)
     previous_id = check_string(body, "previous_response_id")
     if "input" not in body and previous_id is None:
@@ -245,6 +252,7 @@ def _parse(body: Mapping[str, Any], provider: str, models: Sequence[str], store:
         max_tokens=max_output,
         seed=None,
         reasoning_effort=effort,
+        compose=compose,
     )
     echo = {
         "instructions": instructions,
@@ -326,9 +334,10 @@ def plan_response(
     prefix_cache: PrefixCache,
     store: ResponseStore,
     pace: Pace,
+    compose: Callable[..., Answer] = compose_answer,
 ) -> Planned:
     """The answer to a create-response request ``body``; raises ``BadRequest``."""
-    request = _parse(body, provider, models, store)
+    request = _parse(body, provider, models, store, compose)
     try:
         reply = reply_to(request.ask)
     except SchemaError as exc:

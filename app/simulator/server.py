@@ -26,6 +26,9 @@ from urllib.parse import unquote
 
 import httpx2
 
+# The canned-text composer, read from this module per request: a test or a demo may rebind
+# ``app.simulator.server.compose_answer`` to make the simulator say something else.
+from app.simulator.answers import compose_answer
 from app.simulator.chat import plan_chat
 from app.simulator.completions import plan_completions
 from app.simulator.embeddings import plan_embeddings
@@ -220,13 +223,24 @@ class SimulatedProvider:
         return self._json(200, stored.response, request_id)
 
     def _planner(self, api: str) -> _Planner:
+        compose = compose_answer  # the module global at request time (see the import)
         if api == "chat":
             return lambda body, pace: plan_chat(
-                body, provider=self.name, models=self.models, prefix_cache=self.prefix_cache, pace=pace
+                body,
+                provider=self.name,
+                models=self.models,
+                prefix_cache=self.prefix_cache,
+                pace=pace,
+                compose=compose,
             )
         if api == "completions":
             return lambda body, pace: plan_completions(
-                body, provider=self.name, models=self.models, prefix_cache=self.prefix_cache, pace=pace
+                body,
+                provider=self.name,
+                models=self.models,
+                prefix_cache=self.prefix_cache,
+                pace=pace,
+                compose=compose,
             )
         if api == "embeddings":
             return lambda body, pace: plan_embeddings(body, models=self.models, pace=pace)
@@ -237,6 +251,7 @@ class SimulatedProvider:
             prefix_cache=self.prefix_cache,
             store=self.responses,
             pace=pace,
+            compose=compose,
         )
 
     def _generate(self, request: httpx2.Request, request_id: str, plan: _Planner) -> httpx2.Response:

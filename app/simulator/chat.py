@@ -78,9 +78,12 @@ def _check_messages(value: Any) -> list[dict[str, Any]]:
             400, "'messages' must be a non-empty array of objects with a 'role'.", "invalid_value", "messages"
         )
     call_ids: set[str] = set()
+    unanswered: list[str] = []  # tool calls of the last assistant turn still without a result
     for index, message in enumerate(value):
         where = f"messages[{index}]"
         role = message["role"]
+        if unanswered and role != "tool":
+            raise _unanswered(unanswered, f"messages[{index}]")
         if role not in _ROLES:
             listed = ", ".join(f"'{r}'" for r in _ROLES)
             raise invalid(f"{where}.role", f"value must be one of {listed}, got '{role}'.")
@@ -105,6 +108,7 @@ def _check_messages(value: Any) -> list[dict[str, Any]]:
                 ):
                     raise invalid(f"{where}.tool_calls", "expected an array of tool calls with 'id' and 'function'.")
                 call_ids.update(c["id"] for c in tool_calls)
+                unanswered = [c["id"] for c in tool_calls]
             if content is None and not tool_calls and message.get("function_call") is None:
                 raise BadRequest(
                     400,
@@ -121,6 +125,8 @@ def _check_messages(value: Any) -> list[dict[str, Any]]:
                     "missing_required_parameter",
                     f"{where}.tool_call_id",
                 )
+            if call_id in unanswered:
+                unanswered.remove(call_id)
             if call_id not in call_ids:
                 raise BadRequest(
                     400,
@@ -136,7 +142,19 @@ def _check_messages(value: Any) -> list[dict[str, Any]]:
                 "invalid_value",
                 f"{where}.content",
             )
+    if unanswered:
+        raise _unanswered(unanswered, "messages")
     return value
+
+
+def _unanswered(call_ids: Sequence[str], param: str) -> BadRequest:
+    return BadRequest(
+        400,
+        "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+        f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(call_ids)}",
+        None,
+        param,
+    )
 
 
 def parse_tools(value: Any, *, flat: bool) -> list[FunctionTool]:

@@ -154,13 +154,22 @@ def _conversation(value: Any) -> list[dict[str, Any]]:
 
 
 def _check_call_outputs(conversation: Sequence[Mapping[str, Any]]) -> None:
-    """Every ``function_call_output`` answers an earlier ``function_call``, as OpenAI requires."""
+    """Every ``function_call_output`` answers an earlier ``function_call``, and every call has its
+    output, as OpenAI requires."""
     calls: set[str] = set()
+    answered: set[str] = set()
     for message in conversation:
         calls.update(str(c.get("id")) for c in message.get("tool_calls") or ())
         call_id = message.get("tool_call_id")
-        if message.get("role") == "tool" and call_id not in calls:
-            raise BadRequest(400, f"No tool call found for function call output with call_id {call_id}.", None, "input")
+        if message.get("role") == "tool":
+            if call_id not in calls:
+                raise BadRequest(
+                    400, f"No tool call found for function call output with call_id {call_id}.", None, "input"
+                )
+            answered.add(str(call_id))
+    missing = sorted(calls - answered)
+    if missing:
+        raise BadRequest(400, f"No tool output found for function call {missing[0]}.", None, "input")
 
 
 @dataclass(frozen=True, slots=True)

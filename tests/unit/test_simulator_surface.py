@@ -183,6 +183,14 @@ def test_a_tool_message_without_a_preceding_call_is_refused(client: openai.OpenA
     assert "tool" in caught.value.message
 
 
+def test_tool_calls_without_their_results_are_refused(client: openai.OpenAI) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    messages = [*ASK_WEATHER, {"role": "assistant", "content": None, "tool_calls": [call]}, *NO_ASK]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="gpt-4.1", messages=messages, tools=TOOLS)
+    assert "call_1" in caught.value.message
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [

@@ -329,6 +329,13 @@ def test_a_function_call_output_without_its_call_is_refused(client: openai.OpenA
     assert "call_nowhere" in caught.value.message
 
 
+def test_continuing_a_function_call_without_its_output_is_refused(client: openai.OpenAI) -> None:
+    first = client.responses.create(model="gpt-4.1", input="What is the weather in Oslo?", tools=[WEATHER])
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="gpt-4.1", input="Never mind.", previous_response_id=first.id, tools=[WEATHER])
+    assert first.output[0].call_id in caught.value.message
+
+
 def test_an_unknown_previous_response_id_is_refused(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model="gpt-4.1", input="Hi", previous_response_id="resp_unknown")

@@ -38,6 +38,8 @@ _ASKS_FOR_A_TOOL = re.compile(
 _PLACE_NAMES = frozenset(
     {"city", "location", "place", "town", "country", "region", "destination", "address", "where", "area"}
 )
+# Markup characters never reach generated arguments or JSON: answers are shown as plain text.
+_MARKUP = re.compile(r"[<>\[\]()`*_~#|{}\\\"]")
 _PLACE = re.compile(r"\b(?:in|at|for|to|near|from)\s+([A-Z][\w'-]*(?:\s+[A-Z][\w'-]*){0,2})")
 
 
@@ -135,10 +137,10 @@ def _prompt_value(name: str, schema: Mapping[str, Any], prompt: str) -> Any:
     if kind == "string":
         quoted = re.search(rf"\b{spelled}\b\s*(?:[:=]|is|of|named|called)?\s*[\"']([^\"']{{1,200}})[\"']", prompt, re.I)
         if quoted:
-            return quoted.group(1)
+            return _plain(quoted.group(1))
         plain = re.search(rf"\b{spelled}\b\s*(?:[:=]|\bis\b)\s*([\w.@/+-]{{1,100}})", prompt, re.I)
         if plain:
-            return plain.group(1)
+            return _plain(plain.group(1))
         if _PLACE_NAMES & set(_words(name)) or _PLACE_NAMES & set(_words(str(schema.get("description", "")))):
             place = _PLACE.search(prompt)
             if place:
@@ -155,3 +157,8 @@ def _prompt_value(name: str, schema: Mapping[str, Any], prompt: str) -> Any:
                 return int(text) if "." not in text else NO_HINT
             return float(text) if "." in text else int(text)
     return NO_HINT
+
+
+def _plain(value: str) -> Any:
+    cleaned = _MARKUP.sub("", value).strip()
+    return cleaned or NO_HINT

@@ -283,3 +283,9 @@ def test_arguments_take_values_from_the_prompt() -> None:
 def test_a_pattern_too_large_to_spell_out_falls_back_quickly() -> None:
     value = value_for_schema({"type": "string", "pattern": "^(a{1000}){1000}$"})
     assert isinstance(value, str) and len(value) < 10_000
+
+
+def test_prompt_values_lose_their_markup() -> None:
+    arguments = json.loads(arguments_for(WEATHER, 'city: "<img src=x onerror=alert(1)>[Paris](https://x)"'))
+    assert not set("<>[]()") & set(arguments["city"])
+    assert "Paris" in arguments["city"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from app.simulator.answers import Answer, compose_answer, cut, quote, safe_text
 from app.simulator.schema_values import value_for_schema
-from app.simulator.tokens import token_spans, tokenize
+from app.simulator.tokens import token_spans, tokenize, truncate_to_tokens
 from app.simulator.tools import FunctionTool, ToolMode, arguments_for, choose_tools, prompt_hint
 from core.messages import content_text
 
@@ -104,14 +104,38 @@ def reply_to(ask: Ask, variant: int = 0) -> Reply:
     chosen = choose_tools(ask.tools, ask.tool_mode, parallel=ask.parallel_tool_calls, last_user_text=last_user)
     if chosen:
         prompt_text = last_user or _last_user_text(ask.messages) or ""
-        calls = tuple(
+        calls = [
             ToolCall(f"{ask.call_prefix}{uuid.uuid4().hex[:24]}", tool.name, arguments_for(tool, prompt_text))
             for tool in chosen
-        )
-        return Reply(None, "tool_calls", calls, reasoning, salt)
+        ]
+        cut_calls = _within(calls, visible_budget)
+        if not cut_calls:  # not even a function name fits
+            return Reply("", "length", (), reasoning, salt)
+        finish = "tool_calls" if cut_calls == calls else "length"
+        return Reply(None, finish, tuple(cut_calls), reasoning, salt)
 
     answer = _text(ask, salt, visible_budget, ends_with_tool_results)
     return Reply(answer.text, answer.finish_reason, (), reasoning, salt)
+
+
+def _within(calls: list[ToolCall], budget: int | None) -> list[ToolCall]:
+    """The calls as far as ``budget`` tokens reach: the call it runs out in keeps its cut
+    arguments (no longer valid JSON, as with a real model), later ones are never written."""
+    if budget is None:
+        return calls
+    out: list[ToolCall] = []
+    left = budget
+    for call in calls:
+        cost = len(tokenize(call.name)) + len(tokenize(call.arguments))
+        if cost <= left:
+            out.append(call)
+            left -= cost
+            continue
+        room = left - len(tokenize(call.name))
+        if room > 0:
+            out.append(ToolCall(call.call_id, call.name, truncate_to_tokens(call.arguments, room)))
+        break
+    return out
 
 
 def _text(ask: Ask, salt: str, budget: int | None, after_tools: bool) -> Answer:

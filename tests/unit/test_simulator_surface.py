@@ -176,6 +176,16 @@ def test_the_tool_round_trip_answers_with_the_tool_output(client: openai.OpenAI)
     assert second.usage.prompt_tokens > first.usage.prompt_tokens  # the call and its result are read
 
 
+def test_max_tokens_cuts_a_tool_call_like_a_real_model(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model="gpt-4.1", messages=ASK_WEATHER, tools=TOOLS)
+    arguments = whole.choices[0].message.tool_calls[0].function.arguments
+    cut = client.chat.completions.create(model="gpt-4.1", messages=ASK_WEATHER, tools=TOOLS, max_tokens=8)
+    assert cut.choices[0].finish_reason == "length"
+    [call] = cut.choices[0].message.tool_calls
+    assert arguments.startswith(call.function.arguments) and call.function.arguments != arguments
+    assert cut.usage.completion_tokens == 8
+
+
 def test_a_tool_message_without_a_preceding_call_is_refused(client: openai.OpenAI) -> None:
     messages = [*ASK_WEATHER, {"role": "tool", "tool_call_id": "call_nowhere", "content": "{}"}]
     with pytest.raises(openai.BadRequestError) as caught:

@@ -18,7 +18,7 @@ from typing import Any
 from app.simulator.tokens import tokenize, truncate_to_tokens
 from core.messages import content_text
 
-__all__ = ["Answer", "compose_answer"]
+__all__ = ["Answer", "compose_answer", "cut", "quote"]
 
 MIN_TOKENS = 40
 MAX_TOKENS = 160
@@ -48,6 +48,17 @@ class Answer:
     finish_reason: str  # "stop", or "length" when max_tokens cut it
 
 
+def quote(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The last user message, shortened and reduced to plain characters."""
+    return _quote(messages)
+
+
+def safe_text(text: str, limit: int = _QUOTE_CHARS * 3) -> str:
+    """``text`` reduced to plain characters (no markup), shortened to about ``limit``."""
+    flat = _SPACES.sub(" ", _UNSAFE.sub(" ", text)).strip()
+    return flat if len(flat) <= limit else flat[:limit].rstrip() + "..."
+
+
 def _quote(messages: Sequence[Mapping[str, Any]]) -> str:
     last_user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
     text = _SPACES.sub(
@@ -60,9 +71,23 @@ def _quote(messages: Sequence[Mapping[str, Any]]) -> str:
     return short + ("..." if short != text else "")
 
 
-def _seed(provider: str, model: str, prompt: Sequence[str]) -> int:
-    digest = hashlib.sha256("\x00".join([provider, model, *prompt]).encode("utf-8")).digest()
+def _seed(provider: str, model: str, prompt: Sequence[str], salt: str) -> int:
+    # No salt hashes exactly as before, so the plain answer to a prompt never changes.
+    parts = [provider, model, *prompt, *([salt] if salt else [])]
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big")
+
+
+def cut(text: str, stop: Sequence[str], max_tokens: int | None) -> Answer:
+    """``text`` as generated: ended before the first ``stop`` string ("stop"), then cut to
+    ``max_tokens`` ("length")."""
+    finish = "stop"
+    ends = [text.find(s) for s in stop if s and text.find(s) >= 0]
+    if ends:
+        text = text[: min(ends)]
+    if max_tokens is not None and len(tokenize(text)) > max_tokens:
+        return Answer(truncate_to_tokens(text, max_tokens), "length")
+    return Answer(text, finish)
 
 
 def compose_answer(
@@ -71,9 +96,14 @@ def compose_answer(
     messages: Sequence[Mapping[str, Any]],
     prompt: Sequence[str],
     max_tokens: int | None,
+    *,
+    salt: str = "",
+    stop: Sequence[str] = (),
 ) -> Answer:
-    """The answer to ``messages`` (whose pseudo-tokens are ``prompt``), cut to ``max_tokens``."""
-    rng = random.Random(_seed(provider, model, prompt))
+    """The answer to ``messages`` (whose pseudo-tokens are ``prompt``), ended at a ``stop`` string
+    and cut to ``max_tokens``; a ``salt`` (the request's seed, the choice index) picks another
+    answer to the same prompt."""
+    rng = random.Random(_seed(provider, model, prompt, salt))
     quote = _quote(messages)
     parts = [
         f"[simulated {provider}/{model}] This is a simulated answer from a test upstream, not a real model.",
@@ -87,7 +117,4 @@ def compose_answer(
         if len(tokenize(" ".join([*parts, sentence]))) > MAX_TOKENS:
             break
         parts.append(sentence)
-    text = " ".join(parts)
-    if max_tokens is not None and len(tokenize(text)) > max_tokens:
-        return Answer(truncate_to_tokens(text, max_tokens), "length")
-    return Answer(text, "stop")
+    return cut(" ".join(parts), stop, max_tokens)

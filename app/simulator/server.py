@@ -2,10 +2,13 @@
 
 ``SimulatedProvider.handle`` turns an ``httpx2.Request`` into an ``httpx2.Response`` the way an
 OpenAI-compatible server would, so the real SDK code path (request building, error mapping,
-SSE parsing) runs against it through a mock transport. It serves
-``POST /v1/chat/completions`` (streamed and not) and ``GET /v1/models``, applies the latency
-profile of the model, injects the configured faults, and counts cached prompt tokens with a
-per-provider prefix cache.
+SSE parsing) runs against it through a mock transport. It serves the OpenAI surface a gateway
+proxies: ``POST /v1/chat/completions``, ``/v1/responses`` (and ``GET``/``DELETE
+/v1/responses/{id}``), ``/v1/embeddings`` and ``/v1/completions``, streamed where OpenAI
+streams, plus ``GET /v1/models`` and ``/v1/models/{id}``. This module owns what every endpoint
+shares: routing, the ``apis`` a provider serves, fault injection, the latency profile and its
+pacing, the rate-limit and request-id headers; the endpoint modules (``chat``, ``responses``,
+``embeddings``, ``completions``) own their request checks and answer shapes.
 """
 
 from __future__ import annotations
@@ -16,19 +19,38 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import httpx2
 
-from app.simulator.answers import Answer, compose_answer
+# The canned-text composer, read from this module per request: a test or a demo may rebind
+# ``app.simulator.server.compose_answer`` to make the simulator say something else.
+from app.simulator.answers import compose_answer
+from app.simulator.chat import plan_chat
+from app.simulator.completions import plan_completions
+from app.simulator.embeddings import plan_embeddings
+from app.simulator.errors import BadRequest, error_body
 from app.simulator.prefix_cache import PrefixCache
 from app.simulator.profiles import LatencyProfile, load_profiles, profile_for
-from app.simulator.tokens import prompt_tokens, token_spans, tokenize
+from app.simulator.ratelimits import RateWindow
+from app.simulator.responses import ResponseStore, plan_response
+from app.simulator.wire import Frame, Pace, Planned
 from core.faults import FaultSettings
 
-__all__ = ["CACHE_HINT_HEADERS", "MAX_HOLD_S", "SimulatedProvider", "UpstreamTimeout"]
+__all__ = ["ALL_APIS", "CACHE_HINT_HEADERS", "MAX_HOLD_S", "SimulatedProvider", "UpstreamTimeout"]
+
+# The APIs a simulated provider can serve (``apis=``); a provider without one answers its
+# routes 404, like an upstream that does not implement it.
+ALL_APIS = frozenset({"chat", "responses", "embeddings", "completions"})
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+    "/v1/completions": "completions",
+}
 
 # Headers the gateway's router adds for sticky sessions / cache control; some real upstreams
 # reject unknown headers, which ``reject_cache_hints`` reproduces.
@@ -65,37 +87,36 @@ class _Draws:
     jitter: float  # uniform in [0, 1)
 
 
-@dataclass(frozen=True, slots=True)
-class _Completion:
-    completion_id: str
-    created: int
-    model: str
-    answer: Answer
-    usage: dict[str, Any]
-    ttft_s: float
-    per_token_s: float
+_Planner = Callable[[dict[str, Any], Pace], Planned]
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str, code: str | None, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.param = param
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
 
 
-def _error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+def _parse_json(content: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(content.decode("utf-8") or "null", parse_constant=_no_constants)
+        # A lone surrogate (\ud800) parses but cannot be encoded: refuse it here, not later. Valid
+        # UTF-8 bytes cannot hold one, so only a body with a \\uD8xx-\\uDFxx escape needs the check.
+        if b"\\ud" in content or b"\\uD" in content:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        raise BadRequest(400, "We could not parse the JSON body of your request.", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest(400, "The request body must be a JSON object.", "invalid_json")
+    return body
 
 
 class SimulatedProvider:
     """An in-process OpenAI-compatible upstream named ``name`` that serves ``models``.
 
-    ``faults`` is called once per chat request, so runtime changes apply to the next request.
-    ``latency_scale`` multiplies every sleep (0 never sleeps: tests, benchmarks); ``sleep`` is
-    injectable so tests can record the requested delays; ``seed`` makes fault draws and jitter
-    repeatable.
+    ``faults`` is called once per generation request (chat, responses, embeddings, completions),
+    so runtime changes apply to the next request. ``latency_scale`` multiplies every sleep (0
+    never sleeps: tests, benchmarks); ``sleep`` is injectable so tests can record the requested
+    delays; ``seed`` makes fault draws and jitter repeatable. ``apis`` is the subset of
+    :data:`ALL_APIS` served (default all); ``clock`` drives the rate-limit headers' window;
+    ``response_store`` keeps the stored responses ``previous_response_id`` continues.
     """
 
     def __init__(
@@ -109,13 +130,22 @@ class SimulatedProvider:
         sleep: Callable[[float], None] = time.sleep,
         seed: int | None = None,
         prefix_cache: PrefixCache | None = None,
+        apis: Iterable[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        response_store: ResponseStore | None = None,
     ) -> None:
         if latency_scale < 0 or not math.isfinite(latency_scale):
             raise ValueError("latency_scale must be a finite number >= 0")
+        served = ALL_APIS if apis is None else frozenset(apis)
+        if not served <= ALL_APIS:
+            unknown = ", ".join(sorted(served - ALL_APIS))
+            raise ValueError(f"unknown apis: {unknown} (known: {', '.join(sorted(ALL_APIS))})")
         self.name = name
         self.models: tuple[str, ...] = tuple(models)
+        self.apis: frozenset[str] = served
         self.latency_scale = latency_scale
         self.prefix_cache = prefix_cache if prefix_cache is not None else PrefixCache()
+        self.responses = response_store if response_store is not None else ResponseStore()
         self._faults = faults
         self._profiles = dict(profiles) if profiles is not None else load_profiles()
         if "default" not in self._profiles:
@@ -123,6 +153,7 @@ class SimulatedProvider:
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
+        self._rate_window = RateWindow(clock=clock)
 
     def __repr__(self) -> str:
         return f"SimulatedProvider(name={self.name!r}, models={list(self.models)!r})"
@@ -141,32 +172,91 @@ class SimulatedProvider:
         """Like ``handle``, but a timeout fault raises ``UpstreamTimeout`` without waiting."""
         request_id = request.headers.get("x-request-id") or f"req-sim-{uuid.uuid4().hex}"
         path = request.url.path.rstrip("/") or "/"
-        if path == "/v1/chat/completions":
+        api = _ROUTES.get(path)
+        if api is not None and api in self.apis:
             if request.method != "POST":
                 return self._method_not_allowed(request, request_id)
-            return self._chat_completions(request, request_id)
+            return self._generate(request, request_id, self._planner(api))
         if path == "/v1/models":
             if request.method not in ("GET", "HEAD"):
                 return self._method_not_allowed(request, request_id)
             return self._json(200, self._models_list(), request_id)
+        if path.startswith("/v1/models/"):
+            if request.method not in ("GET", "HEAD"):
+                return self._method_not_allowed(request, request_id)
+            return self._model(unquote(path.removeprefix("/v1/models/")), request_id)
+        if path.startswith("/v1/responses/") and "responses" in self.apis:
+            return self._stored_response(request, path.removeprefix("/v1/responses/"), request_id)
         return self._json(
             404,
-            _error_body(f"Unknown request URL: {request.method} {path}.", "invalid_request_error", "unknown_url"),
+            error_body(f"Unknown request URL: {request.method} {path}.", "invalid_request_error", "unknown_url"),
             request_id,
         )
 
     # ---- endpoints ----------------------------------------------------------------------
 
     def _models_list(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": model, "object": "model", "created": _MODELS_CREATED, "owned_by": self.name}
-                for model in self.models
-            ],
-        }
+        return {"object": "list", "data": [self._model_object(model) for model in self.models]}
 
-    def _chat_completions(self, request: httpx2.Request, request_id: str) -> httpx2.Response:
+    def _model_object(self, model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": _MODELS_CREATED, "owned_by": self.name}
+
+    def _model(self, model: str, request_id: str) -> httpx2.Response:
+        if model in self.models:
+            return self._json(200, self._model_object(model), request_id)
+        return self._json(
+            404,
+            error_body(f"The model '{model}' does not exist", "invalid_request_error", "model_not_found", "model"),
+            request_id,
+        )
+
+    def _stored_response(self, request: httpx2.Request, response_id: str, request_id: str) -> httpx2.Response:
+        if request.method not in ("GET", "DELETE"):
+            return self._method_not_allowed(request, request_id)
+        stored = self.responses.get(response_id)
+        if stored is None:
+            message = f"No response found with id '{response_id}'."
+            return self._json(404, error_body(message, "invalid_request_error", None, None), request_id)
+        if request.method == "DELETE":
+            self.responses.delete(response_id)
+            return self._json(200, {"id": response_id, "object": "response", "deleted": True}, request_id)
+        return self._json(200, stored.response, request_id)
+
+    def _planner(self, api: str) -> _Planner:
+        compose = compose_answer  # the module global at request time (see the import)
+        if api == "chat":
+            return lambda body, pace: plan_chat(
+                body,
+                provider=self.name,
+                models=self.models,
+                prefix_cache=self.prefix_cache,
+                pace=pace,
+                compose=compose,
+            )
+        if api == "completions":
+            return lambda body, pace: plan_completions(
+                body,
+                provider=self.name,
+                models=self.models,
+                prefix_cache=self.prefix_cache,
+                pace=pace,
+                compose=compose,
+            )
+        if api == "embeddings":
+            return lambda body, pace: plan_embeddings(body, models=self.models, pace=pace)
+        return lambda body, pace: plan_response(
+            body,
+            provider=self.name,
+            models=self.models,
+            prefix_cache=self.prefix_cache,
+            store=self.responses,
+            pace=pace,
+            compose=compose,
+        )
+
+    def _generate(self, request: httpx2.Request, request_id: str, plan: _Planner) -> httpx2.Response:
+        """One generation request: faults first (as an overloaded upstream fails before reading
+        the body), then the endpoint's planned answer, paced by the model's latency profile."""
         faults = self._faults()
         draws = self._draw()
 
@@ -174,7 +264,7 @@ class SimulatedProvider:
         if faults.reject_cache_hints and hint is not None:
             return self._json(
                 400,
-                _error_body(
+                error_body(
                     f"unsupported header: {hint} (cache hints)", "invalid_request_error", "unsupported_cache_hints"
                 ),
                 request_id,
@@ -186,164 +276,43 @@ class SimulatedProvider:
         if draws.error < faults.error_rate:
             return self._json(
                 500,
-                _error_body("The simulated upstream had an error (injected fault).", "server_error", "simulated_error"),
+                error_body("The simulated upstream had an error (injected fault).", "server_error", "simulated_error"),
                 request_id,
             )
 
         try:
-            body = self._parse_body(request)
-            completion = self._complete(body, faults, draws)
-        except _BadRequest as bad:
-            error = _error_body(bad.message, "invalid_request_error", bad.code, bad.param)
-            return self._json(bad.status, error, request_id)
+            body = _parse_json(request.content)
+            planned = plan(body, self._pace(body.get("model"), faults, draws))
+        except BadRequest as bad:
+            return self._json(bad.status, bad.body(), request_id, self._rate_window.record(0))
 
-        if body.get("stream") is True:
-            options = body.get("stream_options")
-            include_usage = isinstance(options, Mapping) and options.get("include_usage") is True
+        headers = self._headers(request_id, content_type="application/json")
+        headers.update(self._rate_window.record(planned.tokens))
+        headers["openai-processing-ms"] = str(planned.processing_ms)
+        if planned.frames is not None:
+            headers["content-type"] = "text/event-stream; charset=utf-8"
             broken = draws.stream_break < faults.stream_break_rate
-            return httpx2.Response(
-                200,
-                headers=self._headers(request_id, content_type="text/event-stream; charset=utf-8"),
-                content=self._sse_events(request, completion, include_usage=include_usage, broken=broken),
-            )
+            return httpx2.Response(200, headers=headers, content=self._paced(request, planned.frames, broken))
+        self._pause(planned.delay_s)
+        return httpx2.Response(200, headers=headers, content=json.dumps(planned.body).encode())
 
-        self._pause(completion.ttft_s + completion.usage["completion_tokens"] * completion.per_token_s)
-        return self._json(200, self._completion_body(completion), request_id)
-
-    # ---- request parsing ----------------------------------------------------------------
-
-    def _parse_body(self, request: httpx2.Request) -> dict[str, Any]:
-        try:
-            body = json.loads(request.content or b"null")
-        except (ValueError, UnicodeDecodeError):
-            raise _BadRequest(400, "We could not parse the JSON body of your request.", "invalid_json") from None
-        if not isinstance(body, dict):
-            raise _BadRequest(400, "The request body must be a JSON object.", "invalid_json")
-
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise _BadRequest(400, "You must provide a model parameter.", "missing_required_parameter", "model")
-        if model not in self.models:
-            raise _BadRequest(
-                404, f"The model `{model}` does not exist or you do not have access to it.", "model_not_found", "model"
-            )
-
-        messages = body.get("messages")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
-        ):
-            raise _BadRequest(
-                400, "'messages' must be a non-empty array of objects with a 'role'.", "invalid_value", "messages"
-            )
-
-        for param in ("max_completion_tokens", "max_tokens"):
-            value = body.get(param)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise _BadRequest(400, f"'{param}' must be an integer >= 1.", "invalid_value", param)
-
-        temperature = body.get("temperature")
-        if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
-        ):
-            raise _BadRequest(400, "'temperature' must be a number between 0 and 2.", "invalid_value", "temperature")
-        return body
-
-    # ---- the answer ---------------------------------------------------------------------
-
-    def _complete(self, body: Mapping[str, Any], faults: FaultSettings, draws: _Draws) -> _Completion:
-        model: str = body["model"]
-        messages: list[dict[str, Any]] = body["messages"]
-        max_tokens = body.get("max_completion_tokens")
-        if max_tokens is None:
-            max_tokens = body.get("max_tokens")
-
-        prompt = prompt_tokens(messages)
-        cached = self.prefix_cache.lookup_and_insert(prompt)
-        answer = compose_answer(self.name, model, messages, prompt, max_tokens)
-        completion_tokens = len(tokenize(answer.text))
-
-        profile = profile_for(self._profiles, model)
+    def _pace(self, model: Any, faults: FaultSettings, draws: _Draws) -> Pace:
+        profile = profile_for(self._profiles, model if isinstance(model, str) else "")
         jitter = 1.0 + profile.jitter * (2.0 * draws.jitter - 1.0)
         factor = jitter * faults.latency_multiplier * self.latency_scale
-        return _Completion(
-            completion_id=f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",
-            created=int(time.time()),
-            model=model,
-            answer=answer,
-            usage={
-                "prompt_tokens": len(prompt),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt) + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
-            },
-            ttft_s=profile.ttft_ms / 1000.0 * factor,
-            per_token_s=factor / profile.tokens_per_s,
-        )
+        return Pace(ttft_s=profile.ttft_ms / 1000.0 * factor, per_token_s=factor / profile.tokens_per_s)
 
-    def _completion_body(self, completion: _Completion) -> dict[str, Any]:
-        return {
-            "id": completion.completion_id,
-            "object": "chat.completion",
-            "created": completion.created,
-            "model": completion.model,
-            "system_fingerprint": "fp_simulated",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": completion.answer.text, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": completion.answer.finish_reason,
-                }
-            ],
-            "usage": completion.usage,
-        }
-
-    def _chunk(self, completion: _Completion, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
-        return {
-            "id": completion.completion_id,
-            "object": "chat.completion.chunk",
-            "created": completion.created,
-            "model": completion.model,
-            "system_fingerprint": "fp_simulated",
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-        }
-
-    def _sse_events(
-        self, request: httpx2.Request, completion: _Completion, *, include_usage: bool, broken: bool
-    ) -> Iterator[bytes]:
-        """The streamed answer, one token per event, paced by the latency profile.
-
-        A generator, so the sleeps happen while the client iterates, as over a real network.
-        """
-        text = completion.answer.text
-        ends = [end for _, end in token_spans(text)] or [len(text)]
-        ends[-1] = len(text)
-        pieces = [text[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=False)]
-
-        def event(payload: Any) -> bytes:
-            data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-            return f"data: {data}\n\n".encode()
-
-        self._pause(completion.ttft_s)
-        # The role event and the first token go out together: the first byte is the first token.
-        yield event(self._chunk(completion, {"role": "assistant", "content": ""}, None)) + event(
-            self._chunk(completion, {"content": pieces[0]}, None)
-        )
-        if broken:
-            raise httpx2.RemoteProtocolError("simulated upstream dropped the stream (injected fault)", request=request)
-        for piece in pieces[1:]:
-            self._pause(completion.per_token_s)
-            yield event(self._chunk(completion, {"content": piece}, None))
-        yield event(self._chunk(completion, {}, completion.answer.finish_reason))
-        if include_usage:
-            usage_chunk = self._chunk(completion, {}, None)
-            usage_chunk["choices"] = []
-            usage_chunk["usage"] = completion.usage
-            yield event(usage_chunk)
-        yield event("[DONE]")
+    def _paced(self, request: httpx2.Request, frames: Sequence[Frame], broken: bool) -> Iterator[bytes]:
+        """The planned stream, each frame after its wait. A generator, so the sleeps happen while
+        the client iterates, as over a real network; the stream-break fault drops it after the
+        first frame (the first token)."""
+        for index, frame in enumerate(frames):
+            self._pause(frame.delay_s)
+            yield frame.data
+            if broken and index == 0:
+                raise httpx2.RemoteProtocolError(
+                    "simulated upstream dropped the stream (injected fault)", request=request
+                )
 
     # ---- faults and pacing --------------------------------------------------------------
 
@@ -356,6 +325,7 @@ class SimulatedProvider:
 
     def _rate_limited(self, retry_after_s: float, request_id: str) -> httpx2.Response:
         headers = self._headers(request_id, content_type="application/json")
+        headers.update(self._rate_window.record(0))
         # Retry-After is whole seconds by RFC 9110; retry-after-ms carries the exact value.
         headers["retry-after"] = str(math.ceil(retry_after_s))
         headers["retry-after-ms"] = str(round(retry_after_s * 1000))
@@ -363,7 +333,7 @@ class SimulatedProvider:
         return httpx2.Response(
             429,
             headers=headers,
-            json=_error_body(
+            json=error_body(
                 "Rate limit reached for requests on the simulated upstream (injected fault).",
                 "requests",
                 "rate_limit_exceeded",
@@ -388,17 +358,16 @@ class SimulatedProvider:
     def _headers(self, request_id: str, *, content_type: str) -> dict[str, str]:
         return {"content-type": content_type, "x-request-id": request_id, "x-simulated-upstream": self.name}
 
-    def _json(self, status: int, body: Any, request_id: str) -> httpx2.Response:
-        return httpx2.Response(
-            status,
-            headers=self._headers(request_id, content_type="application/json"),
-            content=json.dumps(body).encode(),
-        )
+    def _json(self, status: int, body: Any, request_id: str, extra: Mapping[str, str] | None = None) -> httpx2.Response:
+        headers = self._headers(request_id, content_type="application/json")
+        if extra:
+            headers.update(extra)
+        return httpx2.Response(status, headers=headers, content=json.dumps(body).encode())
 
     def _method_not_allowed(self, request: httpx2.Request, request_id: str) -> httpx2.Response:
         return self._json(
             405,
-            _error_body(
+            error_body(
                 f"Method {request.method} is not allowed on {request.url.path}.",
                 "invalid_request_error",
                 "method_not_allowed",

@@ -59,5 +59,9 @@ def prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     for message in messages:
         tokens.append(f"<|{message.get('role', 'user')}|>")
         tokens.extend(tokenize(content_text(message.get("content"))))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(function, Mapping):
+                tokens.extend(tokenize(f"{function.get('name', '')} {function.get('arguments', '')}"))
         tokens.append("<|end|>")
     return tokens

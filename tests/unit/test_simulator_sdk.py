@@ -174,7 +174,7 @@ def test_models_list(client: openai.OpenAI) -> None:
 
 def test_unknown_path_is_404_json(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
-        client.embeddings.create(model="gpt-4.1", input="x")
+        client.images.generate(model="gpt-4.1", prompt="x")
     assert caught.value.body["code"] == "unknown_url"
 
 

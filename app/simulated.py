@@ -49,6 +49,7 @@ def simulated_upstreams(
             faults=faults.get,
             latency_scale=settings.simulator.latency_scale,
             seed=settings.simulator.seed,
+            apis=set(p.apis),  # a simulated provider serves what its config says, no more
         )
         out[name] = SimulatedUpstream(provider, faults)
     return out

@@ -7,7 +7,8 @@ browser over the websocket, and only an HTTP response can set an HttpOnly cookie
 components (``extra-streamlit-components``, ``streamlit-cookies-controller`` and similar, the usual
 answer in public code) write ``document.cookie`` from JavaScript, so the session token would be
 readable by any script on the page. Streamlit 1.67 runs on Starlette and lets an ``st.App`` add
-routes of its own (``dashboard/asgi.py``), so the cookie is set by a real HTTP response:
+routes of its own (``dashboard/asgi.py`` mounts :mod:`ui.session_route`), so the cookie is set by a
+real HTTP response:
 
 1. the sign-in form (a normal Streamlit form) verifies the password and issues a token;
 2. the token is parked under a random one-time code (:class:`app.sessions.Handoffs`, this process's
@@ -26,22 +27,14 @@ neither plant a session nor clear one.
 from __future__ import annotations
 
 import functools
-import json
 
 import streamlit as st
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from app.accounts import User
 from app.config import lookup
-from app.sessions import SECRET_ENV, Handoffs, SessionTokens, session_secret
+from app.sessions import SECRET_ENV, SessionTokens, session_secret
 from ui import resources
-
-COOKIE = "gateway_session"
-ROUTE = "/_gateway/session"
-# One per process: the script runs and the route share it (they are the same process).
-HANDOFFS: Handoffs[tuple[str, int]] = Handoffs()  # code -> (token, cookie Max-Age in seconds)
+from ui.session_route import COOKIE, HANDOFFS, ROUTE, base_path
 
 _JS = """
 export default function (component) {
@@ -59,14 +52,8 @@ export default function (component) {
 
 @functools.cache
 def _cookie_component():
-    # Registered on first use, inside a script run (the ASGI module imports this file before
-    # Streamlit's runtime exists).
+    # Registered on first use, inside a script run, where Streamlit's runtime exists.
     return st.components.v2.component("gateway_session_cookie", js=_JS)
-
-
-def _base_path() -> str:
-    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
-    return f"/{base}" if base else ""
 
 
 @st.cache_resource(show_spinner=False)
@@ -101,58 +88,10 @@ def deliver(code: str | None) -> bool:
     as the cookie. Returns whether it is still waiting."""
     if code is None or not HANDOFFS.pending(code):
         return False
-    _cookie_component()(key="session_cookie_set", data={"url": _base_path() + ROUTE, "method": "POST", "code": code})
+    _cookie_component()(key="session_cookie_set", data={"url": base_path() + ROUTE, "method": "POST", "code": code})
     return True
 
 
 def forget() -> None:
     """Ask the browser to drop the cookie (the token is already revoked in the database)."""
-    _cookie_component()(key="session_cookie_clear", data={"url": _base_path() + ROUTE, "method": "DELETE"})
-
-
-# -- the HTTP side (mounted by dashboard/asgi.py) --------------------------------------------------
-
-
-def _same_origin(request: Request) -> bool:
-    origin = request.headers.get("origin")
-    host = request.headers.get("host")
-    if not origin or not host:
-        return False
-    if request.headers.get("sec-fetch-site", "same-origin") != "same-origin":
-        return False
-    return origin.split("://", 1)[-1].rstrip("/") == host
-
-
-def _cookie_response(request: Request, value: str, max_age: int) -> Response:
-    response = Response(status_code=204, headers={"Cache-Control": "no-store"})
-    response.set_cookie(
-        COOKIE,
-        value,
-        max_age=max_age,
-        path=_base_path() or "/",
-        secure=request.url.scheme == "https" or bool(st.get_option("server.sslCertFile")),
-        httponly=True,
-        samesite="strict",
-    )
-    return response
-
-
-async def session_route(request: Request) -> Response:
-    """POST {"code": ...}: set the cookie for a fresh sign-in. DELETE: expire the cookie."""
-    if not _same_origin(request):
-        return Response(status_code=403)
-    if request.method == "DELETE":
-        return _cookie_response(request, "", 0)
-    try:
-        body = json.loads(await request.body())
-    except ValueError:
-        return Response(status_code=400)
-    parked = HANDOFFS.redeem(body.get("code") if isinstance(body, dict) else None)
-    if parked is None:
-        return Response(status_code=400)
-    token, max_age = parked
-    return _cookie_response(request, token, max_age)
-
-
-def routes() -> list[Route]:
-    return [Route(_base_path() + ROUTE, session_route, methods=["POST", "DELETE"])]
+    _cookie_component()(key="session_cookie_clear", data={"url": base_path() + ROUTE, "method": "DELETE"})

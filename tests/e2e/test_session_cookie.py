@@ -147,4 +147,6 @@ def test_the_session_route_refuses_other_origins_and_unknown_codes(accounts_serv
         == 403
     )
     assert api.post(f"{s.url}/_gateway/session", data={"code": "not-a-code"}, headers={"Origin": s.url}).status == 400
+    big = {"code": "x" * 5000}
+    assert api.post(f"{s.url}/_gateway/session", data=big, headers={"Origin": s.url}).status == 413
     assert session_cookie(context) is None

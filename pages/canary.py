@@ -121,9 +121,9 @@ m2.markdown(
 )
 g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
-guard_kind, guard_text = canary_form.guardrail_summary(g, settings.routing.primary, reading)
-render.flash(guard_kind, guard_text)  # first thing under the ratio: is anything watching it?
 read_only = auth.viewer_note()
+guard_kind, guard_text = canary_form.guardrail_summary(g, settings.routing.primary, reading)
+render.flash(guard_kind, guard_text)  # at the top, under the ratio: is anything watching it?
 notices = st.container()  # always present, so messages appearing never shift (and reset) the inputs below
 if state.flash:
     with notices:

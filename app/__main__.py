@@ -299,12 +299,13 @@ DASHBOARD_DEFAULTS = {
 
 
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
-    """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the entry
-    script (``dashboard/entry.py``, resolved from this package so any working directory finds it),
-    with the local-only defaults unless the caller set those options."""
+    """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the
+    dashboard's ASGI app (``dashboard/asgi.py``: Streamlit's ``st.App`` over the entry script
+    ``dashboard/entry.py``, plus the session-cookie route; resolved from this package so any working
+    directory finds it), with the local-only defaults unless the caller set those options."""
     from pathlib import Path
 
-    entry = Path(__file__).resolve().parent.parent / "dashboard" / "entry.py"
+    entry = Path(__file__).resolve().parent.parent / "dashboard" / "asgi.py"
     given = {a.split("=", 1)[0] for a in streamlit_args if a.startswith("--")}
     defaults = [f"{k}={v}" for k, v in DASHBOARD_DEFAULTS.items() if k not in given]
     return [sys.executable, "-m", "streamlit", "run", str(entry), *defaults, *streamlit_args]

@@ -52,6 +52,7 @@ class User:
     role: str
     created_at: float
     created_by: str
+    session_epoch: int = 0  # see :meth:`Accounts.end_sessions`
 
     def can(self, needed: str) -> bool:
         return allows(self.role, needed)
@@ -143,6 +144,8 @@ class Accounts:
         n, r = normalize_name(name), check_role(role)
         if not db.update_user(self.engine, n, role=r):
             raise AccountError(f"no account named {n!r}")
+        # A session signed in under the old role must sign in again: its token names the old epoch.
+        db.bump_session_epoch(self.engine, n)
         row = db.get_user(self.engine, n)
         assert row is not None
         return _user(row)
@@ -151,6 +154,16 @@ class Accounts:
         n, p = normalize_name(name), check_password(password)
         if not db.update_user(self.engine, n, password_hash=self.hasher.hash(p)):
             raise AccountError(f"no account named {n!r}")
+        db.bump_session_epoch(self.engine, n)  # a new password ends the sessions the old one opened
+
+    def end_sessions(self, name: str) -> None:
+        """Sign ``name`` out everywhere: every session token issued so far stops working (sign-out
+        on the dashboard calls this; removing the account or changing its role has the same effect).
+        An unknown name is not an error: there is nothing left to end."""
+        try:
+            db.bump_session_epoch(self.engine, normalize_name(name))
+        except AccountError:
+            pass
 
     def has_accounts(self) -> bool:
         return db.count_users(self.engine) > 0
@@ -229,4 +242,4 @@ def _throttle_key(name: str) -> str:
 
 
 def _user(row: db.UserRow) -> User:
-    return User(row.name, row.role, row.created_at, row.created_by)
+    return User(row.name, row.role, row.created_at, row.created_by, row.session_epoch)

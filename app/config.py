@@ -298,8 +298,16 @@ class ServerConfig(_Strict):
     cors_max_age_s: int = Field(default=600, ge=0, le=86400)
 
 
+# How long a local-account sign-in survives reloads and new tabs (the session cookie's lifetime):
+# 8 hours, one working shift; at least a minute, at most 30 days.
+SESSION_TTL_DEFAULT_S = 8 * 3600.0
+SESSION_TTL_MIN_S = 60.0
+SESSION_TTL_MAX_S = 30 * 86400.0
+
+
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
+    session_ttl_s: float = Field(default=SESSION_TTL_DEFAULT_S, ge=SESSION_TTL_MIN_S, le=SESSION_TTL_MAX_S)
     roles: DashboardRoles = DashboardRoles()
 
 

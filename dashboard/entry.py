@@ -20,9 +20,14 @@ PAGES_DIR = Path(__file__).resolve().parent.parent / "pages"
 
 
 def pages() -> list[st.Page]:
-    """Every page, in sidebar order, with the URL paths the contract names."""
+    """Every page, in sidebar order, with the URL paths the contract names.
+
+    The Overview is served at ``/`` and at ``/overview``. Streamlit serves its default page only at
+    the root (a default page's own ``url_path`` answers "Page not found"), so ``/overview`` is a
+    second, hidden registration of the same script; the default one's path is never shown."""
     return [
-        st.Page(PAGES_DIR / "overview.py", title="Overview", url_path="overview", default=True),
+        st.Page(PAGES_DIR / "overview.py", title="Overview", url_path="home", default=True),
+        st.Page(PAGES_DIR / "overview.py", title="Overview", url_path="overview", visibility="hidden"),
         st.Page(PAGES_DIR / "playground.py", title="Playground", url_path="playground"),
         st.Page(PAGES_DIR / "canary.py", title="Canary control", url_path="canary"),
         st.Page(PAGES_DIR / "monitor.py", title="Monitor", url_path="monitor"),

@@ -265,6 +265,20 @@ class DashboardUser(Base):
     password_hash: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(128))
+    # Bumped by sign-out, a role change and a new password: every session token names the epoch it
+    # was issued under, so one bump revokes all of the account's sessions (see app/sessions.py).
+    session_epoch: Mapped[int] = mapped_column(Integer, server_default=text("0"), default=0)
+
+
+class DashboardSecret(Base):
+    """Server secrets generated once and kept in the database (the session-token signing key when
+    none is configured), so every dashboard process on one database signs and verifies alike."""
+
+    __tablename__ = "dashboard_secret"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class SigninThrottle(Base):

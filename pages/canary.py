@@ -119,7 +119,11 @@ m2.markdown(
     f"**{inert(current.updated_by)}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
     f"{inert(current.reason)}"
 )
+g = resources.guardrail()
+reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 read_only = auth.viewer_note()
+guard_kind, guard_text = canary_form.guardrail_summary(g, settings.routing.primary, reading)
+render.flash(guard_kind, guard_text)  # at the top, under the ratio: is anything watching it?
 notices = st.container()  # always present, so messages appearing never shift (and reset) the inputs below
 if state.flash:
     with notices:
@@ -203,8 +207,6 @@ else:
     st.caption("No changes yet: the ratio is the configuration's initial value.")
 
 st.subheader("Guardrail")
-g = resources.guardrail()
-reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 st.caption(
     f"Automatic rollback to 0 % (audited as actor `guardrail`) when {inert(settings.routing.primary)}'s error "
     f"rate over the window exceeds the threshold. Now: {canary_form.guardrail_status(reading, g.window_minutes)}. "

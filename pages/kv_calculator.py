@@ -19,6 +19,7 @@ for name, value in state.values.items():
 
 st.title("KV-cache calculator")
 st.caption("Exact KV-cache bytes for GQA, MLA, sliding-window and hybrid models, and what fits on your GPUs.")
+verdict_slot = st.empty()  # the answer comes first, above the inputs; filled once they are read
 
 errors: dict = {}
 
@@ -136,15 +137,11 @@ if st.query_params.to_dict() != link:
     st.query_params.from_dict(link)
 
 if inputs is None:
-    st.warning("Fix the fields marked above to see the results.")
+    verdict_slot.warning("Fix the fields marked below to see the results.")
     st.stop()
 
 data = kv.build_page_data(inputs)
-
-if data.fits:
-    st.success(data.verdict)
-else:
-    st.error(data.verdict)
+(verdict_slot.success if data.fits else verdict_slot.error)(data.verdict)
 
 metrics = list(data.metrics.items())
 for start in range(0, len(metrics), 2):  # two per row: the exact byte counts need the width

@@ -28,41 +28,8 @@ right.markdown(
 
 st.caption(resources.gateway_server().line())
 
-st.subheader("Last 15 minutes")
-stats = resources.overview()
-cols = st.columns(6)
-cols[0].metric("Requests", f"{stats.requests:,}")
-cols[1].metric("Error rate", pct(stats.error_rate if stats.requests else None))
-cols[2].metric("Fallback rate", pct(stats.fallback_rate if stats.requests else None))
-cols[3].metric("p50 latency", ms(stats.p50_ms))
-cols[4].metric("p95 latency", ms(stats.p95_ms))
-cols[5].metric("Cost today (UTC)", usd(stats.cost_today_usd))
-
-if stats.requests or resources.has_requests():
-    figures = resources.overview_figures()
-    left, right = st.columns(2)
-    left.plotly_chart(figures["requests"], key="overview_requests")
-    right.plotly_chart(figures["latency"], key="overview_latency")
-
-st.subheader("Providers")
-statuses = provider_statuses(
-    settings,
-    resources.health(),
-    secrets=resources.secrets(),
-    faults=resources.faults(),
-    breakers=resources.breakers(),
-)
-st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")
-
-st.subheader("Request log")
-log_state = log_counters(resources.client())
-if log_state is not None:
-    for col, (label, value, help_text) in zip(st.columns(4), log_state.metrics(), strict=True):
-        col.metric(label, value, help=help_text)
-    if log_state.warning:
-        st.warning(log_state.warning)
-
-# Demo traffic: offered on an empty log, so a fresh install has something to look at.
+# Demo traffic: offered on an empty log, so a fresh install has something to look at. It comes
+# right after the ratio, so a phone (390 px, where every column stacks) shows it without scrolling.
 job_key = settings.database_url
 job = demo_traffic.current_job(job_key)
 if job is not None and job.running:
@@ -96,3 +63,37 @@ elif not resources.has_requests():
             "The request log is empty. Send a prompt from the Playground, or run "
             "`python -m app loadgen` against simulated providers."
         )
+
+st.subheader("Last 15 minutes")
+stats = resources.overview()
+cols = st.columns(6)
+cols[0].metric("Requests", f"{stats.requests:,}")
+cols[1].metric("Error rate", pct(stats.error_rate if stats.requests else None))
+cols[2].metric("Fallback rate", pct(stats.fallback_rate if stats.requests else None))
+cols[3].metric("p50 latency", ms(stats.p50_ms))
+cols[4].metric("p95 latency", ms(stats.p95_ms))
+cols[5].metric("Cost today (UTC)", usd(stats.cost_today_usd))
+
+if stats.requests or resources.has_requests():
+    figures = resources.overview_figures()
+    left, right = st.columns(2)
+    left.plotly_chart(figures["requests"], key="overview_requests")
+    right.plotly_chart(figures["latency"], key="overview_latency")
+
+st.subheader("Providers")
+statuses = provider_statuses(
+    settings,
+    resources.health(),
+    secrets=resources.secrets(),
+    faults=resources.faults(),
+    breakers=resources.breakers(),
+)
+st.dataframe(pd.DataFrame(status_rows(statuses)), hide_index=True, width="stretch")
+
+st.subheader("Request log")
+log_state = log_counters(resources.client())
+if log_state is not None:
+    for col, (label, value, help_text) in zip(st.columns(4), log_state.metrics(), strict=True):
+        col.metric(label, value, help=help_text)
+    if log_state.warning:
+        st.warning(log_state.warning)

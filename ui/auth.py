@@ -4,7 +4,9 @@ Which mode applies, first match wins:
 
 1. an OpenID Connect provider is configured (an ``[auth]`` table in ``.streamlit/secrets.toml``):
    Streamlit's own ``st.login`` / ``st.user``; roles from ``[dashboard.roles]`` in the config;
-2. local accounts exist (``python -m app users add``): a name + password form;
+2. local accounts exist (``python -m app users add``): a name + password form, and a signed,
+   expiring HttpOnly session cookie so a reload or a new tab stays signed in
+   (:mod:`ui.session_cookie`, :mod:`app.sessions`);
 3. ``DASHBOARD_PASSWORD`` is set (environment or secrets): a password form, actor ``dashboard``;
 4. otherwise the dashboard is open for one-person local use, actor ``local``.
 
@@ -15,15 +17,19 @@ so the wait holds across sessions and dashboard processes.
 from __future__ import annotations
 
 import hmac
+import logging
 
 import streamlit as st
 
-from app.accounts import Accounts
+from app.accounts import Accounts, User
 from app.config import lookup
 from app.dashboard.identity import LOCAL, SHARED_PASSWORD, Identity, oidc_name, oidc_role
 from app.dashboard.safe_text import inert
-from ui import resources
+from app.sessions import resume
+from ui import resources, session_cookie
 from ui.state import AuthState
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ACTOR = SHARED_PASSWORD.name
 
@@ -75,16 +81,57 @@ def identity() -> Identity | None:
         claims = st.user.to_dict()
         return Identity(oidc_name(claims), oidc_role(claims, resources.settings().dashboard.roles), "oidc")
     state = AuthState.get()
-    who = state.identity
-    if who is None or who.source != ("account" if m == "accounts" else "password"):
-        return None
     if m == "accounts":
-        user = accounts().get(who.name)
-        if user is None:
-            state.identity = None
-            return None
-        return Identity(user.name, user.role, "account")
+        return _account_identity(state)
+    who = state.identity
+    if who is None or who.source != "password":
+        return None
     return who
+
+
+def _account_identity(state: AuthState) -> Identity | None:
+    """The signed-in account: this session's own sign-in, else the session cookie's (a reload or a
+    new tab). Either way the account is re-read: removed, signed out elsewhere, or a changed role
+    or password ends the session (see :mod:`app.sessions`)."""
+    who = state.identity
+    if who is None or who.source != "account":
+        user = _resume_from_cookie()
+        if user is None:
+            return None
+        _signed_in(state, user)
+        return state.identity
+    user = accounts().get(who.name)
+    if user is None or state.account_session not in (None, (user.created_at, user.session_epoch)):
+        state.identity, state.account_session, state.handoff = None, None, None
+        return None
+    return Identity(user.name, user.role, "account")
+
+
+def _resume_from_cookie() -> User | None:
+    token = session_cookie.cookie_token()
+    if token is None:
+        return None
+    try:
+        return resume(session_cookie.tokens(), accounts(), token)
+    except Exception:  # noqa: BLE001 - a database or secret problem: ask for the password instead
+        log.warning("the session cookie could not be checked; showing the sign-in form", exc_info=False)
+        return None
+
+
+def _signed_in(state: AuthState, user: User) -> None:
+    state.identity = Identity(user.name, user.role, "account")
+    state.account_session = (user.created_at, user.session_epoch)
+
+
+def keep_session() -> None:
+    """Keep the browser's session cookie in step with this session: collect a fresh sign-in's
+    cookie, or drop a signed-out one. Drawn on every run; shows nothing."""
+    state = AuthState.get()
+    if state.forget_cookie:
+        state.forget_cookie = False
+        session_cookie.forget()
+    if state.handoff is not None and not session_cookie.deliver(state.handoff):
+        state.handoff = None  # collected (or expired): nothing more to do
 
 
 def gate_open() -> bool:
@@ -119,8 +166,14 @@ def sign_in_form() -> None:
         else:  # the password was removed meanwhile: the gate is open now
             st.rerun()
         if result.ok and result.user is not None:
-            source = "account" if m == "accounts" else "password"
-            state.identity = Identity(result.user.name, result.user.role, source)
+            if m == "accounts":
+                _signed_in(state, result.user)
+                try:
+                    state.handoff = session_cookie.start(result.user)
+                except Exception:  # noqa: BLE001 - no cookie: signed in for this tab only
+                    log.warning("no session cookie could be issued; the sign-in lasts for this tab only")
+            else:
+                state.identity = Identity(result.user.name, result.user.role, "password")
             st.rerun()
         st.error(result.message[:1].upper() + result.message[1:] + ".")
 
@@ -134,7 +187,13 @@ def sign_out() -> None:
     if mode() == "oidc":
         st.logout()
         return
-    AuthState.get().identity = None
+    state = AuthState.get()
+    if state.identity is not None and state.identity.source == "account":
+        # Revokes every token of the account (this browser's cookie, other tabs and browsers), then
+        # asks this browser to drop its cookie; the revocation holds even if that never arrives.
+        accounts().end_sessions(state.identity.name)
+        state.forget_cookie = True
+    state.identity, state.account_session, state.handoff = None, None, None
 
 
 def who_panel() -> None:

@@ -42,6 +42,8 @@ def setup() -> None:
         st.error(f"Configuration error: {inert(exc)}")
         st.stop()
     if not auth.gate_open():
+        auth.keep_session()  # e.g. drops the cookie right after a sign-out
         auth.sign_in_form()
         st.stop()
+    auth.keep_session()
     sidebar()

@@ -33,6 +33,11 @@ def new_session_id() -> str:
 class AuthState(_PageState):
     KEY: ClassVar[str] = "_auth_state"
     identity: Identity | None = None  # set by a successful sign-in (accounts or DASHBOARD_PASSWORD)
+    # A local account's (created_at, session_epoch) at sign-in: when the stored account no longer
+    # matches (signed out elsewhere, role or password changed, removed and re-added), so does this.
+    account_session: tuple[float, int] | None = None
+    handoff: str | None = None  # the one-time code the browser collects as the session cookie
+    forget_cookie: bool = False  # after sign-out: ask the browser to drop the (revoked) cookie
 
 
 @dataclass

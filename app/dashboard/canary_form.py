@@ -292,6 +292,19 @@ def fault_inputs(faults: FaultSettings) -> tuple[float, float, float]:
     return faults.error_rate * 100, faults.rate_limit_rate * 100, faults.latency_multiplier
 
 
+def guardrail_summary(g: GuardrailSettings, primary: str, reading: GuardrailReading) -> tuple[str, str]:
+    """The guardrail at a glance, for the top of the canary page: (``info`` | ``warning``, text)
+    naming its state, its thresholds and what it sees now."""
+    rule = (
+        f"rolls the canary back to 0 % when {primary}'s error rate over {g.window_minutes} min is above "
+        f"{ratio_pct(g.error_rate_threshold)} (once there are at least {g.min_requests} attempts)"
+    )
+    now = guardrail_status(reading, g.window_minutes)
+    if g.enabled:
+        return "info", f"Guardrail on: {rule}. Now: {now}."
+    return "warning", f"Guardrail off: nothing rolls the canary back automatically. When on, it {rule}. Now: {now}."
+
+
 def guardrail_status(reading: GuardrailReading, window_minutes: int) -> str:
     """What the guardrail sees now, e.g. ``2.0 % of 150 attempts failed in the last 5 min``."""
     seen = f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts"

@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app.dashboard.fmt import utc_time
+from app.monitor.charts import TIME_AXIS_TITLE, TIME_ZONE
 from app.monitor.stats import SplitPoint
 from db.canary import AuditEntry, CanaryState
 
@@ -62,9 +63,9 @@ def _layout(fig: go.Figure, title: str, height: int = 300) -> go.Figure:
         title=dict(text=title, x=0, font=dict(size=15)),
         height=height,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h", y=-0.2),
+        legend=dict(orientation="h", y=-0.35),
         yaxis=dict(title="% to primary", range=[-5, 105], ticksuffix=" %"),
-        xaxis=dict(title=None),
+        xaxis=dict(title=dict(text=TIME_AXIS_TITLE, standoff=4), hoverformat=f"%Y-%m-%d %H:%M:%S {TIME_ZONE}"),
         hovermode="x unified",
     )
     return fig

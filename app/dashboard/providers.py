@@ -136,17 +136,19 @@ def provider_statuses(
 
 
 def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
-    """Rows for a table: no key value anywhere, only its state."""
+    """Rows for a table: no key value anywhere, only its state. The incident columns come first
+    (provider, error rate, breaker, state): on a phone only the first few columns fit, and those
+    are the ones an operator mid-incident looks for."""
     return [
         {
             "provider": s.name,
+            "error rate": pct(s.error_rate),
+            "breaker": s.breaker or "closed",
+            "state": s.state,
+            "attempts (5 min)": s.attempts,
             "role": s.role,
             "upstream": s.base,
             "key": s.key,
-            "state": s.state,
-            "attempts (5 min)": s.attempts,
-            "error rate": pct(s.error_rate),
-            "breaker": s.breaker or "closed",
             "detail": s.detail + (f"; fault injection: {s.faults}" if s.faults else ""),
         }
         for s in statuses

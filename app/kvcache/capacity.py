@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -269,3 +270,86 @@ def plan(
         cpu_offload=offload,
         vllm=vc,
     )
+
+
+# -- how many GPUs would be enough -------------------------------------------------------------------
+
+TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel widths tried (within and across nodes)
+MAX_GPUS = 1024  # beyond this the answer is "no count fits" rather than a number nobody buys
+
+
+@dataclass(frozen=True)
+class GpusNeeded:
+    """The smallest GPU count of the chosen GPU on which the requested sequences fit, with the
+    layout that achieves it; or, when none does within :data:`MAX_GPUS`, why not."""
+
+    gpu_count: int | None
+    tp: int | None = None
+    pp: int = 1
+    replicas: int | None = None
+    why_not: str = ""
+
+    @property
+    def found(self) -> bool:
+        return self.gpu_count is not None
+
+    def text(self, gpu_name: str) -> str:
+        if self.gpu_count is None:
+            return f"No count of {gpu_name} fits: {self.why_not}."
+        layout = f"tensor parallel {self.tp}" + (f" x pipeline parallel {self.pp}" if self.pp > 1 else "")
+        copies = f", {self.replicas} replicas" if self.replicas and self.replicas > 1 else ""
+        return f"{self.gpu_count} x {gpu_name} would be enough ({layout}{copies})."
+
+
+def gpus_needed(
+    plan_for: Callable[[int, int], CapacityPlan],
+    *,
+    batch: int,
+    pp: int = 1,
+    tp_choices: Sequence[int] = TP_CANDIDATES,
+    max_gpus: int = MAX_GPUS,
+) -> GpusNeeded:
+    """The fewest GPUs on which ``batch`` sequences fit, where ``plan_for(gpu_count, tp)`` is the
+    capacity plan for that layout (every other input fixed; pipeline parallel ``pp`` kept).
+
+    For one tensor-parallel width, more GPUs only add replicas, and each replica serves
+    ``ceil(batch / replicas)`` sequences; so one plan per width (a single replica) gives how many
+    sequences a replica holds, and the replicas needed follow by division. The widths a model
+    cannot be split over (heads not divisible) are skipped. Ties go to the narrower width (less
+    interconnect traffic); the answer is re-checked with a real plan before it is returned."""
+    best: tuple[int, int, int] | None = None  # (gpu_count, tp, replicas)
+    too_many: tuple[int, int] | None = None  # the fewest GPUs beyond max_gpus: (gpu_count, tp)
+    widest_reason = "the model cannot be split over any tensor-parallel width tried"
+    for tp in sorted(set(tp_choices)):
+        if tp * pp > max_gpus:
+            break
+        try:
+            one = plan_for(tp * pp, tp)
+        except ValueError:
+            continue  # this width does not divide the model's heads
+        if not one.weights_fit:
+            widest_reason = f"even at tensor parallel {tp} the weights and the reserve leave no room for KV"
+            continue
+        per_replica = one.max_concurrency  # a single replica: how many sequences it holds
+        if per_replica <= 0:
+            widest_reason = f"even at tensor parallel {tp} one sequence needs more KV than a GPU has left"
+            continue
+        replicas = -(-batch // per_replica)
+        count = replicas * tp * pp
+        if count > max_gpus:
+            if too_many is None or count < too_many[0]:
+                too_many = (count, tp)
+        elif best is None or count < best[0]:
+            best = (count, tp, replicas)
+    if best is not None:
+        count, tp, replicas = best
+        if plan_for(count, tp).fits:
+            return GpusNeeded(count, tp, pp, replicas)
+        return GpusNeeded(None, why_not="no layout was confirmed by the capacity plan")  # a guard
+    if too_many is not None:
+        return GpusNeeded(
+            None,
+            why_not=f"it would take {too_many[0]:,} GPUs (tensor parallel {too_many[1]}), more than the "
+            f"{max_gpus:,} considered",
+        )
+    return GpusNeeded(None, why_not=widest_reason)

@@ -20,7 +20,17 @@ from typing import Any
 import plotly.graph_objects as go
 
 from app.kvcache import catalog, charts
-from app.kvcache.capacity import GIB, CapacityPlan, max_sequences, parse_decimal, plan, staged_cost
+from app.kvcache.capacity import (
+    GIB,
+    TP_CANDIDATES,
+    CapacityPlan,
+    GpusNeeded,
+    gpus_needed,
+    max_sequences,
+    parse_decimal,
+    plan,
+    staged_cost,
+)
 from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from app.kvcache.engines import ENGINES, for_engine, with_draft
 from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
@@ -486,6 +496,7 @@ class PageData:
     concurrency_rows: list[dict]
     figures: dict[str, go.Figure]
     export: dict
+    gpus_needed: GpusNeeded | None = None  # the fewest GPUs of the chosen kind that would be enough
 
     def export_json(self) -> str:
         return json.dumps(self.export, indent=2)
@@ -542,9 +553,32 @@ def build_page_data(v: KvInputs) -> PageData:
     spec = for_engine(v.spec, v.engine)  # the MLA layout the chosen engine stores
     whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
     per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
+    gpu = catalog.gpu(v.gpu)
+
+    def plan_for(gpu_count: int, tp: int) -> CapacityPlan:
+        """The capacity plan of this page's inputs on ``gpu_count`` GPUs at tensor parallel ``tp``."""
+        return plan(
+            spec,
+            gpu,
+            gpu_count=gpu_count,
+            tp=tp,
+            weight_dtype_name=v.weight_dtype,
+            kv_dtype=v.kv_dtype,
+            context_len=v.context_len,
+            batch=v.batch,
+            utilization=v.utilization,
+            reserve_bytes=v.reserve_bytes,
+            block_size=v.block_size,
+            state_dtype=v.state_dtype,
+            engine_id=v.engine,
+            pp=v.pp,
+            max_num_batched_tokens=v.max_num_batched_tokens,
+            cpu_offload_bytes=v.cpu_offload_bytes,
+        )
+
     cap = plan(
         spec,
-        catalog.gpu(v.gpu),
+        gpu,
         gpu_count=v.gpu_count,
         tp=v.tp,
         weight_dtype_name=v.weight_dtype,
@@ -621,6 +655,10 @@ def build_page_data(v: KvInputs) -> PageData:
             f"{fmt_bytes(cap.kv_budget)} (short by {fmt_bytes(-cap.headroom)}). At most "
             f"{cap.max_concurrency:,} such sequences fit."
         )
+
+    # The verdict names the answer to "how many would be enough", fitting or not.
+    needed = gpus_needed(plan_for, batch=v.batch, pp=v.pp, tp_choices=(*TP_CANDIDATES, v.tp))
+    verdict += " " + needed.text(gpu.name)
 
     growth = whole.bytes_per_token
     metrics = {
@@ -845,6 +883,7 @@ def build_page_data(v: KvInputs) -> PageData:
         "model": {"name": spec.name, **{r["field"]: r["value"] for r in model_rows}},
         "verdict": verdict,
         "fits": cap.fits,
+        "gpus_needed": asdict(needed),
         "kv_whole_model": {
             "bytes_per_token": growth,
             "per_sequence": whole.per_sequence,
@@ -888,4 +927,5 @@ def build_page_data(v: KvInputs) -> PageData:
         ],
         figures,
         export,
+        needed,
     )

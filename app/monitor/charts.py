@@ -24,7 +24,8 @@ from db.events import Event
 
 EMPTY_TEXT = "No requests in this window"
 NOTE_WIDTH_CHARS = 40  # an empty chart's note, per line (fits a half-width chart on a laptop)
-TIME_ZONE = "UTC"  # every time axis is UTC; hover labels say so
+TIME_ZONE = "UTC"  # every time axis is UTC; hover labels and the axis title say so
+TIME_AXIS_TITLE = f"time ({TIME_ZONE})"
 # Okabe-Ito palette: distinguishable for colour-blind readers.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#8C564B", "#7F7F7F")
 OVERALL_COLOR = "#555555"
@@ -90,16 +91,21 @@ def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
     yaxis = {"title": {"text": y_title}, "rangemode": "tozero"}
     if y_percent:
         yaxis["tickformat"] = ".0%"
-    # The legend goes below the plot and the time axis carries no title (the page says times are
-    # UTC): a legend of several rows then grows downwards instead of colliding with the title or
-    # with an axis title.
+    # The legend goes below the plot, under the time axis and its "time (UTC)" title (a chart read
+    # on its own, e.g. a screenshot in an incident report, must say which clock it uses): a legend of
+    # several rows then grows downwards instead of colliding with the title or the axis title.
     return {
         "title": {"text": title},
         "height": HEIGHT,
         "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
         "hovermode": "x unified",
-        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top"},
-        "xaxis": {"type": "date", "automargin": True, "hoverformat": f"%Y-%m-%d %H:%M {TIME_ZONE}"},
+        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.3, "yanchor": "top"},
+        "xaxis": {
+            "type": "date",
+            "automargin": True,
+            "title": {"text": TIME_AXIS_TITLE, "standoff": 4},
+            "hoverformat": f"%Y-%m-%d %H:%M {TIME_ZONE}",
+        },
         "yaxis": yaxis,
     }
 

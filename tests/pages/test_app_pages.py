@@ -695,3 +695,35 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     next(b for b in at.button if b.label == "Clear").click().run()
     assert get_faults(engine(), "holysheep") is None
     assert at.text_input(key="err_holysheep").value == "0"
+
+
+# -- issue 17: guardrail on by default and shown first; sign-out revokes ------------------------------
+
+
+def test_the_guardrail_is_on_by_default_and_its_state_tops_the_canary_page(env):
+    at = open_app("../pages/canary.py")
+    first = at.info[0] if at.info else None
+    assert first is not None
+    text = shown(first.value)
+    assert text.startswith("Guardrail on") and "holysheep" in text
+    assert "20 %" in text and "5 min" in text and "at least 20 attempts" in text and "no attempts" in text
+    # Turned off (and saved), the top of the page says so in a warning.
+    at.toggle(key="guard_enabled").set_value(False)
+    button(at, "Save guardrail").click().run()
+    assert not at.exception and get_guardrail(engine()).enabled is False
+    assert shown(at.warning[0].value).startswith("Guardrail off: nothing rolls the canary back")
+
+
+def test_sign_out_ends_every_session_of_the_account(env):
+    from app.accounts import Accounts
+
+    _add_account("olga", "operator")
+    at = _sign_in(AppTest.from_file(ENTRY, default_timeout=30).run(), "olga")
+    other = _sign_in(AppTest.from_file(ENTRY, default_timeout=30).run(), "olga")  # a second tab
+    assert at.title[0].value == "Overview" and other.title[0].value == "Overview"
+    epoch = Accounts(engine()).get("olga").session_epoch
+    button(at, "Sign out").click().run()
+    assert at.title[0].value == "Sign in"
+    assert Accounts(engine()).get("olga").session_epoch == epoch + 1
+    other.run()  # the other tab's next run: signed out too
+    assert other.title[0].value == "Sign in"

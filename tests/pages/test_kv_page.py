@@ -239,3 +239,25 @@ FALCON_7B_CONFIG = {
     "parallel_attn": True,
     "vocab_size": 65024,
 }
+
+
+def _in_order(node) -> list:
+    """Every element under ``node`` in the order the page draws them."""
+    children = getattr(node, "children", None)
+    if not children:
+        return [node]
+    return [el for key in sorted(children) for el in _in_order(children[key])]
+
+
+def test_the_verdict_comes_first_and_names_the_gpus_needed():
+    at = run(batch="64")
+    assert not at.exception
+    drawn = _in_order(at.main)
+    kinds = [getattr(el, "type", "") for el in drawn]
+    verdict = next(i for i, el in enumerate(drawn) if kinds[i] in ("success", "error", "alert"))
+    first_input = next(i for i, k in enumerate(kinds) if k in ("selectbox", "number_input"))
+    assert verdict < first_input, kinds[: first_input + 1]
+    assert (
+        at.error[0].value.startswith("Does not fit")
+        and "8 x NVIDIA H100 80GB (SXM) would be enough" in at.error[0].value
+    )

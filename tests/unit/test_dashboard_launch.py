@@ -1,5 +1,6 @@
 """`python -m app dashboard [streamlit options]`: the one launch command runs `streamlit run` on the
-entry script, which sits where Streamlit sees no `pages/` folder beside it."""
+dashboard's ASGI app (`st.App` over the entry script, which sits where Streamlit sees no `pages/`
+folder beside it, plus the session-cookie route)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,14 @@ def test_it_runs_streamlit_on_the_entry_with_the_options():
         "--server.port",
         "8600",
     ]
-    entry = Path(argv[4])
-    assert entry == REPO / "dashboard" / "entry.py" and entry.is_file()
+    launcher = Path(argv[4])
+    assert launcher == REPO / "dashboard" / "asgi.py" and launcher.is_file()
+    # Streamlit serves it as an ASGI app only when it finds the st.App instance in the file.
+    from streamlit.web.server.app_discovery import discover_asgi_app
+
+    assert discover_asgi_app(launcher).is_asgi_app
+    entry = launcher.parent / "entry.py"
+    assert entry.is_file()
     # Streamlit's legacy pages-folder mode starts when a pages/ folder is beside the main script.
     assert not (entry.parent / "pages").exists()
     assert (REPO / "pages" / "canary.py").is_file()

@@ -1,13 +1,18 @@
 """The canary guardrail: rolls back to 0 % only when enabled, with enough attempts, above the
-threshold; audited as actor ``guardrail``. Runs on SQLite and PostgreSQL."""
+threshold; audited as actor ``guardrail``. On by default (issue 17) with the thresholds that
+gateway.toml documents. Runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 
-from app.guardrail import ACTOR, check_guardrail
+from app.guardrail import ACTOR, check_guardrail, guardrail_defaults
+from core.canary import GuardrailSettings
 from core.records import AttemptRecord
-from db.canary import audit_log, ensure_setting, get_state, set_guardrail, set_ratio
+from db.canary import audit_log, ensure_setting, get_guardrail, get_state, set_guardrail, set_ratio
 from db.monitor import provider_error_rate
 from db.requests import insert_batch
 
@@ -81,3 +86,38 @@ def test_window_excludes_old_failures(setup):
     reading = provider_error_rate(engine, settings.routing.primary, 5, now=NOW)
     assert (reading.attempts, reading.errors) == (10, 0)
     assert check_guardrail(engine, settings, now=NOW) is None
+
+
+MINIMAL = """
+[routing]
+primary = "holysheep"
+fallback = "direct"
+[providers.holysheep]
+base_url = "sim://holysheep"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+[providers.direct]
+base_url = "sim://direct"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+"""
+
+
+def test_on_by_default_with_the_thresholds_gateway_toml_documents(engine, settings_factory):
+    shipped = tomllib.loads((Path(__file__).resolve().parents[2] / "gateway.toml").read_text())["guardrail"]
+    assert shipped == GuardrailSettings().model_dump()  # the file's documented values are the code's
+    assert shipped == {"enabled": True, "error_rate_threshold": 0.2, "window_minutes": 5, "min_requests": 20}
+    for settings in (settings_factory(), settings_factory(MINIMAL)):  # with and without a [guardrail] table
+        g = get_guardrail(engine, guardrail_defaults(settings))
+        assert (g.enabled, g.error_rate_threshold, g.window_minutes, g.min_requests) == (True, 0.2, 5, 20)
+
+
+def test_the_default_guardrail_rolls_back_without_anyone_saving_it(engine, settings_factory):
+    settings = settings_factory(MINIMAL)
+    ensure_setting(engine, 0.1)
+    set_ratio(engine, 0.5, expected_version=None, actor="alice", reason="ramp")
+    attempts(engine, settings.routing.primary, ok=19, failed=4)  # 17 % of 23: under 20 %, nothing happens
+    assert check_guardrail(engine, settings, now=NOW) is None
+    attempts(engine, settings.routing.primary, ok=0, failed=3, ts=NOW - 20)  # now 7/26 = 27 %
+    assert check_guardrail(engine, settings, now=NOW) == pytest.approx(7 / 26)
+    assert get_state(engine).updated_by == ACTOR

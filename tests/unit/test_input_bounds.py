@@ -52,7 +52,18 @@ OWN_MODELS = tuple(m for m in TABLES if m.__module__ == "app.config")
 
 def config_with(tmp_path: Path, table: str, line: str) -> Path:
     header = f"[{table}]"
-    text = BASE.replace(header, f"{header}\n{line}") if header in BASE else f"{BASE}\n{header}\n{line}\n"
+    # gateway.toml sets some of these keys itself (its [guardrail] table, since the guardrail is on
+    # by default): the tested line replaces the file's own, as a second one would be invalid TOML.
+    key = line.split("=", 1)[0].strip()
+    lines, in_table = [], False
+    for kept in BASE.splitlines():
+        if kept.startswith("["):
+            in_table = kept.strip() == header
+        elif in_table and kept.split("=", 1)[0].strip() == key:
+            continue
+        lines.append(kept)
+    base = "\n".join(lines) + "\n"
+    text = base.replace(header, f"{header}\n{line}") if header in base else f"{base}\n{header}\n{line}\n"
     path = tmp_path / "gw.toml"
     path.write_text(text)
     return path

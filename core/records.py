@@ -46,6 +46,7 @@ class AttemptRecord:
     # completion_tokens_details.reasoning_tokens: already counted in completion_tokens (and costed
     # at the output price), kept apart to show how much of the output was thinking.
     reasoning_tokens: int = 0
+    adjusted_params: str | None = None  # what a provider's drop_params / rename_params changed ("-a,b->c")
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""

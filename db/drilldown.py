@@ -50,7 +50,16 @@ ATTEMPT_COLUMNS = (
 
 # Read where the table has them (added by later migrations: 0005 key_name, 0007 answer_text, 0008
 # the API fields); a row without one gets its default in the request view.
-OPTIONAL_COLUMNS = ("prompt_text", "key_name", "answer_text", "api", "finish_reason", "tool_calls", "reasoning_tokens")
+OPTIONAL_COLUMNS = (
+    "prompt_text",
+    "key_name",
+    "answer_text",
+    "api",
+    "finish_reason",
+    "tool_calls",
+    "reasoning_tokens",
+    "adjusted_params",
+)
 
 _columns_lock = threading.Lock()
 _columns: dict[str, frozenset[str]] = {}

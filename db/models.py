@@ -113,6 +113,8 @@ class RequestLog(Base):
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     tool_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # migration 0010: what a provider's drop_params / rename_params changed ("-a,b->c").
+    adjusted_params: Mapped[str | None] = mapped_column(String(256))
 
 
 class _RollupColumns:

@@ -77,6 +77,7 @@ class Attempt:
     fallback: bool
     error_message: str | None
     finish_reason: str | None = None
+    adjusted_params: str | None = None  # the provider's drop_params / rename_params, as applied
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class RequestStory:
                 "wait before ms": a.wait_before_ms,
                 "fallback route": a.fallback,
                 "finish reason": a.finish_reason,
+                "params changed": a.adjusted_params,
                 "error": a.error_message,
             }
             for a in self.attempts
@@ -203,6 +205,7 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
                 fallback=bool(r["fallback"]),
                 error_message=r["error_message"],
                 finish_reason=r.get("finish_reason"),
+                adjusted_params=r.get("adjusted_params"),
             )
         )
         prev_end = start + float(r["latency_ms"]) / 1000.0

@@ -66,6 +66,7 @@ ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
+ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
 RESPONSE_HOMES = 100_000  # Responses API ids remembered (which provider holds each), per process
 
 #: The APIs the gateway routes, and the upstream path of each (under the provider's base URL).
@@ -724,6 +725,7 @@ class RoutingCore:
         if outcome is not None:
             self.breakers[attempt.provider].record(outcome, self.clock())
         usage = usage or Usage()
+        adjusted = self.adjusted_params(plan, attempt.provider)
         number = len(plan.records) + 1
         latency_ms = (self.clock() - attempt.t0) * 1000.0
         plan.records.append(
@@ -759,6 +761,7 @@ class RoutingCore:
                 finish_reason=finish_reason,
                 tool_calls=tool_calls,
                 reasoning_tokens=usage.reasoning_tokens,
+                adjusted_params=",".join(adjusted)[:ADJUSTED_MAX] or None,
             )
         )
         plan.infos.append(
@@ -774,7 +777,7 @@ class RoutingCore:
                 with_hints=attempt.with_hints,
                 ttft_ms=ttft_ms,
                 attempt_ttft_ms=attempt_ttft_ms,
-                adjusted_params=tuple(self.adjusted_params(plan, attempt.provider)),
+                adjusted_params=tuple(adjusted),
                 upstream_error=failure.body if failure else None,
                 retry_after_s=failure.retry_after_s if failure else None,
             )

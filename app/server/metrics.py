@@ -95,6 +95,7 @@ METRIC_NAMES = (
     "gateway_log_journal_depth",
     "gateway_key_denials",
     "gateway_key_budget_used_ratio",
+    "gateway_param_adjustments",
 )
 
 
@@ -207,6 +208,12 @@ class GatewayMetrics:
         self.key_denials = Counter(
             "gateway_key_denials", "Requests refused for their gateway key, by reason.", ["reason"], registry=r
         )
+        self.param_adjustments = Counter(
+            "gateway_param_adjustments",
+            "Request fields a provider's drop_params / rename_params removed or renamed, by provider and change.",
+            ["provider", "change"],
+            registry=r,
+        )
         self.key_budget_used = Gauge(
             "gateway_key_budget_used_ratio",
             "Spend of a gateway key in its current budget period over its budget (1 = used up).",
@@ -271,6 +278,11 @@ class GatewayMetrics:
         self.observe_attempt(
             provider=record.provider, model=record.model, status=record.status, error_class=record.error_class
         )
+        adjusted = getattr(record, "adjusted_params", None)
+        if adjusted:
+            provider = self._provider(record.provider)
+            for change in adjusted.split(",")[:16]:
+                self.param_adjustments.labels(provider, change[:64]).inc()
         if getattr(record, "final", True):
             ttft_ms = getattr(record, "ttft_ms", None)
             self.observe_request(

@@ -94,7 +94,7 @@ def rollup_sums(engine, span: int) -> dict[str, int]:
 def test_new_fields_default_so_older_callers_and_positional_order_keep_working() -> None:
     r = AttemptRecord("r", 1, T0, "p", "m", "auto", "general", "primary", "ok", 1.0)
     assert (r.api, r.finish_reason, r.tool_calls, r.reasoning_tokens) == ("chat", None, 0, 0)
-    assert r.to_tuple()[-4:] == ("chat", None, 0, 0)
+    assert r.to_tuple()[-5:] == ("chat", None, 0, 0, None)  # then adjusted_params (0010)
 
 
 def test_records_round_trip_through_the_writer_with_their_api_fields(engine) -> None:
@@ -234,6 +234,7 @@ def test_migration_0008_upgrades_old_rows_to_chat_and_downgrades_cleanly(db_url:
             0,
             0,
         )
+        upgrade(engine, "head")  # the writer writes today's columns (0010 adds adjusted_params)
         assert insert_batch(engine, [rec("after", api="responses", reasoning_tokens=3)]) == 1
         assert rollup_sums(engine, 60)["reasoning_tokens"] == 3
 

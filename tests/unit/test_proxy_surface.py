@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from app.config import load_settings
 from app.gateway import build_gateway
+from app.monitor.drilldown import load_story
 from app.server.asgi import GatewayApp
 from app.server.handler import ChatHandler
 from app.server.serve import served_models
@@ -517,6 +518,10 @@ def test_drop_and_rename_params_apply_per_provider_and_are_on_the_attempt(proxy_
     assert "service_tier" not in seen and seen["max_tokens"] == 9 and "max_completion_tokens" not in seen
     result = proxy.gateway.client.chat([{"role": "user", "content": "x"}], "gpt-4.1", service_tier="flex")
     assert result.attempt_log[0].adjusted_params == ("-service_tier",)
+    rows = proxy.rows()
+    assert [r["adjusted_params"] for r in rows] == ["-service_tier,max_completion_tokens->max_tokens", "-service_tier"]
+    story = load_story(proxy.gateway.engine, rows[0]["request_id"])
+    assert story is not None and story.timeline_rows()[0]["params changed"] == rows[0]["adjusted_params"]
 
 
 def test_only_allow_listed_client_headers_are_forwarded(proxy_factory, up):

@@ -60,8 +60,9 @@ class Offer:
 def chat_offers(providers: Mapping[str, ProviderConfig]) -> dict[str, Offer]:
     """What each provider offers a chat request: its chat models (an embedding model never
     substitutes for chat) and its default model."""
+    known = catalog.models()
     return {
-        name: Offer(frozenset(m for m in p.models if catalog.get(m).kind == "chat"), p.default_model)
+        name: Offer(frozenset(m for m in p.models if m in known and known[m].kind == "chat"), p.default_model)
         for name, p in providers.items()
     }
 

@@ -500,9 +500,11 @@ def test_an_api_no_provider_serves_is_refused_by_name_and_logged(proxy_factory, 
 
 
 def test_an_api_served_by_the_other_side_only_goes_there(proxy_factory, up):
-    proxy = proxy_factory(direct='apis = ["chat"]\n')
-    up.script(json_fault(RESPONSE), provider="holysheep")
-    r = post(proxy, "/v1/responses", {"model": "gpt-4.1", "input": "x"})
+    proxy = proxy_factory(direct='apis = ["chat"]\n')  # the canary ratio sends everything to direct
+    answer = {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [1.0]}], "model": "m",
+              "usage": {"prompt_tokens": 1, "total_tokens": 1}}  # fmt: skip
+    up.script(json_fault(answer), provider="holysheep")
+    r = post(proxy, "/v1/embeddings", {"model": "text-embedding-3-small", "input": "x"})
     assert r.status_code == 200 and [q.provider for q in up.requests] == ["holysheep"]
 
 

@@ -49,6 +49,12 @@ def rows(client) -> list:
         )
 
 
+def refusal_classes(client) -> list:
+    client.flush()
+    with client.engine.connect() as conn:
+        return [r.error_class for r in conn.execute(select(RequestLog.error_class))]
+
+
 def test_auto_coding_prompts_are_answered_by_deepseek_on_every_side(client_factory, sqlite_url):
     client = client_factory(sqlite_url)
     assert client.current_ratio() == pytest.approx(0.1)
@@ -110,7 +116,9 @@ def test_explicit_deepseek_pinned_to_the_fallback_side_is_refused_before_any_cal
     client = client_factory(sqlite_url, transports={"holysheep": transport, "direct": transport})
     with pytest.raises(SubstitutionRefused) as info:
         client.chat(user("hi"), model=DS, route="fallback")
-    assert calls == [] and rows(client) == []
+    # No call, and the request is in the log once, as the policy's refusal (issue 17).
+    assert calls == [] and [r[:2] for r in rows(client)] == [("fallback", "direct")]
+    assert refusal_classes(client) == ["refused_by_policy"]
     msg = str(info.value)
     assert "direct would answer with gpt-4.1 at 14.29x the price" in msg
     assert "routing.substitution" in msg and "Fix:" in msg
@@ -167,4 +175,4 @@ def test_a_refused_stream_raises_before_any_chunk(client_factory, sqlite_url):
     client = client_factory(sqlite_url)
     with pytest.raises(SubstitutionRefused):
         client.chat(user(CODING), stream=True, route="fallback")
-    assert rows(client) == []
+    assert refusal_classes(client) == ["refused_by_policy"]

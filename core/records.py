@@ -60,7 +60,6 @@ class AttemptRecord:
 
 
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(AttemptRecord))
-APIS: tuple[str, ...] = ("chat", "responses", "embeddings", "completions")
 _ERROR_MESSAGE = FIELD_NAMES.index("error_message")
 _FINISH_REASON = FIELD_NAMES.index("finish_reason")
 FINISH_REASON_MAX = 32  # request_log.finish_reason is varchar(32)

@@ -3,7 +3,8 @@ read every attempt of one request.
 
 ``request_log.key_name`` arrives with migration 0005; until a database has it, searching by key
 reports that the column is missing instead of failing (:func:`log_columns` reads the table's
-columns once per engine).
+columns once per engine). Columns of later migrations (:data:`OPTIONAL_COLUMNS`) are read only
+where the table has them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ ATTEMPT_COLUMNS = (
     "stream",
     "session_id",
 )
+
+# Read where the table has them (added by later migrations: 0005 key_name, 0007 answer_text, 0008
+# the API fields); a row without one gets its default in the request view.
+OPTIONAL_COLUMNS = ("prompt_text", "key_name", "answer_text", "api", "finish_reason", "tool_calls", "reasoning_tokens")
 
 _columns_lock = threading.Lock()
 _columns: dict[str, frozenset[str]] = {}
@@ -91,7 +96,7 @@ def _select(engine: Engine):
     log = RequestLog.__table__
     cols = [log.c[c] for c in ATTEMPT_COLUMNS]
     have = log_columns(engine)
-    for name in ("prompt_text", "key_name", "answer_text"):
+    for name in OPTIONAL_COLUMNS:
         if name in have:
             cols.append(log.c[name] if name in log.c else column(name))
     return log, cols
@@ -163,7 +168,7 @@ def find_requests(engine: Engine, kind: str, value: str, *, limit: int = MAX_MAT
 
 def request_attempts(engine: Engine, request_id: str) -> list[dict]:
     """Every attempt row of one request in attempt order, as dicts keyed by
-    :data:`ATTEMPT_COLUMNS` plus ``prompt_text`` and ``key_name`` where the table has them."""
+    :data:`ATTEMPT_COLUMNS` plus the :data:`OPTIONAL_COLUMNS` the table has."""
     log, cols = _select(engine)
     q = select(*cols).select_from(log).where(log.c.request_id == request_id).order_by(log.c.attempt, log.c.id)
     with engine.connect() as conn:

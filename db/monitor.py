@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true
 
-from db.models import LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
+from db.models import API_REQUEST_COUNTERS, LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
 RECENT_LIMIT_MAX = 5000
 
@@ -46,6 +46,7 @@ RECENT_LOG_COLUMNS = (
     "request_id",
     "attempt",
     "final",
+    "api",
     "provider",
     "model",
     "requested_model",
@@ -53,6 +54,7 @@ RECENT_LOG_COLUMNS = (
     "side",
     "source",
     "status",
+    "finish_reason",
     "http_status",
     "error_class",
     "error_message",
@@ -61,6 +63,8 @@ RECENT_LOG_COLUMNS = (
     "prompt_tokens",
     "cached_tokens",
     "completion_tokens",
+    "reasoning_tokens",
+    "tool_calls",
     "cost_usd",
     "fallback",
     "substituted",
@@ -381,6 +385,28 @@ def cost_between(engine: Engine, *, since: float, until: float) -> float:
     q = select(func.coalesce(func.sum(t.c.cost_usd), 0.0)).where(t.c.minute >= int(since), t.c.minute <= int(until))
     with engine.connect() as conn:
         return _f(conn.execute(q).scalar_one())
+
+
+@dataclass(frozen=True)
+class ApiSums:
+    """Requests per OpenAI API and the answers' reasoning tokens and tool calls over a window."""
+
+    requests: dict[str, int]  # api -> final attempts (chat, responses, embeddings, completions)
+    reasoning_tokens: int
+    tool_calls: int
+
+
+def api_sums(engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None) -> ApiSums:
+    """One rollup query over ``[since, until]`` (migration 0008's counters). The rollups count the
+    non-chat APIs' requests; chat is every other request."""
+    others = tuple(API_REQUEST_COUNTERS.items())
+    q = select(*_sum_cols(("requests", "reasoning_tokens", "tool_calls", *(c for _, c in others)))).where(
+        _rollup_range(since, until, filters)
+    )
+    with engine.connect() as conn:
+        row = [_i(v) for v in conn.execute(q).one()]
+    per_api = {api: row[3 + i] for i, (api, _) in enumerate(others)}
+    return ApiSums({"chat": row[0] - sum(per_api.values()), **per_api}, row[1], row[2])
 
 
 @dataclass(frozen=True)

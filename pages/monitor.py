@@ -1,7 +1,7 @@
 """Monitor: what the upstreams did (attempt errors), what the router did about it (fallbacks) and
 what callers saw (final failures), per provider and model, over a chosen window or custom range
-(times in UTC), with events marked on every chart, the newest requests linked to their drill-down,
-and a CSV export."""
+(times in UTC), with events marked on every chart, the newest requests (with the API each used, its
+finish reason, tool calls and reasoning tokens) linked to their drill-down, and a CSV export."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +9,7 @@ import streamlit as st
 
 from app.monitor import (
     CUSTOM,
+    RECENT_LABELS,
     WINDOWS,
     MonitorState,
     RangeError,
@@ -135,7 +136,10 @@ def live() -> None:
         hide_index=True,
         width="stretch",
         column_order=("open", *(c for c in (view.recent[0] if view.recent else {}) if c != "open")),
-        column_config={"open": st.column_config.LinkColumn("open", display_text="open", width="small")},
+        column_config={
+            "open": st.column_config.LinkColumn("open", display_text="open", width="small"),
+            **{name: st.column_config.Column(label) for name, label in RECENT_LABELS.items()},
+        },
         key="monitor_recent",
     )
     st.download_button(

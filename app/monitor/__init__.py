@@ -3,11 +3,12 @@
 the observed canary split (:mod:`app.monitor.stats`), the recent-requests table and its CSV
 (:mod:`app.monitor.export`), Plotly figures with event markers (:mod:`app.monitor.charts`), the
 three failure levels per provider and model and substitution costs (:mod:`app.monitor.levels`), the
-request drill-down (:mod:`app.monitor.drilldown`) and one call that builds a monitor refresh
-(:mod:`app.monitor.view`)."""
+request drill-down (:mod:`app.monitor.drilldown`), the in-process caches of settled data
+(:mod:`app.monitor.cache`) and one call that builds a monitor refresh (:mod:`app.monitor.view`)."""
 
+from app.monitor.cache import PartCache, SettledCache, clear_cache
 from app.monitor.drilldown import RequestStory, load_story, request_link, search, search_link
-from app.monitor.export import RECENT_COLUMNS, recent_requests, requests_csv, time_utc
+from app.monitor.export import RECENT_COLUMNS, RECENT_LABELS, recent_requests, requests_csv, time_utc
 from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels
 from app.monitor.series import (
     MAX_POINTS,
@@ -15,12 +16,10 @@ from app.monitor.series import (
     ModelSeries,
     Percentiles,
     ProviderSeries,
-    SettledCache,
     Totals,
     WindowSeries,
     bucket_axis,
     choose_step,
-    clear_cache,
     window_series,
 )
 from app.monitor.stats import (
@@ -60,6 +59,7 @@ __all__ = [
     "MAX_RANGE_S",
     "QUANTILES",
     "RECENT_COLUMNS",
+    "RECENT_LABELS",
     "REFRESH_INTERVALS_S",
     "WINDOWS",
     "Kpi",
@@ -70,6 +70,7 @@ __all__ = [
     "MonitorState",
     "MonitorView",
     "OverviewStats",
+    "PartCache",
     "Percentiles",
     "ProviderHealth",
     "ProviderSeries",

@@ -1,6 +1,7 @@
 """The request drill-down: links to it, searches, and one request's story built from its attempt
-rows (timeline with the wait before each retry, tokens, cost, canary side, intent, substitution
-with its cost delta, the prompt when stored).
+rows (timeline with the wait before each retry, the API it used, finish reason, tool calls, tokens
+with the reasoning share, cost, canary side, intent, substitution with its cost delta, the prompt
+when stored).
 
 Every string here that came from a caller or an upstream (session ids, error messages, prompts,
 key names) is data: the page shows it as plain text, never as Markdown or HTML.
@@ -23,6 +24,18 @@ PAGE_PATH = "request"  # the drill-down page's URL path
 # Query parameter per search kind: /request?id=..., /request?session=..., /request?key=...
 PARAMS = {"request": "id", "session": "session", "key": "key"}
 MAX_QUERY = 256
+# How the request view names each API (request_log.api); an unknown value is shown as stored.
+API_LABELS = {
+    "chat": "chat completions",
+    "responses": "responses",
+    "embeddings": "embeddings",
+    "completions": "completions (legacy)",
+}
+
+
+def api_label(api: str | None) -> str:
+    """The operator-facing name of an ``api`` value (``None``: rows from before migration 0008, chat)."""
+    return API_LABELS.get(api or "chat", str(api))
 
 
 def request_link(request_id: str) -> str:
@@ -63,6 +76,7 @@ class Attempt:
     wait_before_ms: float | None  # since the previous attempt ended (the retry wait); None first
     fallback: bool
     error_message: str | None
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,14 @@ class RequestStory:
     attempts: tuple[Attempt, ...]
     prompt_text: str | None
     answer_text: str | None = None
+    api: str = "chat"  # chat | responses | embeddings | completions
+    finish_reason: str | None = None  # of the final attempt
+    tool_calls: int = 0  # in the final answer
+    reasoning_tokens: int = 0  # part of completion_tokens
+
+    @property
+    def embeddings(self) -> bool:
+        return self.api == "embeddings"
 
     def timeline_rows(self) -> list[dict]:
         return [
@@ -107,6 +129,7 @@ class RequestStory:
                 "TTFT ms": a.ttft_ms,
                 "wait before ms": a.wait_before_ms,
                 "fallback route": a.fallback,
+                "finish reason": a.finish_reason,
                 "error": a.error_message,
             }
             for a in self.attempts
@@ -134,14 +157,26 @@ class RequestStory:
             ("streamed", "yes" if self.stream else "no"),
             ("session id", text(self.session_id)),
             ("gateway key", text(self.key_name)),
-            ("prompt tokens", f"{self.prompt_tokens:,}"),
-            ("cached tokens", f"{self.cached_tokens:,}"),
-            ("completion tokens", f"{self.completion_tokens:,}"),
+            ("API", api_label(self.api)),
+            *self._answer_facts(),
             ("cost", f"{self.cost_usd:.6f} USD"),
             ("attempts", str(len(self.attempts))),
             ("total time", f"{self.total_ms:,.0f} ms"),
         ]
         return [{"field": k, "value": v} for k, v in pairs]
+
+    def _answer_facts(self) -> list[tuple[str, str]]:
+        # An embedding has input tokens only: no completion, finish reason or tool calls to show.
+        if self.embeddings:
+            return [("embedding tokens", f"{self.prompt_tokens:,}")]
+        return [
+            ("finish reason", self.finish_reason or ""),
+            ("tool calls", f"{self.tool_calls:,}"),
+            ("prompt tokens", f"{self.prompt_tokens:,}"),
+            ("cached tokens", f"{self.cached_tokens:,}"),
+            ("completion tokens", f"{self.completion_tokens:,}"),
+            ("reasoning tokens", f"{self.reasoning_tokens:,} (included in completion tokens)"),
+        ]
 
 
 def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> RequestStory | None:
@@ -167,6 +202,7 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
                 wait_before_ms=None if prev_end is None else max(0.0, (start - prev_end) * 1000.0),
                 fallback=bool(r["fallback"]),
                 error_message=r["error_message"],
+                finish_reason=r.get("finish_reason"),
             )
         )
         prev_end = start + float(r["latency_ms"]) / 1000.0
@@ -204,6 +240,10 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
         attempts=tuple(attempts),
         prompt_text=next((r.get("prompt_text") for r in rows if r.get("prompt_text")), None),
         answer_text=next((r.get("answer_text") for r in rows if r.get("answer_text")), None),
+        api=final.get("api") or "chat",
+        finish_reason=final.get("finish_reason"),
+        tool_calls=int(final.get("tool_calls") or 0),
+        reasoning_tokens=int(final.get("reasoning_tokens") or 0),
     )
 
 

@@ -19,6 +19,13 @@ from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, recent_rows
 
 # Columns of the table, in display order (prompt_text follows only when asked for).
 RECENT_COLUMNS = ("time_utc", *RECENT_LOG_COLUMNS)
+# Headings the page shows for columns whose stored name reads badly; the CSV keeps stored names.
+RECENT_LABELS = {
+    "api": "API",
+    "finish_reason": "finish",
+    "tool_calls": "tool calls",
+    "reasoning_tokens": "reasoning tokens",
+}
 
 
 def time_utc(ts: float) -> str:

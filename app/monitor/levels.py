@@ -19,16 +19,14 @@ delta: the actual cost minus the cost of the same tokens at the chosen model's c
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
 from app import catalog
-from app.monitor.series import SettledCache, quantiles, ratio
+from app.monitor.cache import PARTS, PartCache, SettledCache
+from app.monitor.series import quantiles, ratio
 from db.monitor import (
     COUNT_COLUMNS,
     Breakdown,
@@ -82,48 +80,6 @@ def _add(cells: Iterable[SummedCell]) -> SummedCell:
     return SummedCell(tuple(counts), cost, lat, ttft)
 
 
-class PartCache:
-    """Summed cells of settled pieces of a window (:func:`db.monitor.span_parts`), so a live
-    refresh re-reads only the pieces near its end: a 24-hour window's 23 hourly pieces are read
-    once. Entries expire ``TTL_S`` seconds of ``clock`` after they were read (a late write or a
-    cleared database shows up), and their number is bounded."""
-
-    TTL_S = 300.0
-    MAX_ENTRIES = 2048
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, tuple[float, dict]] = OrderedDict()
-
-    def get(self, key: tuple) -> dict | None:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None or self._clock() - hit[0] > self.TTL_S:
-                self._entries.pop(key, None)
-                return None
-            self._entries.move_to_end(key)
-            return hit[1]
-
-    def put(self, key: tuple, cells: dict) -> None:
-        with self._lock:
-            self._entries[key] = (self._clock(), cells)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.MAX_ENTRIES:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-_PARTS = PartCache()
-
-
-def clear_part_cache() -> None:
-    _PARTS.clear()
-
-
 def breakdown(
     engine: Engine,
     *,
@@ -131,7 +87,7 @@ def breakdown(
     until: float,
     filters: MonitorFilters | None = None,
     by_model: bool = True,
-    cache: PartCache | None = _PARTS,
+    cache: PartCache | None = PARTS,
 ) -> Breakdown:
     """Whole-window cells over the minutes from ``since`` to ``until``: by (provider, side) without
     the provider filter (:func:`db.monitor.side_filters`) and, unless ``by_model`` is false, by

@@ -22,21 +22,19 @@ last (still filling) bucket's rates divide by the seconds it has covered so far,
 
 Live refreshes re-read only the newest buckets: the cells of buckets that ended ten minutes or more
 before the window's end are kept in a small in-process cache (:class:`SettledCache`, refreshed in
-full every five minutes of its clock). Results are frozen dataclasses of tuples, safe to cache and
-share.
+full every five minutes of its clock; :mod:`app.monitor.cache`). Results are frozen dataclasses of
+tuples, safe to cache and share.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
+from app.monitor.cache import SETTLED, SettledCache
 from core.histogram import percentile
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS
 from db.monitor import COUNT_COLUMNS, NO_FILTERS, BucketCells, MonitorFilters, SummedCell, bucket_cells
@@ -235,59 +233,6 @@ def _with_quantiles(cells: BucketCells) -> _Buckets:
     }
 
 
-class SettledCache:
-    """Per (database, step, filters): the cells of buckets that ended ``SETTLE_S`` before the
-    window's end. Rollups of such minutes no longer change in practice (records are written within
-    seconds of a request ending), so a live refresh only re-reads the last few buckets. Each entry
-    is dropped ``TTL_S`` seconds of ``clock`` after it was first filled, so a late write or a
-    cleared database shows up on the next full read; entries are bounded in number and pruned to
-    the window."""
-
-    SETTLE_S = 600
-    TTL_S = 300.0
-    MAX_KEYS = 64
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, tuple[float, _Buckets]] = OrderedDict()
-
-    def get(self, key: tuple) -> _Buckets:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None or self._clock() - hit[0] > self.TTL_S:
-                self._entries.pop(key, None)
-                return {}
-            self._entries.move_to_end(key)
-            return dict(hit[1])
-
-    def put(self, key: tuple, settled: _Buckets, keep_from: int) -> None:
-        with self._lock:
-            created, old = self._entries.get(key, (self._clock(), {}))
-            merged = {b: v for b, v in old.items() if b >= keep_from}
-            merged.update(settled)
-            self._entries[key] = (created, merged)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.MAX_KEYS:
-                self._entries.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-_CACHE = SettledCache()  # the process's cache, shared by every page session and the benchmarks
-
-
-def clear_cache() -> None:
-    """Forget every cached settled bucket and window piece (the Refresh button; tests; after
-    deleting or back-filling rollups)."""
-    _CACHE.clear()
-    from app.monitor.levels import clear_part_cache  # levels imports this module
-
-    clear_part_cache()
-
-
 def _window_cells(
     engine: Engine,
     buckets: Sequence[int],
@@ -392,7 +337,7 @@ def window_series(
     if step <= 0 or step % 60:
         raise ValueError("step must be a positive whole number of minutes (in seconds)")
     buckets, secs = bucket_axis(since, until, step)
-    settled = (cache if cache is not None else _CACHE) if use_cache else None
+    settled = (cache if cache is not None else SETTLED) if use_cache else None
     cells = _window_cells(engine, buckets, step, until, filters or NO_FILTERS, settled)
     pcells, mcells = _by_name(cells, buckets, 0), _by_name(cells, buckets, 1)
     providers = {n: _provider_series(n, c, secs) for n, c in pcells.items()}

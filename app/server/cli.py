@@ -7,6 +7,8 @@ import json
 import sys
 from datetime import UTC, datetime
 
+from app.server.defaults import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT, MAX_GRACEFUL_S
+
 
 def _engine():
     from app.config import load_settings
@@ -84,12 +86,6 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     when = datetime.fromtimestamp(record.revoked_at or 0, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     print(f"revoked gateway key {record.name!r} at {when} (running servers stop accepting it within seconds)")
     return 0
-
-
-DEFAULT_HOST = "127.0.0.1"  # local only unless the operator says otherwise
-DEFAULT_PORT = 8000
-DEFAULT_GRACEFUL_S = 30
-MAX_GRACEFUL_S = 3600
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:

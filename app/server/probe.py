@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import httpx2
 
-from app.server.cli import DEFAULT_HOST, DEFAULT_PORT
+from app.server.defaults import DEFAULT_HOST, DEFAULT_PORT
 
 ENV = "GATEWAY_SERVER_URL"
 TIMEOUT_S = 0.5

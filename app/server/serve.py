@@ -21,7 +21,7 @@ from app.config import ProviderNotConfigured, resolve_api_key
 from app.gateway import Gateway, build_gateway
 from app.server.asgi import GatewayApp
 from app.server.auth import KeyAuthenticator
-from app.server.cli import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT
+from app.server.defaults import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT
 from app.server.handler import DEFAULT_WORKERS, ChatHandler
 from app.server.metrics import GatewayMetrics
 from core.errors import ConfigurationError

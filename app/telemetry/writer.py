@@ -493,7 +493,9 @@ def record_to_row(record: AttemptRecord) -> dict[str, Any]:
 
 
 def record_from_row(row: Mapping[str, Any]) -> AttemptRecord:
-    """The inverse of :func:`record_to_row` (unknown keys ignored; raises TypeError/ValueError)."""
+    """The inverse of :func:`record_to_row` (unknown keys ignored; raises TypeError/ValueError).
+    A missing key takes its field's default: a line journalled by an older version, before fields
+    such as ``api`` or ``reasoning_tokens`` existed, replays as what that version logged."""
     values = {k: row[k] for k in FIELD_NAMES if k in row}
     for name in _FLOAT_FIELDS:
         if isinstance(values.get(name), str):

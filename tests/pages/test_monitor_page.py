@@ -19,6 +19,13 @@ from db.requests import insert_batch
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Recent requests that used other parts of the OpenAI surface (the rest are chat completions).
+API_FIELDS: dict[int, dict] = {
+    3: {"api": "responses", "finish_reason": "tool_calls", "tool_calls": 2, "reasoning_tokens": 11},
+    4: {"api": "embeddings"},
+}
+
+
 def _records(now: float) -> list[AttemptRecord]:
     out = []
     # 30 requests in the last 10 minutes (alpha and beta), 12 more three hours ago (alpha only).
@@ -41,6 +48,7 @@ def _records(now: float) -> list[AttemptRecord]:
                 cost_usd=0.01,
                 source="loadgen",
                 key_name="team-a" if k == 7 else None,
+                **API_FIELDS.get(k, {}),
             )
         )
     for k in range(12):
@@ -158,6 +166,45 @@ def test_recent_rows_link_to_the_drilldown(app):
     at = app.run()
     recent = at.dataframe[-1].value
     assert all(link == f"/request?id={rid}" for link, rid in zip(recent["open"], recent["request_id"], strict=True))
+
+
+def test_recent_rows_show_api_finish_reason_tool_calls_and_reasoning_tokens(app):
+    at = app.run()
+    table = at.dataframe[-1]
+    recent = table.value.set_index("request_id")
+    assert recent.loc["recent-3", ["api", "finish_reason", "tool_calls", "reasoning_tokens"]].tolist() == [
+        "responses",
+        "tool_calls",
+        2,
+        11,
+    ]
+    assert recent.loc["recent-4", "api"] == "embeddings"
+    assert recent.loc["recent-5", ["api", "tool_calls", "reasoning_tokens"]].tolist() == ["chat", 0, 0]
+    headings = {name: cfg.get("label") for name, cfg in json.loads(table.proto.columns).items()}
+    assert {headings[c] for c in ("api", "finish_reason", "tool_calls", "reasoning_tokens")} == {
+        "API",
+        "finish",
+        "tool calls",
+        "reasoning tokens",
+    }
+
+
+def test_request_page_shows_the_api_and_for_embeddings_embedding_tokens(app):
+    at = app
+    at.switch_page("../pages/request.py")
+    at.query_params["id"] = "recent-3"
+    at.run()
+    assert not at.exception
+    facts = at.dataframe[0].value
+    facts = dict(zip(facts["field"], facts["value"], strict=True))
+    assert (facts["API"], facts["finish reason"], facts["tool calls"]) == ("responses", "tool_calls", "2")
+    assert facts["reasoning tokens"].startswith("11 ")
+    at.query_params["id"] = "recent-4"
+    at.run()
+    facts = at.dataframe[0].value
+    facts = dict(zip(facts["field"], facts["value"], strict=True))
+    assert (facts["API"], facts["embedding tokens"]) == ("embeddings", "100")
+    assert "completion tokens" not in facts
 
 
 def test_custom_range_is_validated(app):

@@ -61,3 +61,150 @@ def test_simulated_upstreams_do_not_reach_into_routing() -> None:
     """The simulators sit below the router: app.simulated and app.simulator never import app.routing."""
     paths = [REPO / "app" / "simulated.py", *sorted((REPO / "app" / "simulator").rglob("*.py"))]
     assert [str(p) for p in paths for m in imported_modules(p) if m.startswith("app.routing")] == []
+
+
+# -- no import cycles ------------------------------------------------------------------------------
+
+CYCLE_PACKAGES = ("app", "db", "core", "ui")
+
+
+def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``packages`` under ``root`` (a package's
+    ``__init__.py`` is the package's own name)."""
+    out: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _ours(dotted: str, known: set[str]) -> str | None:
+    """The most specific of our modules that importing ``dotted`` loads (``None``: not ours)."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in known:
+            return name
+    return None
+
+
+def module_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Our modules that module ``name`` (at ``path``) imports anywhere in its body: module level,
+    functions, classes. Relative imports are resolved against its package, and ``from pkg import
+    sub`` counts as importing ``pkg.sub`` when ``sub`` is a module (else ``pkg``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[str | None] = []
+        if isinstance(node, ast.Import):
+            targets = [_ours(alias.name, known) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package[: len(package) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                targets.append(sub if sub in known else _ours(base, known))
+        out.update(t for t in targets if t is not None and t != name)
+    return out
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    files = module_files(root, packages)
+    known = set(files)
+    return {name: module_imports(name, path, known) for name, path in files.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle (a list of modules, each importing the next, the last importing the first) per
+    strongly connected component of more than one module, sorted; ``[]`` when there is none."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm; our graph is far too small for the recursion limit
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(_cycle_in(graph, c) for c in components)
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A shortest cycle through the component's first module, staying inside the component."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    return paths[v]
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start} in {sorted(component)}")  # pragma: no cover
+
+
+def describe(cycles: list[list[str]]) -> str:
+    return "\n".join(" -> ".join([*c, c[0]]) for c in cycles)
+
+
+def test_our_packages_have_no_import_cycle() -> None:
+    graph = import_graph(REPO, CYCLE_PACKAGES)
+    assert "app.monitor.series" in graph and "core.records" in graph  # the walk found our modules
+    cycles = find_cycles(graph)
+    assert cycles == [], "import cycles (each module imports the next):\n" + describe(cycles)
+
+
+def test_the_cycle_checker_finds_a_planted_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    # a -> b by "from pkg import b" (a submodule, not the package), b -> c lazily and relatively,
+    # c -> a relatively from a subpackage two levels up; d only imports a (no cycle through d).
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .sub import c\n    return c\n")
+    (pkg / "sub" / "c.py").write_text("from ..a import b as _\nimport os\n")
+    (pkg / "d.py").write_text("import pkg.a\nfrom pkg.a import b\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.a"] == {"pkg.b"}
+    assert graph["pkg.b"] == {"pkg.sub.c"}
+    assert graph["pkg.sub.c"] == {"pkg.a"}
+    assert graph["pkg.d"] == {"pkg.a"}
+    cycles = find_cycles(graph)
+    assert cycles == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+    assert describe(cycles) == "pkg.a -> pkg.b -> pkg.sub.c -> pkg.a"
+
+    (pkg / "sub" / "c.py").write_text("import os\n")  # break it
+    assert find_cycles(import_graph(tmp_path, ("pkg",))) == []

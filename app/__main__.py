@@ -305,10 +305,11 @@ def dashboard_argv(streamlit_args: list[str]) -> list[str]:
     directory finds it), with the local-only defaults unless the caller set those options."""
     from pathlib import Path
 
-    entry = Path(__file__).resolve().parent.parent / "dashboard" / "asgi.py"
+    folder = Path(__file__).resolve().parent.parent / "dashboard"
     given = {a.split("=", 1)[0] for a in streamlit_args if a.startswith("--")}
     defaults = [f"{k}={v}" for k, v in DASHBOARD_DEFAULTS.items() if k not in given]
-    return [sys.executable, "-m", "streamlit", "run", str(entry), *defaults, *streamlit_args]
+    # dashboard/run.py is `streamlit run` with handlers that make SIGTERM/SIGINT a clean exit 0.
+    return [sys.executable, str(folder / "run.py"), "run", str(folder / "asgi.py"), *defaults, *streamlit_args]
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -66,6 +66,7 @@ ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
+GATEWAY = "gateway"  # the provider name of a request the gateway refused itself (no upstream was asked)
 ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
 RESPONSE_HOMES = 100_000  # Responses API ids remembered (which provider holds each), per process
 
@@ -812,6 +813,43 @@ class RoutingCore:
         cleaned = self.record(plan, attempt, failure=failure, **kw)
         assert cleaned is not None
         return cleaned
+
+    def log_refusal(
+        self,
+        api: str,
+        model: str | None,
+        *,
+        error_class: str,
+        message: str,
+        http_status: int,
+        key_name: str | None = None,
+        source: str | None = None,
+        stream: bool = False,
+    ) -> None:
+        """A request the gateway itself refused before routing it (a key, a rate limit or a budget,
+        the gateway's own database): its one final row, provider ``gateway``, zero latency."""
+        name = (model or "-")[:128]
+        record = AttemptRecord(
+            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            attempt=1,
+            ts=self.wall(),
+            provider=GATEWAY,
+            model=name,
+            requested_model=name,
+            intent="refused",
+            side="none",
+            status="error",
+            latency_ms=0.0,
+            http_status=http_status,
+            error_class=error_class,
+            error_message=self.clean(message),
+            final=True,
+            stream=stream,
+            source=storable(source or self.source, MAX_SOURCE) or "api",
+            key_name=key_name,
+            api=api if api in API_PATHS else "chat",
+        )
+        self.telemetry.submit_many([record])
 
     def no_route(self, plan: Plan, stop: NoRoute) -> None:
         """The request ended with nothing more to try. When no attempt was made at all (every

@@ -101,6 +101,7 @@ class GatewayApp:
         cors_origins: Sequence[str] = (),
         cors_max_age_s: int = 600,
         forward_headers: bool = False,
+        on_refused: Callable[[str, str | None, Any, wire.WireError], None] | None = None,
     ):
         self.chat_handler = chat_handler
         self.models = list(models)
@@ -114,6 +115,7 @@ class GatewayApp:
         self.cors_origins = frozenset(cors_origins)  # browser origins allowed (CORS); none by default
         self.cors_max_age_s = cors_max_age_s
         self.forward_headers = forward_headers  # hand the caller's headers to the handler (allow-lists)
+        self.on_refused = on_refused  # logs a request refused by its key before the handler runs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -167,7 +169,11 @@ class GatewayApp:
     # ------------------------------------------------------------------------------------ endpoints
 
     async def _chat(self, scope: Scope, receive: Receive, send: Send, rid: str, base: list, api: str = "chat") -> None:
-        key = await self._auth(scope)
+        try:
+            key = await self._auth(scope)
+        except wire.WireError as err:
+            self._refused(api, None, None, err)
+            raise
         raw = await self._read_body(scope, receive)
         body = wire.parse_json_body(raw, max_body_bytes=self.max_body_bytes)
         req = wire.validate_api_request(api, body)
@@ -177,7 +183,9 @@ class GatewayApp:
             raise wire.model_not_found(req.model)
         if key is not None and req.model != "auto" and not key.allows_model(req.model):
             self.metrics.observe_key_denial("model_not_allowed")
-            raise wire.model_not_allowed(req.model)
+            denied = wire.model_not_allowed(req.model)
+            self._refused(api, req.model, key, denied)
+            raise denied
 
         self.metrics.in_flight.inc()
         try:
@@ -271,6 +279,14 @@ class GatewayApp:
                 log.warning("readiness check raised %s", type(exc).__name__)
         ok = all(checks.values())
         await _send_json(send, 200 if ok else 503, {"status": "ok" if ok else "unavailable", "checks": checks}, base)
+
+    def _refused(self, api: str, model: str | None, key: Any, err: wire.WireError) -> None:
+        if self.on_refused is None:
+            return
+        try:
+            self.on_refused(api, model, key, err)
+        except Exception as exc:  # noqa: BLE001 - the refusal is answered whatever the log does
+            log.warning("could not log a refusal: %s", type(exc).__name__)
 
     def _model_names(self, key: Any) -> list[str]:
         if key is not None and tuple(getattr(key, "models", ())):

@@ -97,6 +97,21 @@ def status_for(exc: AllRoutesFailed) -> wire.WireError:
     return wire.upstream_failed(f"All upstream providers failed for this request ({summary}; request id {rid}).")
 
 
+def refusal_class(err: wire.WireError) -> str:
+    """The log's error class for a refusal by the gateway itself."""
+    if err.code == wire.STORE_UNAVAILABLE:
+        return "key_store_unavailable"
+    if err.status == 401:
+        return "key_refused"
+    if err.status == 403:
+        return "model_not_allowed"
+    if err.code == "budget_exceeded":
+        return "budget_exceeded"
+    if err.status == 429:
+        return "gateway_rate_limited"
+    return "gateway_refused"
+
+
 def result_headers(result: ChatResult | AsyncChatStream) -> dict[str, str]:
     """The headers of an answer, or of a stream (the attempt streaming now): the upstream's
     rate-limit and processing-time headers, then the gateway's own ``x-gateway-*``."""
@@ -188,7 +203,25 @@ class ChatHandler:
             return _Admitted(None)
         tokens, cost = self._estimate(req)
         # The one admission rule (limits, budget, the 429 it answers, the denial metric).
-        return _Admitted(await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost))
+        try:
+            return _Admitted(await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost))
+        except wire.WireError as err:
+            self.log_refusal(req.api, req.model, key, err, stream=req.stream)
+            raise
+
+    def log_refusal(self, api: str, model: str | None, key: Any, err: wire.WireError, *, stream: bool = False) -> None:
+        """A request the gateway refused itself (key, limit, budget, its own database) gets its one
+        row in the request log, so every rate counts it (issue 17)."""
+        self.client.core.log_refusal(
+            api,
+            model,
+            error_class=refusal_class(err),
+            message=err.message,
+            http_status=err.status,
+            key_name=getattr(key, "name", None),
+            source=SOURCE,
+            stream=stream,
+        )
 
     async def _settle(
         self, key: KeyRecord | None, admitted: _Admitted, result: ChatResult | None, partial: float

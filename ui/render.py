@@ -91,7 +91,7 @@ def structured(result: dict, *, wanted_json: bool) -> None:
     """An answer's tool calls and JSON, shown as data (st.json: never HTML or markdown)."""
     view = structured_view(result, wanted_json=wanted_json)
     for call in view.tool_calls:
-        st.markdown(f"**Tool call:** `{inert(call.name)}`" + ("" if call.valid_json else " (arguments are not JSON)"))
+        st.markdown(f"**Tool call:** {inert(call.name)}" + ("" if call.valid_json else " (arguments are not JSON)"))
         if call.valid_json:
             st.json(call.arguments)
         else:

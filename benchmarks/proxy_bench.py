@@ -53,6 +53,8 @@ STREAM_PER_ROUND = 10
 CONCURRENCY = 64
 TPUT_SECONDS = float(os.environ.get("BENCH_PROXY_TPUT_S", "4"))
 TPUT_ROUNDS = 2
+# BENCH_PROXY_BASELINE = the path of an older checkout: its server is measured beside ours as "before".
+BASELINE = os.environ.get("BENCH_PROXY_BASELINE", "")
 LITELLM_MASTER_KEY = "sk-bench-proxy-not-the-default-7c1d"
 
 
@@ -201,7 +203,8 @@ def _rss_mib(pid: int) -> float:
     return total / 1024.0
 
 
-def _start_ours(upstream: str, tmp: Path) -> tuple[subprocess.Popen, str, str]:
+def _start_ours(upstream: str, tmp: Path, repo: Path = REPO) -> tuple[subprocess.Popen, str, str]:
+    tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "gateway.toml"
     providers = "".join(
         f'[providers.{n}]\nbase_url = "{upstream}/{n}/v1"\napi_key_env = "BENCH_UPSTREAM_KEY"\n'
@@ -214,11 +217,11 @@ def _start_ours(upstream: str, tmp: Path) -> tuple[subprocess.Popen, str, str]:
         GATEWAY_CONFIG=str(cfg),
         DATABASE_URL=f"sqlite:///{tmp / 'gateway.db'}",
         BENCH_UPSTREAM_KEY="bench",
-        PYTHONPATH=str(REPO),
+        PYTHONPATH=str(repo),
     )
     made = subprocess.run(
         [sys.executable, "-m", "app", "keys", "create", "--name", "bench", "--json"],
-        cwd=REPO,
+        cwd=repo,
         env=env,
         capture_output=True,
         text=True,
@@ -228,7 +231,7 @@ def _start_ours(upstream: str, tmp: Path) -> tuple[subprocess.Popen, str, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port)],
-        cwd=REPO,
+        cwd=repo,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -416,13 +419,16 @@ def run() -> list[dict]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    ours_proc = litellm_proc = None
+    ours_proc = litellm_proc = before_proc = None
     rows: list[dict] = []
     try:
         _wait_port(upstream_proc, up_port, "the loopback upstream")
         upstream = f"http://127.0.0.1:{up_port}"
         ours_proc, ours_url, ours_key = _start_ours(upstream, tmp)
         targets = {"bare": (f"{upstream}/v1", "bench"), "ours": (ours_url, ours_key)}
+        if BASELINE:  # an older checkout of ours, measured side by side ("must not get slower")
+            before_proc, before_url, before_key = _start_ours(upstream, tmp / "before", Path(BASELINE))
+            targets["before"] = (before_url, before_key)
         python, note = _litellm_python()
         if python is not None:
             try:
@@ -434,6 +440,8 @@ def run() -> list[dict]:
             say(f"  LiteLLM proxy NOT measured: {note}")
             rows.append({**row("LiteLLM proxy not measured", 0.0, "n/a"), "value": None, "note": note})
         servers = {"ours": ours_proc}
+        if before_proc is not None:
+            servers["before"] = before_proc
         if litellm_proc is not None:
             servers["litellm"] = litellm_proc
         clients = {n: openai.OpenAI(base_url=u, api_key=k, max_retries=0, timeout=60) for n, (u, k) in targets.items()}
@@ -448,6 +456,8 @@ def run() -> list[dict]:
         say(f"  throughput: {CONCURRENCY} concurrent, {TPUT_ROUNDS} rounds x {TPUT_SECONDS:g} s per target")
         tput = _throughput(targets, servers)
         rss = {"ours": _rss_mib(ours_proc.pid)}
+        if before_proc is not None:
+            rss["before"] = _rss_mib(before_proc.pid)
         if litellm_proc is not None:
             rss["litellm"] = _rss_mib(litellm_proc.pid)
         rows += _report(lat, ttft, tput, rss, note)
@@ -463,6 +473,7 @@ def run() -> list[dict]:
             )
     finally:
         _stop(litellm_proc)
+        _stop(before_proc)
         _stop(ours_proc)
         _stop(upstream_proc)
     return rows
@@ -480,7 +491,7 @@ def _report(
         f"({note}); interleaved rounds, rotating order, the other proxy paused; added = hop p50/p99 - bare p50/p99"
     )
     rows.append(row("bare SDK -> upstream p50", bare.p50, "ms", n=bare.n, spread=_iqr(bare), measured=what))
-    for n in ("ours", "litellm"):
+    for n in ("ours", "before", "litellm"):
         if n not in lat:
             continue
         d = lat[n]
@@ -503,7 +514,7 @@ def _report(
         f"{STREAM_CHUNKS}-chunk stream (stream_options.include_usage), time from the call to the first content "
         "chunk; added = hop - bare, p50"
     )
-    for n in ("ours", "litellm"):
+    for n in ("ours", "before", "litellm"):
         if n in ttft:
             rows.append(
                 row(
@@ -517,7 +528,7 @@ def _report(
             )
     p_what = f"AsyncOpenAI, {CONCURRENCY} concurrent non-streamed requests for {TPUT_SECONDS:g} s, median of rounds"
     med = {n: statistics.median(v) for n, v in tput.items()}
-    for n in ("bare", "ours", "litellm"):
+    for n in ("bare", "ours", "before", "litellm"):
         if n in med:
             rows.append(
                 row(

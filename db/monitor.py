@@ -468,6 +468,19 @@ def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dic
     return {b: (p, f) for b, (p, f) in out.items()}
 
 
+def provider_side_sums(engine: Engine, *, since: float, until: float) -> dict[tuple[str, str], tuple[int, int]]:
+    """Final requests over a window by (provider that answered or refused, canary side):
+    ``{(provider, side): (requests, answered by a fail-over route)}`` (minute rollups)."""
+    t = RequestRollup.__table__
+    q = (
+        select(t.c.provider, t.c.side, func.sum(t.c.requests).label("requests"), func.sum(t.c.fallbacks).label("fb"))
+        .where(_rollup_range(since, until, None))
+        .group_by(t.c.provider, t.c.side)
+    )
+    with engine.connect() as conn:
+        return {(r.provider, r.side): (_i(r.requests), _i(r.fb)) for r in conn.execute(q).all()}
+
+
 def recent_rows(
     engine: Engine,
     *,

@@ -182,9 +182,10 @@ with form_col:
     if q2.button("Promote to 100 %", width="stretch", disabled=read_only):
         state.pending = "promote"
     if state.pending and not read_only:
-        percent, label, effect = canary_form.QUICK_ACTIONS[state.pending]
+        percent, label, _ = canary_form.QUICK_ACTIONS[state.pending]
+        effect = canary_form.quick_effect(state.pending, settings)
         with st.container(border=True):
-            st.warning(f"{label}: {effect}. Confirm?")
+            st.warning(f"{label}: {inert(effect)}. Confirm?")
             st.text_input("Reason (required)", value=f"{label} from the dashboard", key=f"quick_reason_{state.pending}")
             c1, c2 = st.columns(2)
             c1.button(f"Confirm: {label}", type="primary", on_click=on_quick, args=(state.pending,))
@@ -199,6 +200,8 @@ with chart_col:
         "Observed split window", [15, 60, 240], default=60, format_func=lambda m: f"{m} min", required=True
     )
     st.plotly_chart(split_figure(resources.split(minutes), audit, current, time.time(), minutes), width="stretch")
+    for line in resources.split_causes(minutes).sentences():
+        st.caption(inert(line))
 
 st.subheader("Audit trail")
 if audit:

@@ -161,6 +161,19 @@ def split(minutes: int):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _split_causes(key: tuple[str, str], minutes: int):
+    from app.monitor.stats import split_by_cause
+
+    r = settings().routing
+    return split_by_cause(engine(), primary=r.primary, fallback=r.fallback, now=time.time(), minutes=minutes)
+
+
+def split_causes(minutes: int):
+    """The observed split of the last ``minutes`` minutes by cause (ratio, fail-over, model)."""
+    return _split_causes(_config_key(), minutes)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _audit(key: tuple[str, str], limit: int):
     from db.canary import audit_log
 

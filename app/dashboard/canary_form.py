@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from app.config import Settings
 from app.dashboard.fmt import pct, ratio_pct, when
 from app.dashboard.identity import Identity, refusal
 from core.canary import GuardrailSettings, ratio_in_range
@@ -122,6 +123,29 @@ QUICK_ACTIONS = {
     "rollback": (0.0, "Roll back to 0 %", "all traffic goes to the fallback"),
     "promote": (100.0, "Promote to 100 %", "all traffic goes to the primary"),
 }
+
+
+def quick_effect(action: str, settings: Settings) -> str:
+    """Exactly what a quick action changes, in words: which provider gets what afterwards, and
+    what happens to requests for a model only the other side serves (the substitution policy)."""
+    r = settings.routing
+    to, off = (r.fallback, r.primary) if action == "rollback" else (r.primary, r.fallback)
+    only_off = sorted(set(settings.providers[off].models) - set(settings.providers[to].models))
+    text = f"every new request is assigned to {to}; {off} gets none"
+    if action == "promote" and r.fallback_enabled and r.fallback != r.primary:
+        text += f" except fail-over when {to} fails"
+    if only_off:
+        sub = r.substitution
+        policy = (
+            "refused"
+            if sub.mode == "refuse"
+            else f"answered by a substitute on {to} at most {sub.max_price_factor:g}x the price, else refused"
+        )
+        text += (
+            f". Requests for models only {off} serves ({', '.join(only_off)}) are {policy} "
+            f"([routing.substitution] mode = {sub.mode!r}), never sent to {off}"
+        )
+    return text
 
 
 @dataclass(frozen=True)

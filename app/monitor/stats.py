@@ -9,7 +9,15 @@ from sqlalchemy import Engine
 
 from app.monitor.series import bucket_axis, choose_step, ratio
 from core.histogram import percentile
-from db.monitor import cost_between, last_error, minute_floor, provider_sums, side_counts, window_cell
+from db.monitor import (
+    cost_between,
+    last_error,
+    minute_floor,
+    provider_side_sums,
+    provider_sums,
+    side_counts,
+    window_cell,
+)
 
 
 @dataclass(frozen=True)
@@ -152,3 +160,63 @@ def observed_split(engine: Engine, *, now: float, minutes: int) -> list[SplitPoi
     buckets, _ = bucket_axis(since, now, step)
     counts = side_counts(engine, since=since, until=now, step=step)
     return [SplitPoint(b, step, *counts.get(b, (0, 0))) for b in buckets]
+
+
+@dataclass(frozen=True)
+class SplitByCause:
+    """Where a window's requests went and why (issue 17): the canary ratio assigned a side; a
+    request then reached the other provider by fail-over (a primary request failed) or because
+    its model is served by that provider only; the gateway refused some itself."""
+
+    primary: str
+    fallback: str
+    by_ratio: dict[str, int]  # provider -> requests it got as the ratio assigned them
+    fail_over: int  # primary-side requests answered (or failed last) on the fallback route
+    moved: dict[str, int]  # provider -> requests moved to it for their model
+    refused: int  # refused before any upstream (the gateway's own refusals, no side)
+    total: int
+
+    def share(self, provider: str) -> float | None:
+        got = self.by_ratio.get(provider, 0) + self.moved.get(provider, 0)
+        if provider == self.fallback:
+            got += self.fail_over
+        return ratio(got, self.total - self.refused)
+
+    def sentences(self) -> list[str]:
+        """One line per provider: its share and the causes, in words."""
+        out = []
+        for p in (self.primary, self.fallback):
+            share = self.share(p)
+            if share is None:
+                continue
+            parts = [f"{self.by_ratio.get(p, 0):,} by the ratio"]
+            if p == self.fallback:
+                parts.append(f"{self.fail_over:,} by fail-over")
+            parts.append(f"{self.moved.get(p, 0):,} moved for a model only it serves")
+            out.append(f"{p} got {share:.0%} of requests: " + ", ".join(parts) + ".")
+        if self.refused:
+            out.append(f"{self.refused:,} refused by the gateway itself (key, limit, budget).")
+        return out
+
+
+def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, minutes: int) -> SplitByCause:
+    """The observed split of the last ``minutes`` minutes by cause, from the minute rollups."""
+    since = now - max(int(minutes), 1) * 60 + 60
+    sums = provider_side_sums(engine, since=since, until=now)
+    by_ratio: dict[str, int] = {}
+    moved: dict[str, int] = {}
+    fail_over = refused = total = 0
+    for (provider, side), (requests, fb) in sums.items():
+        total += requests
+        own = primary if side == "primary" else fallback if side == "fallback" else None
+        if own is None:
+            refused += requests
+        elif provider == own:
+            by_ratio[provider] = by_ratio.get(provider, 0) + requests
+        elif side == "primary" and provider == fallback:
+            fail_over += fb
+            if requests > fb:
+                moved[provider] = moved.get(provider, 0) + requests - fb
+        else:
+            moved[provider] = moved.get(provider, 0) + requests
+    return SplitByCause(primary, fallback, by_ratio, fail_over, moved, refused, total)

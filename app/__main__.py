@@ -300,15 +300,15 @@ DASHBOARD_DEFAULTS = {
 
 def dashboard_argv(streamlit_args: list[str]) -> list[str]:
     """The command ``python -m app dashboard`` replaces itself with: ``streamlit run`` on the
-    dashboard's ASGI app (``dashboard/asgi.py``: Streamlit's ``st.App`` over the entry script
-    ``dashboard/entry.py``, plus the session-cookie route; resolved from this package so any working
+    dashboard's ASGI app (``ui/asgi.py``: Streamlit's ``st.App`` over the entry script
+    ``ui/entry.py``, plus the session-cookie route; resolved from this package so any working
     directory finds it), with the local-only defaults unless the caller set those options."""
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parent.parent / "dashboard"
+    folder = Path(__file__).resolve().parent.parent / "ui"
     given = {a.split("=", 1)[0] for a in streamlit_args if a.startswith("--")}
     defaults = [f"{k}={v}" for k, v in DASHBOARD_DEFAULTS.items() if k not in given]
-    # dashboard/run.py is `streamlit run` with handlers that make SIGTERM/SIGINT a clean exit 0.
+    # ui/run.py is `streamlit run` with handlers that make SIGTERM/SIGINT a clean exit 0.
     return [sys.executable, str(folder / "run.py"), "run", str(folder / "asgi.py"), *defaults, *streamlit_args]
 
 

@@ -1,5 +1,5 @@
 """What every page gets around it: page config, the sign-in gate, a configuration check and the
-shared sidebar, drawn by the entry (``dashboard/entry.py``) before ``page.run()``."""
+shared sidebar, drawn by the entry (``ui/entry.py``) before ``page.run()``."""
 
 from __future__ import annotations
 

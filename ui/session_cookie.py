@@ -7,7 +7,7 @@ browser over the websocket, and only an HTTP response can set an HttpOnly cookie
 components (``extra-streamlit-components``, ``streamlit-cookies-controller`` and similar, the usual
 answer in public code) write ``document.cookie`` from JavaScript, so the session token would be
 readable by any script on the page. Streamlit 1.67 runs on Starlette and lets an ``st.App`` add
-routes of its own (``dashboard/asgi.py`` mounts :mod:`ui.session_route`), so the cookie is set by a
+routes of its own (``ui/asgi.py`` mounts :mod:`ui.session_route`), so the cookie is set by a
 real HTTP response:
 
 1. the sign-in form (a normal Streamlit form) verifies the password and issues a token;

@@ -1,5 +1,5 @@
 """The HTTP side of the session cookie (see :mod:`ui.session_cookie` for the whole design): the
-route ``/_gateway/session`` that ``dashboard/asgi.py`` mounts beside Streamlit's own, and the
+route ``/_gateway/session`` that ``ui/asgi.py`` mounts beside Streamlit's own, and the
 one-time codes it redeems.
 
 It imports nothing that defines Streamlit caches: the ASGI module loads it before Streamlit's

@@ -17,9 +17,9 @@ from db.faults import get_faults
 from tests.configs import two_providers
 
 REPO = Path(__file__).resolve().parents[2]
-# The entry is not beside pages/ (see dashboard/entry.py), so page paths for at.switch_page(),
+# The entry is not beside pages/ (see ui/entry.py), so page paths for at.switch_page(),
 # which are relative to the entry, start with "../pages/".
-ENTRY = str(REPO / "dashboard" / "entry.py")
+ENTRY = str(REPO / "ui" / "entry.py")
 REAL_PRIMARY = two_providers(primary="real", fallback="real")
 
 

@@ -7,7 +7,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-ENTRY = str(Path(__file__).resolve().parents[2] / "dashboard" / "entry.py")
+ENTRY = str(Path(__file__).resolve().parents[2] / "ui" / "entry.py")
 
 
 @pytest.fixture(autouse=True)

@@ -80,7 +80,7 @@ def app(tmp_path, monkeypatch):
     st.cache_data.clear()
     st.cache_resource.clear()
     m.clear_cache()
-    at = AppTest.from_file(str(REPO / "dashboard" / "entry.py"), default_timeout=30).run()
+    at = AppTest.from_file(str(REPO / "ui" / "entry.py"), default_timeout=30).run()
     assert not at.exception
     at.switch_page("../pages/monitor.py")  # each test's first run() draws the monitor
     yield at

@@ -21,7 +21,7 @@ def test_streamlit_options_pass_through_untouched():
 
 def test_it_runs_streamlit_on_the_entry_with_the_options():
     argv = dashboard_argv(["--server.port", "8600"])
-    assert argv[:3] == [sys.executable, str(REPO / "dashboard" / "run.py"), "run"]  # streamlit run, clean stops
+    assert argv[:3] == [sys.executable, str(REPO / "ui" / "run.py"), "run"]  # streamlit run, clean stops
     assert argv[4:] == [
         "--server.address=127.0.0.1",
         "--client.showErrorDetails=none",
@@ -30,7 +30,7 @@ def test_it_runs_streamlit_on_the_entry_with_the_options():
         "8600",
     ]
     launcher = Path(argv[3])
-    assert launcher == REPO / "dashboard" / "asgi.py" and launcher.is_file()
+    assert launcher == REPO / "ui" / "asgi.py" and launcher.is_file()
     # Streamlit serves it as an ASGI app only when it finds the st.App instance in the file.
     from streamlit.web.server.app_discovery import discover_asgi_app
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-# The dashboard entry (dashboard/entry.py) and any top-level script: nothing below the pages imports them.
-ENTRY_MODULES = {"dashboard", *(p.stem for p in REPO.glob("*.py"))}
+# Any top-level script: nothing below the pages imports them (the dashboard's entry, ui/entry.py, and
+# its launchers are checked by test_nothing_imports_the_dashboard_entry).
+ENTRY_MODULES = {*(p.stem for p in REPO.glob("*.py"))}
+DASHBOARD_ENTRY = {"ui.entry", "ui.asgi", "ui.run"}
 
 # package -> top-level names it must never import
 FORBIDDEN: dict[str, set[str]] = {
@@ -49,6 +51,21 @@ def violations(package: str) -> list[str]:
 def test_imports_point_one_way(package: str) -> None:
     assert (REPO / package).is_dir()
     assert violations(package) == []
+
+
+def test_nothing_imports_the_dashboard_entry() -> None:
+    """ui/entry.py, ui/asgi.py and ui/run.py are scripts Streamlit (or the launcher) runs; no module
+    of ours imports them, and the old dashboard/ folder is gone (one place per kind of code)."""
+    found = [
+        f"{path.relative_to(REPO)} imports {module}"
+        for package in ("app", "db", "core", "ui", "pages")
+        for path in sorted((REPO / package).rglob("*.py"))
+        for module in imported_modules(path)
+        if module in DASHBOARD_ENTRY
+    ]
+    assert found == []
+    assert not (REPO / "dashboard").exists() and (REPO / "ui" / "entry.py").is_file()
+    assert not (REPO / "ui" / "pages").exists()  # Streamlit's legacy pages mode stays off
 
 
 def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:

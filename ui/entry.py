@@ -1,8 +1,8 @@
 """The dashboard's entry script (``python -m app dashboard`` runs it): page config, sign-in, shared
 sidebar and the page router. Nothing else.
 
-It lives in its own folder on purpose: Streamlit starts in its legacy pages-folder mode whenever a
-``pages/`` folder sits beside the main script. Here there is none, so Streamlit is in
+It lives with the rest of the Streamlit glue in ``ui/``, where no ``pages/`` folder sits beside it:
+Streamlit starts in its legacy pages-folder mode whenever one does. Here there is none, so Streamlit is in
 ``st.navigation`` mode from a fresh server's first request on, and every page, whatever URL it was
 asked for by, runs through this script and its password gate. The page scripts stay in the
 top-level ``pages/`` and are registered by absolute path.

@@ -296,6 +296,9 @@ class ServerConfig(_Strict):
     # Browser origins allowed to call the server (CORS), e.g. "https://app.example.com"; none by default.
     cors_origins: list[Annotated[str, Field(pattern=r"^https?://[^/\s]+$")]] = Field(default_factory=list)
     cors_max_age_s: int = Field(default=600, ge=0, le=86400)
+    # Routed requests one server process serves at once; above it, 503 gateway_overloaded with
+    # Retry-After (admission before saturation). 0 turns the bound off.
+    max_in_flight: int = Field(default=1024, ge=0, le=1_000_000)
 
 
 # How long a local-account sign-in survives reloads and new tabs (the session cookie's lifetime):

@@ -102,6 +102,7 @@ class GatewayApp:
         cors_max_age_s: int = 600,
         forward_headers: bool = False,
         on_refused: Callable[[str, str | None, Any, wire.WireError], None] | None = None,
+        max_in_flight: int = 0,
     ):
         self.chat_handler = chat_handler
         self.models = list(models)
@@ -116,6 +117,8 @@ class GatewayApp:
         self.cors_max_age_s = cors_max_age_s
         self.forward_headers = forward_headers  # hand the caller's headers to the handler (allow-lists)
         self.on_refused = on_refused  # logs a request refused by its key before the handler runs
+        self.max_in_flight = max_in_flight  # routed requests at once in this process (0: no bound)
+        self._in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -187,10 +190,19 @@ class GatewayApp:
             self._refused(api, req.model, key, denied)
             raise denied
 
+        if self.max_in_flight and self._in_flight >= self.max_in_flight:
+            # Admission before saturation: past the bound, a clear 503 now beats every request
+            # slowing down; counted as the gateway's overload, never as an upstream's failure.
+            self.metrics.overloads.inc()
+            busy = wire.overloaded(self.max_in_flight)
+            self._refused(api, req.model, key, busy)
+            raise busy
+        self._in_flight += 1
         self.metrics.in_flight.inc()
         try:
             await self._run_chat(req, key, receive, send, rid, base)
         finally:
+            self._in_flight -= 1
             self.metrics.in_flight.dec()
 
     async def _run_chat(

@@ -101,6 +101,8 @@ def refusal_class(err: wire.WireError) -> str:
     """The log's error class for a refusal by the gateway itself."""
     if err.code == wire.STORE_UNAVAILABLE:
         return "key_store_unavailable"
+    if err.code == wire.OVERLOADED:
+        return "gateway_overloaded"
     if err.status == 401:
         return "key_refused"
     if err.status == 403:

@@ -96,6 +96,7 @@ METRIC_NAMES = (
     "gateway_key_denials",
     "gateway_key_budget_used_ratio",
     "gateway_param_adjustments",
+    "gateway_overload_refusals",
 )
 
 
@@ -207,6 +208,11 @@ class GatewayMetrics:
         )
         self.key_denials = Counter(
             "gateway_key_denials", "Requests refused for their gateway key, by reason.", ["reason"], registry=r
+        )
+        self.overloads = Counter(
+            "gateway_overload_refusals",
+            "Requests refused with 503 because the process was at [server] max_in_flight (not an upstream failure).",
+            registry=r,
         )
         self.param_adjustments = Counter(
             "gateway_param_adjustments",

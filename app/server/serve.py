@@ -139,6 +139,7 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
         cors_max_age_s=gateway.settings.server.cors_max_age_s,
         forward_headers=any(p.forward_headers for p in gateway.settings.providers.values()),
         on_refused=handler.log_refusal,
+        max_in_flight=gateway.settings.server.max_in_flight,
     )
     return Server(gateway, app, handler)
 

@@ -152,6 +152,20 @@ def unavailable(message: str = "No provider is available right now (circuit brea
     return WireError(503, message, headers={"Retry-After": "1"})
 
 
+OVERLOADED = "gateway_overloaded"
+
+
+def overloaded(limit: int) -> WireError:
+    """503: this gateway process is serving its bound of requests at once (not an upstream's fault)."""
+    return WireError(
+        503,
+        f"The gateway is at its limit of {limit:,} requests in flight; retry shortly.",
+        type="service_unavailable",
+        code=OVERLOADED,
+        headers={"Retry-After": "1"},
+    )
+
+
 STORE_UNAVAILABLE = "gateway_store_unavailable"
 
 

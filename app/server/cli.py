@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
-from app.server.defaults import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT, MAX_GRACEFUL_S
+from app.server.defaults import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT, MAX_GRACEFUL_S, MAX_WORKERS
 
 
 def _engine():
@@ -23,8 +24,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from core.bounds import parse_int
 
     graceful_s = parse_int(args.graceful_s, field="--graceful-s", lo=0, hi=MAX_GRACEFUL_S)
-    serve(args.host, args.port, graceful_s=graceful_s)
-    return 0
+    raw = str(args.workers).strip().lower()
+    workers = (os.cpu_count() or 1) if raw == "auto" else parse_int(raw, field="--workers", lo=1, hi=MAX_WORKERS)
+    return serve(args.host, args.port, graceful_s=graceful_s, workers=workers)
 
 
 def cmd_keys_create(args: argparse.Namespace) -> int:
@@ -97,6 +99,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=str(DEFAULT_GRACEFUL_S),
         dest="graceful_s",
         help=f"on SIGTERM/Ctrl-C, requests in flight get this long to finish, then are cut ({DEFAULT_GRACEFUL_S})",
+    )
+    sv.add_argument(
+        "--workers",
+        default="1",
+        help=f"server processes sharing the port, each with its own upstream pool and log writer (1-{MAX_WORKERS}, "
+        "or auto: one per core)",
     )
     sv.set_defaults(func=cmd_serve)
 

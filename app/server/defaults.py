@@ -11,3 +11,5 @@ DEFAULT_HOST = "127.0.0.1"  # local only unless the operator says otherwise
 DEFAULT_PORT = 8000
 DEFAULT_GRACEFUL_S = 30  # on SIGTERM/Ctrl-C, seconds in-flight requests get to finish
 MAX_GRACEFUL_S = 3600
+
+MAX_WORKERS = 64  # server processes of one `serve` (a bound, like every CLI number)

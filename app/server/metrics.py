@@ -18,6 +18,7 @@ appear in labels.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Iterable
@@ -97,6 +98,7 @@ METRIC_NAMES = (
     "gateway_key_budget_used_ratio",
     "gateway_param_adjustments",
     "gateway_overload_refusals",
+    "gateway_worker_info",
 )
 
 
@@ -133,6 +135,7 @@ class GatewayMetrics:
         providers: Iterable[str] = (),
         models: Iterable[str] = (),
         registry: CollectorRegistry | None = None,
+        worker: int = 0,
     ):
         # The ``_created`` timestamp series double every counter's and histogram's series count and
         # nothing here queries them. The switch is process-wide in prometheus_client; a server
@@ -209,6 +212,9 @@ class GatewayMetrics:
         self.key_denials = Counter(
             "gateway_key_denials", "Requests refused for their gateway key, by reason.", ["reason"], registry=r
         )
+        # Which worker process of `serve --workers N` answered this scrape (its number and pid).
+        self.worker_info = Gauge("gateway_worker_info", "This server process: 1.", ["worker", "pid"], registry=r)
+        self.worker_info.labels(str(worker), str(os.getpid())).set(1)
         self.overloads = Counter(
             "gateway_overload_refusals",
             "Requests refused with 503 because the process was at [server] max_in_flight (not an upstream failure).",

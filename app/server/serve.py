@@ -7,7 +7,9 @@ finish (up to ``graceful_s``); then :meth:`Gateway.close` flushes the request lo
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Iterable
@@ -101,10 +103,10 @@ class Server:
     handler: ChatHandler
 
 
-def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKERS) -> Server:
+def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKERS, worker: int = 0) -> Server:
     gateway = gateway if gateway is not None else build_gateway(source="server")
     models = served_models(gateway)
-    metrics = ServerMetrics(gateway, providers=list(gateway.settings.providers), models=models)
+    metrics = ServerMetrics(gateway, providers=list(gateway.settings.providers), models=models, worker=worker)
     gateway.client.telemetry = MeteredSink(gateway.client.telemetry, metrics)
     handler = ChatHandler(gateway.client, engine=gateway.engine, metrics=metrics, workers=workers)
 
@@ -161,11 +163,70 @@ def check_port(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int = GRACEFUL_S) -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int = GRACEFUL_S, workers: int = 1) -> int:
+    """Serve until SIGTERM or Ctrl-C; the exit status. With ``workers`` > 1 the port is bound once
+    here and that socket shared by forked worker processes (pre-fork, as gunicorn does), each
+    building its own gateway (upstream pool, telemetry writer, breakers) on the one database;
+    SIGTERM or Ctrl-C here drains all of them."""
+    sock = check_port(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    if workers <= 1:
+        print(f"gateway server on http://{shown}:{port}/v1 (Ctrl-C stops it)", flush=True)
+        _serve_on(sock, graceful_s, worker=0)
+        return 0
+    print(f"gateway server on http://{shown}:{port}/v1, {workers} workers (Ctrl-C stops them)", flush=True)
+    return _prefork(sock, graceful_s, workers)
+
+
+def _prefork(sock: socket.socket, graceful_s: int, workers: int) -> int:
+    """Fork the workers (nothing else is built in this process before, so no thread or connection is
+    copied), forward SIGTERM/SIGINT to them as SIGTERM (their graceful drain), wait for all."""
+    pids: list[int] = []
+    for n in range(workers):
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 0
+            try:
+                _serve_on(sock, graceful_s, worker=n)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                log.exception("gateway worker %d failed", n)
+                code = 1
+            finally:
+                os._exit(code)
+        pids.append(pid)
+
+    def forward(signum: int, frame: Any) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    status = 0
+    try:
+        for pid in pids:
+            while True:
+                try:
+                    _, raw = os.waitpid(pid, 0)
+                    break
+                except InterruptedError:
+                    continue
+            code = os.waitstatus_to_exitcode(raw)
+            if code != 0:
+                log.error("gateway worker %d ended with status %d", pid, code)
+                status = 1
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        sock.close()
+    return status
+
+
+def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
     import uvicorn
 
-    sock = check_port(host, port)
-    server = build_server()
+    server = build_server(worker=worker)
     config = uvicorn.Config(
         server.app,
         log_level="warning",
@@ -177,8 +238,6 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int
         date_header=False,
     )
     userver = uvicorn.Server(config)
-    shown = f"[{host}]" if ":" in host else host
-    print(f"gateway server on http://{shown}:{port}/v1 (Ctrl-C stops it)", flush=True)
     # uvicorn handles SIGTERM itself (graceful shutdown), then re-raises it with the handler it found
     # installed. This one turns it into a normal exit, so the finally below flushes the log (the
     # default handler would kill the process first).

@@ -468,17 +468,23 @@ def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dic
     return {b: (p, f) for b, (p, f) in out.items()}
 
 
-def provider_side_sums(engine: Engine, *, since: float, until: float) -> dict[tuple[str, str], tuple[int, int]]:
+def provider_side_sums(engine: Engine, *, since: float, until: float) -> dict[tuple[str, str], tuple[int, int, int]]:
     """Final requests over a window by (provider that answered or refused, canary side):
-    ``{(provider, side): (requests, answered by a fail-over route)}`` (minute rollups)."""
+    ``{(provider, side): (requests, on a fail-over route, failed)}`` (minute rollups)."""
     t = RequestRollup.__table__
     q = (
-        select(t.c.provider, t.c.side, func.sum(t.c.requests).label("requests"), func.sum(t.c.fallbacks).label("fb"))
+        select(
+            t.c.provider,
+            t.c.side,
+            func.sum(t.c.requests).label("requests"),
+            func.sum(t.c.fallbacks).label("fb"),
+            func.sum(t.c.request_errors).label("failed"),
+        )
         .where(_rollup_range(since, until, None))
         .group_by(t.c.provider, t.c.side)
     )
     with engine.connect() as conn:
-        return {(r.provider, r.side): (_i(r.requests), _i(r.fb)) for r in conn.execute(q).all()}
+        return {(r.provider, r.side): (_i(r.requests), _i(r.fb), _i(r.failed)) for r in conn.execute(q).all()}
 
 
 def recent_rows(

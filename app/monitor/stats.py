@@ -175,6 +175,7 @@ class SplitByCause:
     moved: dict[str, int]  # provider -> requests moved to it for their model
     refused: int  # refused before any upstream (the gateway's own refusals, no side)
     total: int
+    failed: dict[str, int] | None = None  # provider -> of its requests, how many failed or were refused
 
     def share(self, provider: str) -> float | None:
         got = self.by_ratio.get(provider, 0) + self.moved.get(provider, 0)
@@ -193,7 +194,9 @@ class SplitByCause:
             if p == self.fallback:
                 parts.append(f"{self.fail_over:,} by fail-over")
             parts.append(f"{self.moved.get(p, 0):,} moved for a model only it serves")
-            out.append(f"{p} got {share:.0%} of requests: " + ", ".join(parts) + ".")
+            failed = (self.failed or {}).get(p, 0)
+            tail = f"; {failed:,} of them failed or were refused" if failed else ""
+            out.append(f"{p} got {share:.0%} of requests: " + ", ".join(parts) + tail + ".")
         if self.refused:
             out.append(f"{self.refused:,} refused by the gateway itself (key, limit, budget).")
         return out
@@ -205,9 +208,11 @@ def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, m
     sums = provider_side_sums(engine, since=since, until=now)
     by_ratio: dict[str, int] = {}
     moved: dict[str, int] = {}
+    failed: dict[str, int] = {}
     fail_over = refused = total = 0
-    for (provider, side), (requests, fb) in sums.items():
+    for (provider, side), (requests, fb, errs) in sums.items():
         total += requests
+        failed[provider] = failed.get(provider, 0) + errs
         own = primary if side == "primary" else fallback if side == "fallback" else None
         if own is None:
             refused += requests
@@ -219,4 +224,4 @@ def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, m
                 moved[provider] = moved.get(provider, 0) + requests - fb
         else:
             moved[provider] = moved.get(provider, 0) + requests
-    return SplitByCause(primary, fallback, by_ratio, fail_over, moved, refused, total)
+    return SplitByCause(primary, fallback, by_ratio, fail_over, moved, refused, total, failed)

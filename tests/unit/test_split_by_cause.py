@@ -17,14 +17,15 @@ from db.requests import insert_batch
 P, F = "holysheep", "direct"
 
 
-def rec(i: int, side: str, provider: str, *, fallback: bool = False, attempt: int = 1) -> AttemptRecord:
-    return AttemptRecord(f"r{i}", attempt, time.time(), provider, "gpt-4.1", "auto", "general", side, "ok", 5.0,
+def rec(i: int, side: str, provider: str, *, fallback: bool = False, attempt: int = 1, ok: bool = True):
+    status = "ok" if ok else "error"
+    return AttemptRecord(f"r{i}", attempt, time.time(), provider, "gpt-4.1", "auto", "general", side, status, 5.0,
                          fallback=fallback)  # fmt: skip
 
 
 def test_each_request_is_counted_once_under_its_cause(engine):
     rows = [rec(i, "primary", P) for i in range(10)]  # the ratio's
-    rows += [rec(i, "fallback", F) for i in range(10, 30)]  # the ratio's
+    rows += [rec(i, "fallback", F, ok=i >= 14) for i in range(10, 30)]  # the ratio's, 4 of them failed
     rows += [rec(i, "fallback", P) for i in range(30, 67)]  # moved: deepseek only on the primary
     rows += [rec(i, "primary", F, fallback=True, attempt=2) for i in range(67, 70)]  # fail-over
     rows += [rec(i, "none", "gateway") for i in range(70, 72)]  # refused by the gateway
@@ -34,7 +35,10 @@ def test_each_request_is_counted_once_under_its_cause(engine):
     assert s.share(P) == pytest.approx(47 / 70) and s.share(F) == pytest.approx(23 / 70)
     lines = s.sentences()
     assert lines[0] == f"{P} got 67% of requests: 10 by the ratio, 37 moved for a model only it serves."
-    assert lines[1] == f"{F} got 33% of requests: 20 by the ratio, 3 by fail-over, 0 moved for a model only it serves."
+    assert lines[1] == (
+        f"{F} got 33% of requests: 20 by the ratio, 3 by fail-over, 0 moved for a model only it serves; "
+        "4 of them failed or were refused."
+    )
     assert "2 refused by the gateway itself" in lines[2]
 
 

@@ -47,7 +47,7 @@ from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, 
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
 from app.routing.canary import Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
-from app.routing.inputs import input_messages, sendable_message
+from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import estimate_tokens, message_text
 from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
@@ -308,7 +308,9 @@ class RoutingCore:
         :class:`InvalidRequest` (before any network call) when it cannot be routed."""
         if api not in API_PATHS:
             raise InvalidRequest(f"unknown API {api!r}")
-        body = {k: v for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)}
+        body = {
+            k: encodable(v) for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)
+        }
         msgs = input_messages(api, body)
         if api == "chat":
             msgs = [sendable_message(m) for m in msgs]

@@ -86,6 +86,29 @@ def _prompt_text(value: object) -> str:
     raise InvalidRequest("prompt must be text or a list of texts")
 
 
+def _repaired(s: str) -> str:
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\udcff" parses to one): U+FFFD
+        return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def encodable(value: Any, depth: int = 0) -> Any:
+    """``value`` (a parsed JSON body) with every lone surrogate, in keys and strings at any depth,
+    replaced by U+FFFD: text that is not valid Unicode cannot be sent as UTF-8, so it is repaired
+    rather than refused (nothing else of the body changes). Bounded in depth like the JSON parser."""
+    if isinstance(value, str):
+        return _repaired(value)
+    if depth > 256:
+        raise InvalidRequest("the request body is nested too deeply")
+    if isinstance(value, dict):
+        return {_repaired(k) if isinstance(k, str) else k: encodable(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [encodable(v, depth + 1) for v in value]
+    return value
+
+
 def input_messages(api: str, body: Mapping[str, Any]) -> list[dict]:
     """A request's input as chat messages (copies), for the intent rules, the token estimate and
     the stored prompt; :class:`InvalidRequest` when the field the API needs is missing or bad."""

@@ -683,3 +683,20 @@ def test_what_chat_cannot_express_is_refused_by_name_before_any_call(proxy_facto
     r = post(proxy, "/v1/responses", {"model": "gpt-4.1", "input": "hi", "tools": [{"type": "web_search"}]})
     assert r.status_code == 400 and "web_search" in r.json()["error"]["message"]
     assert up.requests == []
+
+
+def test_text_that_is_not_valid_unicode_is_repaired_wherever_it_is_in_the_body(proxy_factory, up):
+    proxy = proxy_factory()
+
+    async def go(path: str, raw: bytes) -> httpx2.Response:
+        async with proxy.http() as c:
+            return await c.post(path, content=raw, headers={"content-type": "application/json"})
+
+    chat = b'{"model": "gpt-4.1", "messages": [{"role": "user", "content": "x"}], "metadata": {"\\udcffk": "\\ud800"}}'
+    assert proxy.run(go("/v1/chat/completions", chat)).status_code == 200
+    up.script(json_fault(RESPONSE), provider="direct")
+    assert proxy.run(go("/v1/responses", b'{"model": "gpt-4.1", "input": ["a", "\\udcff"]}')).status_code == 400
+    assert proxy.run(go("/v1/responses", b'{"model": "gpt-4.1", "input": "bad \\udcff"}')).status_code == 200
+    sent = [q.json for q in up.requests]
+    assert sent[0]["metadata"] == {"\ufffdk": "\ufffd"}
+    assert sent[1]["input"] == "bad \ufffd"  # (the list of bare strings is not valid Responses input: 400)

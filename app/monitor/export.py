@@ -3,19 +3,25 @@ rows from :func:`db.monitor.recent_rows` with an ISO-8601 UTC time column first,
 
 The CSV holds text from upstreams and callers (error messages, session ids, prompts), which a
 spreadsheet would evaluate if it starts like a formula (``=HYPERLINK(...)``): every text cell goes
-through :func:`core.text.csv_safe` on the way out."""
+through :func:`core.text.csv_safe` on the way out.
+
+A whole window can hold millions of rows, so its export (:func:`csv_chunks`, :func:`csv_file`) is
+read in keyset batches and written chunk by chunk, never built as one string or one list of rows."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
+from typing import BinaryIO, cast
 
 from sqlalchemy import Engine
 
 from core.text import csv_safe
-from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, recent_rows
+from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, RowFilters, iter_log_rows, recent_rows
 
 # Columns of the table, in display order (prompt_text follows only when asked for).
 RECENT_COLUMNS = ("time_utc", *RECENT_LOG_COLUMNS)
@@ -62,3 +68,67 @@ def requests_csv(rows: Sequence[Mapping]) -> str:
     w.writeheader()
     w.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()
+
+
+EXPORT_BATCH_ROWS = 5000
+EXPORT_MAX_ROWS = 2_000_000  # a bound on one download (about 1 GB of CSV at most); the page says so
+SPOOL_BYTES = 8 << 20  # a download past this size goes to a temporary file, not memory
+
+
+def _csv_text(rows: Iterable[Mapping], header: Sequence[str], *, with_header: bool = False) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(header), extrasaction="ignore", lineterminator="\n")
+    if with_header:
+        w.writeheader()
+    w.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
+    return buf.getvalue()
+
+
+def csv_chunks(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    batch_rows: int = EXPORT_BATCH_ROWS,
+    max_rows: int = EXPORT_MAX_ROWS,
+) -> Iterator[str]:
+    """The window's matching rows as CSV text, newest first, one chunk per batch of
+    ``batch_rows`` (the header is the first chunk): the columns of :data:`RECENT_COLUMNS`, stored
+    values (``status`` is ok or error), every text cell formula-safe."""
+    header = list(RECENT_COLUMNS)
+    yield _csv_text((), header, with_header=True)
+    for batch in iter_log_rows(
+        engine, since=since, until=until, filters=filters, rows=rows, batch=batch_rows, max_rows=max_rows
+    ):
+        yield _csv_text(({"time_utc": time_utc(r["ts"]), **r} for r in batch), header)
+
+
+def csv_file(chunks: Iterable[str], *, spool_bytes: int = SPOOL_BYTES) -> BinaryIO:
+    """``chunks`` written one by one, UTF-8 with a byte-order mark (spreadsheets then read any
+    script right), into a file that stays in memory up to ``spool_bytes`` and spills to disk past
+    it; returned rewound. Text that cannot be encoded (a lone surrogate) is written as U+FFFD."""
+    out = tempfile.SpooledTemporaryFile(max_size=spool_bytes, mode="w+b")
+    out.write("\ufeff".encode())
+    for chunk in chunks:
+        out.write(chunk.encode("utf-8", errors="replace"))
+    out.seek(0)
+    return cast(BinaryIO, out)
+
+
+def window_download(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+) -> Callable[[], BinaryIO]:
+    """What the page hands ``st.download_button(data=...)``: a callable Streamlit runs only when the
+    operator clicks (on its own thread), producing the window's CSV through :func:`csv_chunks`."""
+    return partial(_window_file, engine, since, until, filters, rows)
+
+
+def _window_file(engine: Engine, since: float, until: float, filters, rows) -> BinaryIO:
+    return csv_file(csv_chunks(engine, since=since, until=until, filters=filters, rows=rows))

@@ -108,7 +108,7 @@ def csv_chunks(
 def csv_file(chunks: Iterable[str], *, spool_bytes: int = SPOOL_BYTES) -> BinaryIO:
     """``chunks`` written one by one, UTF-8 with a byte-order mark (spreadsheets then read any
     script right), into a file that stays in memory up to ``spool_bytes`` and spills to disk past
-    it; returned rewound. Text that cannot be encoded (a lone surrogate) is written as U+FFFD."""
+    it; returned rewound. Text that cannot be encoded (a lone surrogate) is written as "?"."""
     out = tempfile.SpooledTemporaryFile(max_size=spool_bytes, mode="w+b")
     out.write("\ufeff".encode())
     for chunk in chunks:

@@ -71,6 +71,7 @@ RECENT_LOG_COLUMNS = (
     "substituted",
     "stream",
     "session_id",
+    "key_name",
     "ts",
 )
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 from sqlalchemy import Engine
 
@@ -72,7 +73,6 @@ def requests_csv(rows: Sequence[Mapping]) -> str:
 
 EXPORT_BATCH_ROWS = 5000
 EXPORT_MAX_ROWS = 2_000_000  # a bound on one download (about 1 GB of CSV at most); the page says so
-SPOOL_BYTES = 8 << 20  # a download past this size goes to a temporary file, not memory
 
 
 def _csv_text(rows: Iterable[Mapping], header: Sequence[str], *, with_header: bool = False) -> str:
@@ -105,16 +105,25 @@ def csv_chunks(
         yield _csv_text(({"time_utc": time_utc(r["ts"]), **r} for r in batch), header)
 
 
-def csv_file(chunks: Iterable[str], *, spool_bytes: int = SPOOL_BYTES) -> BinaryIO:
-    """``chunks`` written one by one, UTF-8 with a byte-order mark (spreadsheets then read any
-    script right), into a file that stays in memory up to ``spool_bytes`` and spills to disk past
-    it; returned rewound. Text that cannot be encoded (a lone surrogate) is written as "?"."""
-    out = tempfile.SpooledTemporaryFile(max_size=spool_bytes, mode="w+b")
-    out.write("\ufeff".encode())
-    for chunk in chunks:
-        out.write(chunk.encode("utf-8", errors="replace"))
-    out.seek(0)
-    return cast(BinaryIO, out)
+def csv_file(chunks: Iterable[str]) -> BinaryIO:
+    """``chunks`` written one by one to a temporary file, UTF-8 with a byte-order mark (spreadsheets
+    then read any script right), returned open for reading from the start. The file has no name
+    left on disk (it is unlinked once open) and goes when the returned file is closed. The rows are
+    read and written a batch at a time, never held as one list or one string; note that Streamlit
+    1.67's download button then reads the finished file into its media store to serve it (it takes
+    no generator). Text that cannot be encoded (a lone surrogate) is written as "?"."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".csv", delete=False) as out:
+        try:
+            out.write("\ufeff".encode())
+            for chunk in chunks:
+                out.write(chunk.encode("utf-8", errors="replace"))
+        except BaseException:
+            os.unlink(out.name)
+            raise
+    # A plain buffered reader: what st.download_button accepts from a deferred callable.
+    reader = open(out.name, "rb")
+    os.unlink(out.name)
+    return reader
 
 
 def window_download(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -264,10 +265,14 @@ def test_export_neutralises_formulas_and_keeps_hostile_unicode(engine):
     assert m.csv_file(["a,\ud800\n"]).read().decode("utf-8-sig") == "a,?\n"
 
 
-def test_export_spools_to_disk_past_its_memory_bound():
-    f = m.csv_file(("x" * 1000 + "\n" for _ in range(50)), spool_bytes=10_000)
-    assert f._rolled  # a SpooledTemporaryFile past max_size lives in a real temporary file
-    assert f.read().count(b"\n") == 50
+def test_export_file_is_an_unlinked_temporary_file_streamlit_accepts(tmp_path):
+    from streamlit.runtime.download_data_util import convert_data_to_bytes_and_infer_mime
+
+    f = m.csv_file("x" * 1000 + "\n" for _ in range(50))
+    assert isinstance(f, io.BufferedReader) and not Path(f.name).exists()
+    data, _ = convert_data_to_bytes_and_infer_mime(f, unsupported_error=AssertionError("refused"))
+    assert data.count(b"\n") == 50 and data.startswith(b"\xef\xbb\xbf")
+    f.close()
 
 
 def test_error_class_and_key_choices(mixed):

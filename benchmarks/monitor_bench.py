@@ -183,19 +183,25 @@ def render(engine, now: float) -> int:
     return size + render_table(engine, now)
 
 
-def render_table(engine, now: float, rows=None, older: bool = False) -> int:
-    """The request table's first page (page, bounded count, Arrow bytes); with ``older``, the
-    page after it (its count of rows above too). The CSV is produced only on a click."""
+def render_table(engine, now: float, rows=None, cursor=None) -> int:
+    """One render of the request table at ``cursor`` (default: its first page): the page, its
+    bounded count (and, below the first page, the count of rows above it) and the Arrow bytes. The
+    CSV is produced only when the operator clicks Download, so it is not part of a render."""
     from streamlit import dataframe_util
 
+    from app.monitor.view import table_view
+
+    page = table_view(engine, window="24h", rows=rows, cursor=cursor, now=now)
+    return len(dataframe_util.convert_anything_to_arrow_bytes(page.rows))
+
+
+def second_page(engine, now: float, rows):
+    """The cursor of the page after the first, as the Older button leaves it."""
     from app.monitor.table import TableCursor
     from app.monitor.view import table_view
 
     cursor = TableCursor()
-    page = table_view(engine, window="24h", rows=rows, cursor=cursor, now=now)
-    if older:
-        page = table_view(engine, window="24h", rows=rows, cursor=cursor.older(page), now=now)
-    return len(dataframe_util.convert_anything_to_arrow_bytes(page.rows))
+    return cursor.older(table_view(engine, window="24h", rows=rows, cursor=cursor, now=now))
 
 
 def _figures_json(figures) -> int:
@@ -297,7 +303,8 @@ def run() -> list[dict]:
 
     failed = RowFilters(status="error")
     table_failed_ms = _dist(lambda: render_table(engine, now, failed))
-    table_older_ms = _dist(lambda: render_table(engine, now, failed, older=True))
+    older = second_page(engine, now, failed)
+    table_older_ms = _dist(lambda: render_table(engine, now, failed, older))
     pages = "the page's queries as ui.resources makes them (no cache) + plotly.io.to_json of its figures"
     return [
         _result("overview page first render / 1M requests", overview_ms, BUDGET_MS, pages),
@@ -309,7 +316,7 @@ def run() -> list[dict]:
         _result("  of which window_series, live refresh", series_ms, None),
         _result("filter_options 24h", options_ms, BUDGET_MS),
         _result("request table 24h, status = error, first page + count", table_failed_ms, BUDGET_MS),
-        _result("request table 24h, status = error, second page + counts", table_older_ms, BUDGET_MS),
+        _result("request table 24h, status = error, second page + both counts", table_older_ms, BUDGET_MS),
     ]
 
 

@@ -190,6 +190,7 @@ def request_table() -> None:
         column_config={
             "status": st.column_config.TextColumn("status", width="small", pinned=True),
             "time_utc": st.column_config.TextColumn("time (UTC)", pinned=True),
+            "error_class": st.column_config.TextColumn("error class"),
             "error": st.column_config.TextColumn("error", width="medium"),
             "open": st.column_config.LinkColumn("open", display_text="open", width="small"),
             **{name: st.column_config.Column(label) for name, label in RECENT_LABELS.items()},
@@ -203,7 +204,7 @@ def request_table() -> None:
         mime="text/csv",
         on_click="ignore",
         key="monitor_csv",
-        help="Streamed from the database in batches when you click; the filters above apply.",
+        help=page.download_help,
     )
 
 

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from app.dashboard.fmt import utc_time
 from app.monitor.drilldown import request_link
-from app.monitor.export import time_utc
+from app.monitor.export import EXPORT_MAX_ROWS, time_utc
 from db.monitor import (
     NO_FILTERS,
     RECENT_LOG_COLUMNS,
@@ -198,6 +198,14 @@ class RequestPage:
     @property
     def download_label(self) -> str:
         return f"Download CSV: all {self.total_text} matching rows of the window"
+
+    @property
+    def download_help(self) -> str:
+        return (
+            "Read from the database in batches when you click, newest first, with the filters above "
+            f"and the window shown; at most {EXPORT_MAX_ROWS:,} rows. Cells that a spreadsheet would "
+            "run as a formula start with an apostrophe."
+        )
 
     @property
     def caption(self) -> str:

@@ -2,9 +2,10 @@
 
 "Render" here is everything the page's live fragment computes and hands to Streamlit, without the
 Streamlit runtime: ``monitor_view`` (SQL, series, percentiles, KPIs, the eight Plotly figure objects,
-the recent-rows table and its CSV) plus the serialisation Streamlit performs before sending -
+) and the request table's first page with its bounded count, plus the serialisation Streamlit performs before sending -
 ``plotly.io.to_json(fig, validate=False)`` for each chart (what ``st.plotly_chart`` puts in its
-message) and the Arrow bytes of the recent-rows table (what ``st.dataframe`` sends). Not included:
+message) and the Arrow bytes of the table's page (what ``st.dataframe`` sends). The table's CSV is
+produced only when the operator clicks Download, so it is not part of a render. Not included:
 protobuf framing, the websocket and the browser's drawing.
 
 The volume is real: 1,000,000 requests (plus their retry attempts) spread evenly over 24 hours
@@ -174,14 +175,33 @@ def render(engine, now: float) -> int:
     """One render of the page's live part: the view, then what Streamlit serialises from it.
     Returns the bytes produced (so nothing is optimised away and the size can be reported)."""
     import plotly.io
-    from streamlit import dataframe_util
 
     from app.monitor.view import monitor_view
 
     view = monitor_view(engine, "24h", None, now)
     size = sum(len(plotly.io.to_json(fig, validate=False)) for fig in view.figures.values())
-    size += len(dataframe_util.convert_anything_to_arrow_bytes(view.recent))
-    return size + len(view.recent_csv)
+    return size + render_table(engine, now)
+
+
+def render_table(engine, now: float, rows=None, cursor=None) -> int:
+    """One render of the request table at ``cursor`` (default: its first page): the page, its
+    bounded count (and, below the first page, the count of rows above it) and the Arrow bytes. The
+    CSV is produced only when the operator clicks Download, so it is not part of a render."""
+    from streamlit import dataframe_util
+
+    from app.monitor.view import table_view
+
+    page = table_view(engine, window="24h", rows=rows, cursor=cursor, now=now)
+    return len(dataframe_util.convert_anything_to_arrow_bytes(page.rows))
+
+
+def second_page(engine, now: float, rows):
+    """The cursor of the page after the first, as the Older button leaves it."""
+    from app.monitor.table import TableCursor
+    from app.monitor.view import table_view
+
+    cursor = TableCursor()
+    return cursor.older(table_view(engine, window="24h", rows=rows, cursor=cursor, now=now))
 
 
 def _figures_json(figures) -> int:
@@ -265,7 +285,7 @@ def run() -> list[dict]:
     view_ms = _dist(lambda: monitor_view(engine, "24h", None, now))
     series_ms = _dist(lambda: window_series(engine, since=now - SPAN_S, until=now))
     options_ms = _dist(lambda: filter_options(engine, since=now - SPAN_S))
-    what = f"monitor_view + serialisation ({size:,} bytes of chart JSON, Arrow table and CSV per render)"
+    what = f"monitor_view + serialisation ({size:,} bytes of chart JSON and the table page's Arrow bytes per render)"
     from sqlalchemy import text
 
     with engine.connect() as conn:
@@ -279,6 +299,12 @@ def run() -> list[dict]:
     overview_ms = _dist(lambda: render_overview(engine, now, providers))
     canary_ms = _dist(lambda: render_canary(engine, now))
     request_ms = _dist(lambda: render_request(engine, request_id, session_id))
+    from db.monitor import RowFilters
+
+    failed = RowFilters(status="error")
+    table_failed_ms = _dist(lambda: render_table(engine, now, failed))
+    older = second_page(engine, now, failed)
+    table_older_ms = _dist(lambda: render_table(engine, now, failed, older))
     pages = "the page's queries as ui.resources makes them (no cache) + plotly.io.to_json of its figures"
     return [
         _result("overview page first render / 1M requests", overview_ms, BUDGET_MS, pages),
@@ -289,6 +315,8 @@ def run() -> list[dict]:
         _result("  of which monitor_view (data + figure objects), live refresh", view_ms, None),
         _result("  of which window_series, live refresh", series_ms, None),
         _result("filter_options 24h", options_ms, BUDGET_MS),
+        _result("request table 24h, status = error, first page + count", table_failed_ms, BUDGET_MS),
+        _result("request table 24h, status = error, second page + both counts", table_older_ms, BUDGET_MS),
     ]
 
 

@@ -18,12 +18,13 @@ into buckets of ``step`` seconds (a whole number of minutes) groups a row under
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, select, true
+from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, or_, select, true
 
+from core.session import validate_session_id
 from db.models import API_REQUEST_COUNTERS, LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
 
 RECENT_LIMIT_MAX = 5000
@@ -70,6 +71,7 @@ RECENT_LOG_COLUMNS = (
     "substituted",
     "stream",
     "session_id",
+    "key_name",
     "ts",
 )
 
@@ -574,3 +576,163 @@ def provider_error_rate(
     with engine.connect() as conn:
         attempts, errors = conn.execute(q).one()
     return GuardrailReading(_i(attempts), _i(errors))
+
+
+# -- the request table: row filters, keyset pages, bounded counts, batched export -------------------
+
+STATUSES = ("ok", "error")
+# A position in ``request_log`` order: (ts, id). Rows are read newest first by (ts, id) descending,
+# so a page anchored on a row stays the same page however many newer rows arrive.
+Cursor = tuple[float, int]
+
+
+@dataclass(frozen=True)
+class RowFilters:
+    """Filters on columns the rollups do not carry (status, error class, gateway key, session), so
+    they narrow only raw ``request_log`` reads. Empty means "all". ``ValueError`` on a status other
+    than :data:`STATUSES` or an unusable session id (:func:`core.session.validate_session_id`)."""
+
+    status: str | None = None
+    error_classes: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    session_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
+        if self.session_id is not None:
+            validate_session_id(self.session_id)
+        for name in ("error_classes", "keys"):
+            values = getattr(self, name) or ()
+            if not all(isinstance(v, str) for v in values):
+                raise ValueError(f"{name} must be text values")
+            object.__setattr__(self, name, tuple(sorted(set(values))))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.error_classes or self.keys or self.session_id)
+
+
+NO_ROW_FILTERS = RowFilters()
+
+
+def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows: RowFilters | None, log=None) -> list:
+    log = RequestLog.__table__ if log is None else log
+    r = rows or NO_ROW_FILTERS
+    conds = [log.c.ts >= since, log.c.ts <= until, *_dimension_filter(filters, log)]
+    if r.status == "error":
+        # Spelled exactly as the partial index's predicate (migration 0011), so both SQLite and
+        # PostgreSQL read the failed rows of a window from it instead of walking every row.
+        conds.append(log.c.status != "ok")
+    elif r.status == "ok":
+        conds.append(log.c.status == "ok")
+    if r.error_classes:
+        conds.append(log.c.error_class.in_(r.error_classes))
+    if r.keys:
+        conds.append(log.c.key_name.in_(r.keys))
+    if r.session_id is not None:
+        conds.append(log.c.session_id == r.session_id)
+    return conds
+
+
+def _older(c: Cursor, log) -> object:
+    # (ts, id) < c, written so the ts index bounds the range (ts <= c.ts) on both databases.
+    return and_(log.c.ts <= c[0], or_(log.c.ts < c[0], log.c.id < c[1]))
+
+
+def _newer(c: Cursor, log) -> object:
+    return and_(log.c.ts >= c[0], or_(log.c.ts > c[0], log.c.id > c[1]))
+
+
+def log_page(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    older_than: Cursor | None = None,
+    newer_than: Cursor | None = None,
+    limit: int = 50,
+) -> list[dict]:
+    """Up to ``limit`` matching rows of ``[since, until]``, newest first, keyed by
+    :data:`RECENT_LOG_COLUMNS` plus ``id``: the newest ones, or those just older than
+    ``older_than``, or those just newer than ``newer_than`` (the ``limit`` closest to it)."""
+    log = RequestLog.__table__
+    limit = max(0, min(int(limit), RECENT_LIMIT_MAX))
+    conds = _row_conds(since, until, filters, rows, log)
+    if older_than is not None:
+        conds.append(_older(older_than, log))
+    if newer_than is not None:
+        conds.append(_newer(newer_than, log))
+        order = (log.c.ts.asc(), log.c.id.asc())
+    else:
+        order = (log.c.ts.desc(), log.c.id.desc())
+    q = select(log.c.id, *(log.c[c] for c in RECENT_LOG_COLUMNS)).where(*conds).order_by(*order).limit(limit)
+    with engine.connect() as conn:
+        out = [dict(r) for r in conn.execute(q).mappings().all()]
+    return out[::-1] if newer_than is not None else out
+
+
+def count_log_rows(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    newer_than: Cursor | None = None,
+    cap: int = 100_000,
+) -> int:
+    """Matching rows of ``[since, until]`` (only those newer than ``newer_than`` when given),
+    counted up to ``cap + 1``: a result above ``cap`` means "more than ``cap``". The cap bounds
+    the work on a busy day (the window's rows are counted from the ``ts`` index, at most ``cap``)."""
+    log = RequestLog.__table__
+    conds = _row_conds(since, until, filters, rows, log)
+    if newer_than is not None:
+        conds.append(_newer(newer_than, log))
+    inner = select(log.c.id).where(*conds).limit(int(cap) + 1).subquery()
+    with engine.connect() as conn:
+        return _i(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
+
+def iter_log_rows(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    batch: int = 5000,
+    max_rows: int | None = None,
+) -> Iterator[list[dict]]:
+    """Every matching row of ``[since, until]``, newest first, in batches of at most ``batch``
+    (each one short keyset query: no connection or transaction is held between batches, so a
+    long export neither blocks writers nor needs a server-side cursor). Stops after ``max_rows``."""
+    batch = max(1, min(int(batch), RECENT_LIMIT_MAX))
+    left = max_rows
+    cursor: Cursor | None = None
+    while left is None or left > 0:
+        n = batch if left is None else min(batch, left)
+        got = log_page(engine, since=since, until=until, filters=filters, rows=rows, older_than=cursor, limit=n)
+        if not got:
+            return
+        yield got
+        if len(got) < n:
+            return
+        cursor = (got[-1]["ts"], got[-1]["id"])
+        if left is not None:
+            left -= len(got)
+
+
+def error_classes_between(engine: Engine, *, since: float, until: float) -> list[str]:
+    """Distinct error classes of failed rows in ``[since, until]`` (read from the failed-rows
+    partial index of migration 0011, so a quiet day costs little)."""
+    log = RequestLog.__table__
+    q = (
+        select(log.c.error_class)
+        .distinct()
+        .where(log.c.status != "ok", log.c.ts >= since, log.c.ts <= until, log.c.error_class.is_not(None))
+    )
+    with engine.connect() as conn:
+        return sorted(r[0] for r in conn.execute(q))

@@ -1,7 +1,9 @@
 """Monitor: what the upstreams did (attempt errors), what the router did about it (fallbacks) and
 what callers saw (final failures), per provider and model, over a chosen window or custom range
-(times in UTC), with events marked on every chart, the newest requests (with the API each used, its
-finish reason, tool calls and reasoning tokens) linked to their drill-down, and a CSV export."""
+(times in UTC), with events marked on every chart; below them the request table for finding
+failures (filtered by status, error class, key and session as well, failed rows marked, paged by
+keyset, held still while the operator reads it) linked to the drill-down, and a streamed CSV export
+of the whole window."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -9,7 +11,10 @@ import streamlit as st
 
 from app.monitor import (
     CUSTOM,
+    FAILED_MARK,
     RECENT_LABELS,
+    STATUS_CHOICES,
+    TABLE_COLUMNS,
     WINDOWS,
     MonitorState,
     RangeError,
@@ -18,9 +23,15 @@ from app.monitor import (
     level_table,
     monitor_view,
     refresh_intervals,
+    table_mode,
+    table_refresh_s,
+    table_view,
+    window_download,
     window_label,
 )
+from core.session import MAX_SESSION_ID
 from ui import resources
+from ui.state import MonitorTableState
 
 K = MonitorState.key
 engine = resources.engine()
@@ -57,6 +68,7 @@ controls[2].toggle("Pause", key=K("paused"), help="Stop auto-refresh (Refresh st
 if controls[3].button("Refresh", key="monitor_refresh", help="Re-read everything now"):
     resources.refresh()
     clear_cache()
+    MonitorTableState.get().go_refresh()
 
 if st.session_state.get(K("window")) == CUSTOM:
     now = datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
@@ -129,22 +141,71 @@ def live() -> None:
         cols = st.columns(2)
         for col, (name, fig) in zip(cols, (left, right), strict=False):
             col.plotly_chart(fig, key=f"monitor_chart_{name}", width="stretch")
-    st.subheader("Recent requests")
-    st.caption(f"Newest {len(view.recent)} attempts in the window, newest first (time_utc is UTC).")
+
+
+live()
+
+
+table_state = MonitorTableState.get()
+# The table re-reads on the auto-refresh only while it follows the newest rows; otherwise it runs
+# when the operator acts on it (a filter, a paging button, Refresh table) and at no other time.
+table_every = table_refresh_s(table_state.cursor, state.run_every)
+
+
+@st.fragment(run_every=table_every)
+def request_table() -> None:
+    st.subheader("Requests")
+    now_state = MonitorState.from_session(st.session_state, refresh_s)
+    picks = resources.monitor_table_choices(now_state.window_start(span), now_state.error_classes, now_state.key_names)
+    cols = st.columns([1, 2, 2, 2])
+    cols[0].selectbox("Status", STATUS_CHOICES, key=K("status"), help=f"error: failed rows, marked {FAILED_MARK}")
+    cols[1].multiselect("Error class", picks["error_classes"], key=K("error_classes"))
+    cols[2].multiselect("Gateway key", picks["keys"], key=K("key_names"))
+    cols[3].text_input(
+        "Session id", max_chars=MAX_SESSION_ID, key=K("session_text"), help="Exact session id, any script"
+    )
+    now_state = MonitorState.from_session(st.session_state, refresh_s)
+    try:
+        rows = now_state.row_filters()
+    except ValueError as exc:
+        st.error(str(exc))
+        return
+    cursor = table_state.settle(now_state.table_query(span, rows), filtered=now_state.table_filtered(rows))
+    if table_refresh_s(cursor, now_state.run_every) != table_every:
+        st.rerun()  # the table switched between following and holding: re-register its refresh
+    page = table_view(engine, window=now_state.window, span=span, filters=now_state.filters, rows=rows, cursor=cursor)
+    table_state.page = page
+    st.caption(table_mode(cursor, auto_refresh_s=now_state.run_every, custom=now_state.window == CUSTOM))
+    nav = st.columns([1, 1, 1, 1.4, 4], vertical_alignment="center")
+    nav[0].button("Newest", key="monitor_newest", on_click=table_state.go_newest, disabled=cursor.live)
+    nav[1].button("Newer", key="monitor_newer", on_click=table_state.go_newer, disabled=not page.has_newer)
+    nav[2].button("Older", key="monitor_older", on_click=table_state.go_older, disabled=not page.has_older)
+    nav[3].button("Refresh table", key="monitor_table_refresh", on_click=table_state.go_refresh)
+    nav[4].caption(page.caption)
     st.dataframe(
-        view.recent,
+        page.rows,
         hide_index=True,
         width="stretch",
-        column_order=("open", *(c for c in (view.recent[0] if view.recent else {}) if c != "open")),
+        column_order=TABLE_COLUMNS,
         column_config={
+            "status": st.column_config.TextColumn("status", width="small", pinned=True),
+            "time_utc": st.column_config.TextColumn("time (UTC)", pinned=True),
+            "error_class": st.column_config.TextColumn("error class"),
+            "error": st.column_config.TextColumn("error", width="medium"),
             "open": st.column_config.LinkColumn("open", display_text="open", width="small"),
             **{name: st.column_config.Column(label) for name, label in RECENT_LABELS.items()},
         },
         key="monitor_recent",
     )
     st.download_button(
-        "Download CSV", view.recent_csv, file_name=f"requests-{state.window}.csv", mime="text/csv", key="monitor_csv"
+        page.download_label,
+        window_download(engine, since=page.since, until=page.until, filters=now_state.filters, rows=rows),
+        file_name=f"requests-{now_state.window}.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="monitor_csv",
+        help=page.download_help,
     )
 
 
-live()
+request_table()

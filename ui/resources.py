@@ -251,3 +251,19 @@ def _key_rows(key: tuple[str, str]):
 
 def key_rows():
     return _key_rows(_config_key())
+
+
+@st.cache_data(ttl=60, show_spinner=False)
+def _table_choices(key: tuple[str, str], since_minute: int, selected_classes: tuple[str, ...], selected_keys):
+    from app.monitor.table import error_class_choices, key_choices
+
+    return {
+        "error_classes": error_class_choices(engine(), since=since_minute, selected=selected_classes),
+        "keys": key_choices(engine(), selected_keys),
+    }
+
+
+def monitor_table_choices(since: float, error_classes=(), keys=()) -> dict[str, list[str]]:
+    """Error classes seen since ``since`` and the gateway key names, for the request table's
+    filters; cached for a minute (``since`` rounded to the minute so reruns share the entry)."""
+    return _table_choices(_config_key(), int(since // 60) * 60, tuple(error_classes), tuple(keys))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -9,6 +10,7 @@ from typing import Any, ClassVar, TypeVar
 import streamlit as st
 
 from app.dashboard.identity import Identity
+from app.monitor.table import RequestPage, TableCursor
 
 T = TypeVar("T", bound="_PageState")
 
@@ -85,3 +87,34 @@ class KvPageState(_PageState):
     KEY: ClassVar[str] = "kv_page_state"
     values: dict = field(default_factory=dict)
     link_errors: dict = field(default_factory=dict)
+
+
+@dataclass
+class MonitorTableState(_PageState):
+    """The Monitor's request table: where the operator is (a keyset cursor, held still while they
+    page or filter: :mod:`app.monitor.table`) and the page last shown, which the paging buttons'
+    callbacks move from."""
+
+    KEY: ClassVar[str] = "_monitor_table_state"
+    cursor: TableCursor = field(default_factory=TableCursor)
+    page: RequestPage | None = None
+    filtered: bool = False
+
+    def settle(self, query: tuple, *, filtered: bool) -> TableCursor:
+        self.filtered = filtered
+        self.cursor = self.cursor.for_query(query, time.time(), filtered=filtered)
+        return self.cursor
+
+    def go_older(self) -> None:
+        if self.page is not None:
+            self.cursor = self.cursor.older(self.page)
+
+    def go_newer(self) -> None:
+        if self.page is not None:
+            self.cursor = self.cursor.newer(self.page)
+
+    def go_newest(self) -> None:
+        self.cursor = self.cursor.newest(time.time(), filtered=self.filtered)
+
+    def go_refresh(self) -> None:
+        self.cursor = self.cursor.refresh(time.time())

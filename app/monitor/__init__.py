@@ -1,14 +1,25 @@
 """The monitor's logic: series built from the rollup sums of :mod:`db.monitor`
 (:mod:`app.monitor.series`, with its settled-bucket cache), the Overview's KPIs, provider health and
-the observed canary split (:mod:`app.monitor.stats`), the recent-requests table and its CSV
-(:mod:`app.monitor.export`), Plotly figures with event markers (:mod:`app.monitor.charts`), the
-three failure levels per provider and model and substitution costs (:mod:`app.monitor.levels`), the
-request drill-down (:mod:`app.monitor.drilldown`), the in-process caches of settled data
-(:mod:`app.monitor.cache`) and one call that builds a monitor refresh (:mod:`app.monitor.view`)."""
+the observed canary split (:mod:`app.monitor.stats`), the recent-requests CSV and the whole
+window's streamed CSV (:mod:`app.monitor.export`), the paged, filtered request table that holds
+still while the operator reads it (:mod:`app.monitor.table`), Plotly figures with event markers
+(:mod:`app.monitor.charts`), the three failure levels per provider and model and substitution costs
+(:mod:`app.monitor.levels`), the request drill-down (:mod:`app.monitor.drilldown`), the in-process
+caches of settled data (:mod:`app.monitor.cache`) and one call that builds a monitor refresh
+(:mod:`app.monitor.view`)."""
 
 from app.monitor.cache import PartCache, SettledCache, clear_cache
 from app.monitor.drilldown import RequestStory, load_story, request_link, search, search_link
-from app.monitor.export import RECENT_COLUMNS, RECENT_LABELS, recent_requests, requests_csv, time_utc
+from app.monitor.export import (
+    RECENT_COLUMNS,
+    RECENT_LABELS,
+    csv_chunks,
+    csv_file,
+    recent_requests,
+    requests_csv,
+    time_utc,
+    window_download,
+)
 from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels
 from app.monitor.series import (
     MAX_POINTS,
@@ -30,6 +41,21 @@ from app.monitor.stats import (
     overview_stats,
     provider_health,
 )
+from app.monitor.table import (
+    FAILED_MARK,
+    PAGE_SIZE,
+    STATUS_CHOICES,
+    TABLE_COLUMNS,
+    RequestPage,
+    TableCursor,
+    error_class_choices,
+    key_choices,
+    parse_row_filters,
+    request_page,
+    table_mode,
+    table_refresh_s,
+    table_span,
+)
 from app.monitor.view import (
     CUSTOM,
     DEFAULT_INTERVAL_S,
@@ -46,21 +72,26 @@ from app.monitor.view import (
     monitor_view,
     overview_figures,
     refresh_intervals,
+    table_view,
     window_label,
     window_seconds,
 )
-from db.monitor import MonitorFilters
+from db.monitor import MonitorFilters, RowFilters
 
 __all__ = [
     "CUSTOM",
     "DEFAULT_INTERVAL_S",
     "DEFAULT_WINDOW",
+    "FAILED_MARK",
     "MAX_POINTS",
     "MAX_RANGE_S",
+    "PAGE_SIZE",
     "QUANTILES",
     "RECENT_COLUMNS",
     "RECENT_LABELS",
     "REFRESH_INTERVALS_S",
+    "STATUS_CHOICES",
+    "TABLE_COLUMNS",
     "WINDOWS",
     "Kpi",
     "LevelRow",
@@ -75,18 +106,25 @@ __all__ = [
     "ProviderHealth",
     "ProviderSeries",
     "RangeError",
+    "RequestPage",
     "RequestStory",
+    "RowFilters",
     "SettledCache",
     "SplitPoint",
     "Substitutions",
+    "TableCursor",
     "Totals",
     "WindowSeries",
     "bucket_axis",
     "choose_step",
     "clear_cache",
+    "csv_chunks",
+    "csv_file",
     "custom_range",
+    "error_class_choices",
     "filter_choices",
     "intent_models",
+    "key_choices",
     "level_table",
     "levels",
     "load_story",
@@ -94,14 +132,21 @@ __all__ = [
     "observed_split",
     "overview_figures",
     "overview_stats",
+    "parse_row_filters",
     "provider_health",
     "recent_requests",
     "refresh_intervals",
     "request_link",
+    "request_page",
     "requests_csv",
     "search",
     "search_link",
+    "table_mode",
+    "table_refresh_s",
+    "table_span",
+    "table_view",
     "time_utc",
+    "window_download",
     "window_label",
     "window_seconds",
     "window_series",

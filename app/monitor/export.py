@@ -3,19 +3,26 @@ rows from :func:`db.monitor.recent_rows` with an ISO-8601 UTC time column first,
 
 The CSV holds text from upstreams and callers (error messages, session ids, prompts), which a
 spreadsheet would evaluate if it starts like a formula (``=HYPERLINK(...)``): every text cell goes
-through :func:`core.text.csv_safe` on the way out."""
+through :func:`core.text.csv_safe` on the way out.
+
+A whole window can hold millions of rows, so its export (:func:`csv_chunks`, :func:`csv_file`) is
+read in keyset batches and written chunk by chunk, never built as one string or one list of rows."""
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
+from typing import BinaryIO
 
 from sqlalchemy import Engine
 
 from core.text import csv_safe
-from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, recent_rows
+from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, RowFilters, iter_log_rows, recent_rows
 
 # Columns of the table, in display order (prompt_text follows only when asked for).
 RECENT_COLUMNS = ("time_utc", *RECENT_LOG_COLUMNS)
@@ -62,3 +69,75 @@ def requests_csv(rows: Sequence[Mapping]) -> str:
     w.writeheader()
     w.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
     return buf.getvalue()
+
+
+EXPORT_BATCH_ROWS = 5000
+EXPORT_MAX_ROWS = 2_000_000  # a bound on one download (about 1 GB of CSV at most); the page says so
+
+
+def _csv_text(rows: Iterable[Mapping], header: Sequence[str], *, with_header: bool = False) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(header), extrasaction="ignore", lineterminator="\n")
+    if with_header:
+        w.writeheader()
+    w.writerows({k: csv_safe(v) for k, v in row.items()} for row in rows)
+    return buf.getvalue()
+
+
+def csv_chunks(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    batch_rows: int = EXPORT_BATCH_ROWS,
+    max_rows: int = EXPORT_MAX_ROWS,
+) -> Iterator[str]:
+    """The window's matching rows as CSV text, newest first, one chunk per batch of
+    ``batch_rows`` (the header is the first chunk): the columns of :data:`RECENT_COLUMNS`, stored
+    values (``status`` is ok or error), every text cell formula-safe."""
+    header = list(RECENT_COLUMNS)
+    yield _csv_text((), header, with_header=True)
+    for batch in iter_log_rows(
+        engine, since=since, until=until, filters=filters, rows=rows, batch=batch_rows, max_rows=max_rows
+    ):
+        yield _csv_text(({"time_utc": time_utc(r["ts"]), **r} for r in batch), header)
+
+
+def csv_file(chunks: Iterable[str]) -> BinaryIO:
+    """``chunks`` written one by one to a temporary file, UTF-8 with a byte-order mark (spreadsheets
+    then read any script right), returned open for reading from the start. The file has no name
+    left on disk (it is unlinked once open) and goes when the returned file is closed. The rows are
+    read and written a batch at a time, never held as one list or one string; note that Streamlit
+    1.67's download button then reads the finished file into its media store to serve it (it takes
+    no generator). Text that cannot be encoded (a lone surrogate) is written as "?"."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".csv", delete=False) as out:
+        try:
+            out.write("\ufeff".encode())
+            for chunk in chunks:
+                out.write(chunk.encode("utf-8", errors="replace"))
+        except BaseException:
+            os.unlink(out.name)
+            raise
+    # A plain buffered reader: what st.download_button accepts from a deferred callable.
+    reader = open(out.name, "rb")
+    os.unlink(out.name)
+    return reader
+
+
+def window_download(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+) -> Callable[[], BinaryIO]:
+    """What the page hands ``st.download_button(data=...)``: a callable Streamlit runs only when the
+    operator clicks (on its own thread), producing the window's CSV through :func:`csv_chunks`."""
+    return partial(_window_file, engine, since, until, filters, rows)
+
+
+def _window_file(engine: Engine, since: float, until: float, filters, rows) -> BinaryIO:
+    return csv_file(csv_chunks(engine, since=since, until=until, filters=filters, rows=rows))

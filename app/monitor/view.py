@@ -3,9 +3,10 @@
 The page picks a window (or a custom range, :func:`custom_range`) and filters, calls
 :func:`monitor_view` once per refresh and draws what it gets back: KPI tiles with their change
 against the previous period of the same length, the level table (attempt errors, fallbacks, final
-failures per provider and model, :mod:`app.monitor.levels`), figures with event markers, the
-recent-requests table with a drill-down link per row, and its CSV. :class:`MonitorState` is the
-page's typed view of its widget state, read from any mapping (``st.session_state`` in the page).
+failures per provider and model, :mod:`app.monitor.levels`) and figures with event markers. The
+request table below them is :mod:`app.monitor.table` (it refreshes on its own terms, not with the
+charts). :class:`MonitorState` is the page's typed view of its widget state, read from any mapping
+(``st.session_state`` in the page).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from sqlalchemy import Engine
 
 from app.dashboard.fmt import ms, pct, usd, utc_time
 from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
-from app.monitor.drilldown import request_link
-from app.monitor.export import recent_requests, requests_csv
 from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakdown, levels, substitutions
 from app.monitor.series import WindowSeries, window_series
+from app.monitor.table import ALL, RequestPage, TableCursor, parse_row_filters, request_page, table_span
 from db.events import Event, events_between
 from db.monitor import (
     MonitorFilters,
+    RowFilters,
     filter_options,
     recent_counts,
     substitution_sums,
@@ -46,7 +47,6 @@ CUSTOM = "custom"  # a start/end range chosen by the operator
 MAX_RANGE_S = 31 * 86400
 REFRESH_INTERVALS_S = (2, 5, 10, 30)
 DEFAULT_INTERVAL_S = 5  # the default of ``[dashboard] refresh_s``; the page passes the configured one
-RECENT_ROWS = 200
 
 
 def refresh_intervals(default_s: float = DEFAULT_INTERVAL_S) -> tuple[float, ...]:
@@ -121,8 +121,6 @@ class MonitorView:
     has_data: bool
     kpis: tuple[Kpi, ...]
     figures: Mapping[str, go.Figure]
-    recent: list[dict]
-    recent_csv: str
     series: WindowSeries = field(repr=False)
     levels: Levels | None = None
     previous: Levels | None = None
@@ -286,7 +284,7 @@ def monitor_view(
     the model it chooses, for the substitution cost delta. Queries: two grouped rollup scans for the
     series (settled buckets cached), two for the level table and two for the previous period
     (coarsest rollups that fit), the last minute and the substitutions from indexed ranges of the
-    raw log, the events, and the newest rows.
+    raw log, and the events.
     """
     now = time.time() if now is None else float(now)
     if window == CUSTOM:
@@ -315,11 +313,6 @@ def monitor_view(
         )
     subs = substitutions(substitution_sums(engine, since=since, until=until, filters=filters), intent_models or {})
     events = tuple(events_between(engine, since=first, until=until))
-    recent = recent_requests(
-        engine, limit=RECENT_ROWS, filters=filters, since=since, until=until if window == CUSTOM else None
-    )
-    for r in recent:
-        r["open"] = request_link(r["request_id"])
     return MonitorView(
         window=window,
         since=since,
@@ -328,14 +321,35 @@ def monitor_view(
         has_data=not series.empty,
         kpis=level_kpis(cur.total, prev.total if prev else None, subs, series.totals.request_rate),
         figures=monitor_figures(series, events),
-        recent=recent,
-        recent_csv=requests_csv([{k: v for k, v in r.items() if k != "open"} for r in recent]),
         series=series,
         levels=cur,
         previous=prev,
         substitutions=subs,
         events=events,
     )
+
+
+def table_view(
+    engine: Engine,
+    *,
+    window: str,
+    span: tuple[float, float] | None = None,
+    filters: MonitorFilters | None = None,
+    rows: RowFilters | None = None,
+    cursor: TableCursor | None = None,
+    now: float | None = None,
+) -> RequestPage:
+    """The request table's page for ``window`` (or the custom ``span``) at ``cursor``: while the
+    cursor holds still the window ends at its held time, not at ``now``."""
+    now = time.time() if now is None else float(now)
+    cursor = cursor or TableCursor()
+    if window == CUSTOM:
+        if span is None:
+            raise RangeError("A custom range needs a start and an end.")
+        since, until = table_span(None, span, cursor, now)
+    else:
+        since, until = table_span(window_seconds(window), None, cursor, now)
+    return request_page(engine, since=since, until=until, filters=filters, rows=rows, cursor=cursor)
 
 
 def filter_choices(
@@ -366,6 +380,11 @@ class MonitorState:
     paused: bool = False
     start: datetime | None = None  # custom range (UTC), used when ``window`` is CUSTOM
     end: datetime | None = None
+    # The request table's own filters (the rollups do not carry these columns).
+    status: str = ALL
+    error_classes: tuple[str, ...] = ()
+    key_names: tuple[str, ...] = ()
+    session_text: str = ""
 
     PREFIX = "monitor_"
 
@@ -397,6 +416,10 @@ class MonitorState:
             paused=bool(get("paused", False)),
             start=start if isinstance(start, datetime) else None,
             end=end if isinstance(end, datetime) else None,
+            status=str(get("status", ALL)),
+            error_classes=tuple(get("error_classes", ())),
+            key_names=tuple(get("key_names", ())),
+            session_text=get("session_text", ""),
         )
 
     def span(self, now: float | None = None) -> tuple[float, float] | None:
@@ -411,6 +434,24 @@ class MonitorState:
     @property
     def filters(self) -> MonitorFilters:
         return MonitorFilters(self.providers, self.models, self.intents, self.sources)
+
+    def row_filters(self) -> RowFilters:
+        """The table's filters; ``ValueError`` with the operator's message for a refused value."""
+        return parse_row_filters(self.status, self.error_classes, self.key_names, self.session_text)
+
+    def table_query(self, span: tuple[float, float] | None, rows: RowFilters) -> tuple:
+        """What a table position belongs to: a change of window, range or filter starts over."""
+        return (self.window, span, self.filters, rows)
+
+    def table_filtered(self, rows: RowFilters) -> bool:
+        return self.filters.active or rows.active
+
+    def window_start(self, span: tuple[float, float] | None, now: float | None = None) -> float:
+        """The start of the window (or range) the filter choices are read from."""
+        if span is not None:
+            return span[0]
+        now = time.time() if now is None else now
+        return now - window_seconds(self.window if self.window in WINDOWS else DEFAULT_WINDOW)
 
     @property
     def run_every(self) -> float | None:

@@ -251,3 +251,140 @@ def test_request_page_shows_a_request_and_searches_sessions(app):
     facts = at.dataframe[0].value
     assert dict(zip(facts["field"], facts["value"], strict=True))["request id"] == "recent-5"
     assert at.query_params["id"] in ("recent-5", ["recent-5"])  # the address follows the search
+
+
+# -- the request table as an incident tool (issue 17, points 7 and 8) ------------------------------
+
+
+def _incident(now: float) -> list[AttemptRecord]:
+    """130 requests in the last 20 minutes: every second one failed on alpha (timeouts and 5xx),
+    some sent with a gateway key, one in a Korean session."""
+    out = []
+    for k in range(130):
+        failed = k % 2 == 0
+        out.append(
+            AttemptRecord(
+                request_id=f"inc-{k:03d}",
+                attempt=1,
+                ts=now - 1200 + k * 9,
+                provider="alpha" if failed or k % 3 else "beta",
+                model="gpt-4.1",
+                requested_model="auto",
+                intent="general",
+                side="primary",
+                status="error" if failed else "ok",
+                http_status=503 if failed else 200,
+                error_class=("timeout" if k % 4 == 0 else "server_error") if failed else None,
+                error_message="=upstream unavailable, retry later" if failed else None,
+                latency_ms=100.0,
+                source="loadgen",
+                key_name="team-a" if k % 5 == 0 else None,
+                session_id="세션-7" if k == 7 else None,
+            )
+        )
+    return out
+
+
+@pytest.fixture
+def incident(app, tmp_path):
+    import os
+
+    from db.engine import get_engine as engine_for
+
+    insert_batch(engine_for(os.environ["DATABASE_URL"]), _incident(time.time()))
+    st.cache_data.clear()
+    return app
+
+
+def _tables(at: AppTest) -> list:
+    return [d for d in at.dataframe if list(d.value.columns[:2]) == ["status", "time_utc"]]
+
+
+def _table(at: AppTest):
+    (table,) = _tables(at)
+    return table
+
+
+def _table_caption(at: AppTest) -> str:
+    return next(c.value for c in at.caption if " matching" in c.value or "No rows match" in c.value)
+
+
+def test_failed_rows_are_marked_first_and_the_table_pages(incident):
+    at = incident.run()
+    assert not at.exception
+    table = _table(at).value
+    assert list(table.columns[:7]) == list(m.TABLE_COLUMNS[:7])  # status, time, class, error ... first
+    assert _table_caption(at).startswith("rows 1-50 of 160 matching")  # 30 + 130 in the last hour
+    assert any("Following the newest rows" in c.value for c in at.caption)
+    at.selectbox(key="monitor_status").set_value("error").run()
+    assert not at.exception
+    table = _table(at).value
+    assert set(table["status"]) == {m.FAILED_MARK} and len(table) == 50
+    assert set(table["error_class"]) == {"timeout", "server_error"}
+    assert _table_caption(at).startswith("rows 1-50 of 65 matching")
+    assert any("Held still at" in c.value for c in at.caption)
+    first_ids = list(table["request_id"])
+    at.button(key="monitor_older").click().run()
+    assert not at.exception
+    older = _table(at).value
+    assert _table_caption(at).startswith("rows 51-65 of 65 matching") and len(older) == 15
+    assert not set(older["request_id"]) & set(first_ids)
+    assert at.button(key="monitor_older").disabled and not at.button(key="monitor_newer").disabled
+    at.button(key="monitor_newer").click().run()
+    assert list(_table(at).value["request_id"]) == first_ids
+    at.multiselect(key="monitor_error_classes").set_value(["timeout"]).run()
+    assert set(_table(at).value["error_class"]) == {"timeout"}
+    assert _table_caption(at).startswith("rows 1-33 of 33 matching")
+    assert "33 matching rows" in at.get("download_button")[0].proto.label
+
+
+def test_key_and_session_filters_and_bad_input(incident):
+    at = incident.run()
+    at.multiselect(key="monitor_key_names").set_value(["team-a"]).run()
+    assert not at.exception
+    assert set(_table(at).value["key_name"]) == {"team-a"} and _table_caption(at).startswith("rows 1-27 of 27")
+    at.multiselect(key="monitor_key_names").set_value([]).run()
+    at.text_input(key="monitor_session_text").set_value("세션-7").run()
+    assert not at.exception and list(_table(at).value["request_id"]) == ["inc-007"]
+    at.text_input(key="monitor_session_text").set_value("bad\x00id").run()
+    assert at.error and "NUL" in at.error[0].value and "nothing was searched" in at.error[0].value
+    assert not _tables(at)  # refused: no query, no table
+    at.text_input(key="monitor_session_text").set_value("").run()
+    assert not at.error and _table_caption(at).startswith("rows 1-50 of 160")
+
+
+def test_the_table_holds_still_while_new_rows_arrive(incident):
+    import os
+
+    from db.engine import get_engine as engine_for
+
+    at = incident.run()
+    at.button(key="monitor_older").click().run()
+    held = list(_table(at).value["request_id"])
+    caption = _table_caption(at)
+    assert caption.startswith("rows 51-100 of 160")
+    held_at = at.session_state["_monitor_table_state"].cursor.held_at
+    new = [
+        AttemptRecord(
+            request_id=f"new-{k}",
+            attempt=1,
+            ts=held_at + 0.01 * (k + 1),  # newer than what the table holds, older than a Refresh
+            provider="alpha",
+            model="gpt-4.1",
+            requested_model="auto",
+            intent="general",
+            side="primary",
+            status="error",
+            latency_ms=5.0,
+            source="loadgen",
+        )
+        for k in range(20)
+    ]
+    insert_batch(engine_for(os.environ["DATABASE_URL"]), new)
+    at.run()  # what an auto-refresh tick of the charts (or any rerun) does
+    assert list(_table(at).value["request_id"]) == held and _table_caption(at) == caption
+    at.button(key="monitor_table_refresh").click().run()  # explicit: re-read up to now, same anchor
+    assert list(_table(at).value["request_id"]) == held and _table_caption(at).startswith("rows 71-120 of 180")
+    at.button(key="monitor_newest").click().run()
+    assert _table(at).value["request_id"][0].startswith("new-")
+    assert any("Following the newest rows" in c.value for c in at.caption)

@@ -11,7 +11,7 @@ import json
 from alembic import command
 from sqlalchemy import inspect, select, text
 
-from app.monitor import monitor_view, recent_requests
+from app.monitor import csv_chunks, recent_requests, table_view
 from app.monitor.drilldown import load_story
 from app.telemetry.journal import Journal
 from app.telemetry.writer import TelemetryWriter
@@ -267,9 +267,9 @@ def test_monitor_recent_requests_carry_the_api_columns(engine) -> None:
             r.tool_calls,
             r.reasoning_tokens,
         )
-    view = monitor_view(engine, "1h", now=T0 + 120, compare=False)
-    assert {r["api"] for r in view.recent} == {"chat", "responses", "embeddings", "completions"}
-    header = view.recent_csv.splitlines()[0].split(",")
+    page = table_view(engine, window="1h", now=T0 + 120)
+    assert {r["api"] for r in page.rows} == {"chat", "responses", "embeddings", "completions"}
+    header = "".join(csv_chunks(engine, since=page.since, until=page.until)).splitlines()[0].split(",")
     assert {"api", "finish_reason", "tool_calls", "reasoning_tokens"} <= set(header)
 
 

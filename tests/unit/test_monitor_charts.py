@@ -149,10 +149,17 @@ def test_monitor_view_bundles_everything(sqlite_engine):
         "Cost",
     }
     assert next(k for k in view.kpis if k.label == "Requests").value == "20"
-    assert len(view.recent) == 20 and view.recent_csv.count("\n") == 21
+    page = m.table_view(sqlite_engine, window="1h", now=T0 + 60)
+    assert (
+        len(page.rows) == 20
+        and "".join(m.csv_chunks(sqlite_engine, since=page.since, until=page.until)).count("\n") == 21
+    )
     assert "UTC" in view.caption
-    filtered = monitor_view(sqlite_engine, "15m", m.MonitorFilters(providers=["beta"]), now=T0 + 60)
-    assert filtered.series.totals.requests == 10 and {r["provider"] for r in filtered.recent} == {"beta"}
+    filtered_by = m.MonitorFilters(providers=["beta"])
+    filtered = monitor_view(sqlite_engine, "15m", filtered_by, now=T0 + 60)
+    assert filtered.series.totals.requests == 10 and {
+        r["provider"] for r in m.table_view(sqlite_engine, window="15m", filters=filtered_by, now=T0 + 60).rows
+    } == {"beta"}
     assert not monitor_view(sqlite_engine, "15m", None, now=T0 + 86400).has_data
     with pytest.raises(ValueError, match="15m"):
         monitor_view(sqlite_engine, "3h", None)

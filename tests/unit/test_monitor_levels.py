@@ -13,8 +13,9 @@ from sqlalchemy import text
 from app import catalog
 from app import monitor as m
 from app.monitor.drilldown import query_from_params, request_link, search, search_link
+from app.monitor.export import csv_chunks
 from app.monitor.levels import breakdown, chosen_model, intent_models
-from app.monitor.view import CUSTOM, RangeError, custom_range, monitor_view
+from app.monitor.view import CUSTOM, RangeError, custom_range, monitor_view, table_view
 from core.records import AttemptRecord
 from db import canary
 from db.drilldown import forget_columns, request_attempts
@@ -199,7 +200,8 @@ def test_custom_range_view_reads_only_that_range(eng):
     insert_batch(eng, [rec(T0 - 60 + k, request_id=f"new{k}") for k in range(3)])
     view = monitor_view(eng, CUSTOM, None, now=T0, span=(T0 - 7300, T0 - 7000))
     assert kpi(view, "Requests").value == "5"
-    assert {r["request_id"] for r in view.recent} == {f"old{k}" for k in range(5)}
+    page = table_view(eng, window=CUSTOM, span=(T0 - 7300, T0 - 7000), now=T0)
+    assert {r["request_id"] for r in page.rows} == {f"old{k}" for k in range(5)}
     with pytest.raises(RangeError):
         monitor_view(eng, CUSTOM, None, now=T0)
 
@@ -346,9 +348,10 @@ def test_links_round_trip_any_session_id():
 
 def test_recent_rows_link_to_their_drilldown(eng):
     insert_batch(eng, [rec(T0 - 5, request_id="linked")])
-    view = monitor_view(eng, "15m", None, now=T0)
-    assert view.recent[0]["open"] == "/request?id=linked"
-    assert "open" not in view.recent_csv.splitlines()[0].split(",")
+    page = table_view(eng, window="15m", now=T0)
+    assert page.rows[0]["open"] == "/request?id=linked"
+    csv_text = "".join(csv_chunks(eng, since=page.since, until=page.until))
+    assert "open" not in csv_text.splitlines()[0].split(",") and "linked" in csv_text
 
 
 def test_fault_save_and_clear_are_recorded_as_events(eng):

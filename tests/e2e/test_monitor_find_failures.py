@@ -1,0 +1,109 @@
+"""Issue 17, points 7 and 8 in Chromium: mid-incident (60 % injected errors on the primary, loadgen
+traffic, plus a burst of logged failures), the operator filters the Monitor's request table to
+failed rows, pages to older ones, sees the table hold still, and downloads the window's CSV, whose
+rows are exactly the failed ones the log holds, with formula-like text neutralised.
+Screenshot: monitor-find-failures.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+
+import pytest
+from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
+from playwright.sync_api import expect
+
+BURST = 90  # failed requests logged in the last minutes, on top of what loadgen produces
+
+
+@pytest.fixture(scope="module")
+def incident_server(tmp_path_factory):
+    server = start_server(tmp_path_factory.mktemp("find-failures"))
+    try:
+        assert server.cli("canary", "set", "0.5", "--reason", "drill").returncode == 0
+        from app.dashboard.canary_form import save_faults
+        from app.dashboard.identity import Identity
+        from core.records import AttemptRecord
+        from db.engine import dispose_all, get_engine
+        from db.requests import insert_batch
+
+        engine = get_engine(server.database_url)
+        assert save_faults(engine, "holysheep", 60, 0, 1, actor=Identity("e2e-operator", "operator", "account")).ok
+        now = time.time()
+        insert_batch(
+            engine,
+            [
+                AttemptRecord(
+                    request_id=f"burst-{k:03d}",
+                    attempt=1,
+                    ts=now - 600 + k,
+                    provider="holysheep",
+                    model="gemini-2.5-flash",
+                    requested_model="auto",
+                    intent="general",
+                    side="primary",
+                    status="error",
+                    http_status=503,
+                    error_class="server_error",
+                    error_message='=HYPERLINK("http://evil.example","upstream 503")',
+                    latency_ms=20.0,
+                    source="loadgen",
+                    session_id="세션-drill",
+                )
+                for k in range(BURST)
+            ],
+        )
+        dispose_all()
+        r = server.cli("loadgen", "--rps", "6", "--duration", "8", "--seed", "5", "--quiet", timeout=180)
+        assert r.returncode == 0, r.stderr
+        yield server
+    finally:
+        stop_server(server)
+
+
+def _caption(page, pattern: str):
+    return page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(pattern)).first
+
+
+def test_find_failed_requests_page_and_download(incident_server, new_page, tmp_path):
+    server = incident_server
+    page = new_page()
+    page.set_viewport_size({"width": 1440, "height": 1000})
+    open_page(page, server, "monitor")
+    expect(_caption(page, r"rows 1-50 of [\d,]+ matching")).to_be_visible(timeout=30_000)
+    expect(_caption(page, "Following the newest rows")).to_be_visible()
+    assert_no_exception(page)
+    (failed,) = server.query("select count(*) from request_log where status != 'ok'")[0]
+    assert failed > 50 + BURST // 2
+
+    with rerun(page):
+        page.get_by_test_id("stSelectbox").filter(has_text="Status").click()
+        page.get_by_role("option", name="error", exact=True).click()
+    expect(_caption(page, f"rows 1-50 of {failed:,} matching")).to_be_visible(timeout=30_000)
+    expect(_caption(page, "Held still at")).to_be_visible()
+    assert_no_exception(page)
+
+    with rerun(page):
+        page.get_by_role("button", name="Older", exact=True).click()
+    expect(_caption(page, f"rows 51-{min(100, failed)} of {failed:,} matching")).to_be_visible(timeout=30_000)
+    # Held still: the charts keep refreshing (every 5 s), the table's rows do not move.
+    page.wait_for_timeout(6_000)
+    expect(_caption(page, f"rows 51-{min(100, failed)} of {failed:,} matching")).to_be_visible()
+    assert_no_exception(page)
+    screenshot(page, "monitor-find-failures")
+
+    with page.expect_download(timeout=60_000) as info:
+        page.get_by_role("button", name=re.compile("Download CSV")).click()
+    path = tmp_path / "failed.csv"
+    info.value.save_as(path)
+    rows = list(csv.DictReader(io.StringIO(path.read_bytes().decode("utf-8-sig"))))
+    logged = {r[0] for r in server.query("select request_id from request_log where status != 'ok'")}
+    assert len(rows) == failed and {r["request_id"] for r in rows} == logged
+    assert {r["status"] for r in rows} == {"error"}
+    burst = [r for r in rows if r["request_id"].startswith("burst-")]
+    assert len(burst) == BURST
+    assert all(r["error_message"].startswith("'=HYPERLINK") and r["session_id"] == "세션-drill" for r in burst)
+    wait_ready(page)
+    assert_no_exception(page)

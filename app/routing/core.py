@@ -308,9 +308,7 @@ class RoutingCore:
         :class:`InvalidRequest` (before any network call) when it cannot be routed."""
         if api not in API_PATHS:
             raise InvalidRequest(f"unknown API {api!r}")
-        body = {
-            k: encodable(v) for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)
-        }
+        body = {k: encodable(v) for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)}
         msgs = input_messages(api, body)
         if api == "chat":
             msgs = [sendable_message(m) for m in msgs]

@@ -9,7 +9,8 @@ request drill-down (:mod:`app.monitor.drilldown`), the in-process caches of sett
 from app.monitor.cache import PartCache, SettledCache, clear_cache
 from app.monitor.drilldown import RequestStory, load_story, request_link, search, search_link
 from app.monitor.export import RECENT_COLUMNS, RECENT_LABELS, recent_requests, requests_csv, time_utc
-from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels
+from app.monitor.figures import FIGURE_NAMES, Counts, LiveFigures, figure_label, live_figures, span_label
+from app.monitor.levels import LevelRow, Levels, Substitutions, intent_models, level_table, levels, rate_columns
 from app.monitor.series import (
     MAX_POINTS,
     QUANTILES,
@@ -55,6 +56,7 @@ __all__ = [
     "CUSTOM",
     "DEFAULT_INTERVAL_S",
     "DEFAULT_WINDOW",
+    "FIGURE_NAMES",
     "MAX_POINTS",
     "MAX_RANGE_S",
     "QUANTILES",
@@ -62,9 +64,11 @@ __all__ = [
     "RECENT_LABELS",
     "REFRESH_INTERVALS_S",
     "WINDOWS",
+    "Counts",
     "Kpi",
     "LevelRow",
     "Levels",
+    "LiveFigures",
     "ModelSeries",
     "MonitorFilters",
     "MonitorState",
@@ -85,22 +89,26 @@ __all__ = [
     "choose_step",
     "clear_cache",
     "custom_range",
+    "figure_label",
     "filter_choices",
     "intent_models",
     "level_table",
     "levels",
+    "live_figures",
     "load_story",
     "monitor_view",
     "observed_split",
     "overview_figures",
     "overview_stats",
     "provider_health",
+    "rate_columns",
     "recent_requests",
     "refresh_intervals",
     "request_link",
     "requests_csv",
     "search",
     "search_link",
+    "span_label",
     "time_utc",
     "window_label",
     "window_seconds",

@@ -48,3 +48,14 @@ def error_classes(engine: Engine, *, provider: str, since: float, until: float) 
     with engine.connect() as conn:
         rows = [(str(r[0]), int(r[1])) for r in conn.execute(q)]
     return sorted(rows, key=lambda r: (-r[1], r[0]))
+
+
+def first_failure(engine: Engine, *, provider: str, since: float, until: float) -> float | None:
+    """When the provider's first failed row in ``[since, until]`` started (``None``: none failed)."""
+    log = RequestLog.__table__
+    q = select(func.min(log.c.ts)).where(
+        log.c.ts >= since, log.c.ts <= until, log.c.provider == provider, log.c.status != "ok"
+    )
+    with engine.connect() as conn:
+        ts = conn.execute(q).scalar_one_or_none()
+    return float(ts) if ts is not None else None

@@ -62,22 +62,34 @@ if job is not None and job.running:
     demo_progress()
 elif job is not None and job.finished and job is OverviewState.get().demo_job:
     (st.error if job.error else st.success)(inert(job.label()))
-elif not resources.has_requests():
-    st.subheader("No traffic yet")
-    client = resources.client()
-    if demo_traffic.simulated_only(client):
-        st.info(
-            f"The request log is empty. Generate about {demo_traffic.DEMO_REQUESTS} "
-            "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
-        )
-        if st.button("Generate demo traffic", type="primary"):
-            OverviewState.get().demo_job = demo_traffic.start_job(job_key, client)
-            st.rerun()
-    else:
-        st.info(
-            "The request log is empty. Send a prompt from the Playground, or run "
-            "`python -m app loadgen` against simulated providers."
-        )
+else:
+    # The offer disappears by itself once traffic arrives (loadgen in another process, say).
+    @st.fragment(run_every=refresh_s)
+    def empty_log_offer() -> None:
+        # One slot, emptied explicitly: a fragment run that draws nothing may leave its last
+        # drawing on screen.
+        slot = st.empty()
+        if resources.has_requests():
+            slot.empty()
+            return
+        with slot.container():
+            st.subheader("No traffic yet")
+            client = resources.client()
+            if demo_traffic.simulated_only(client):
+                st.info(
+                    f"The request log is empty. Generate about {demo_traffic.DEMO_REQUESTS} "
+                    "demo requests through the simulated providers (tagged `loadgen`) so the charts have data."
+                )
+                if st.button("Generate demo traffic", type="primary"):
+                    OverviewState.get().demo_job = demo_traffic.start_job(job_key, client)
+                    st.rerun(scope="app")
+            else:
+                st.info(
+                    "The request log is empty. Send a prompt from the Playground, or run "
+                    "`python -m app loadgen` against simulated providers."
+                )
+
+    empty_log_offer()
 
 
 @st.fragment(run_every=refresh_s)

@@ -7,9 +7,10 @@ rate of at least :data:`FAILING_ERROR_RATE`).
 
 The incident's **start** survives the breaker's cycling: open -> half-open -> open -> ... is one
 incident until the breaker has stayed closed for :data:`QUIET_S` seconds (:func:`breaker_incident_start`).
-When the provider was already failing before its breaker first opened, the start is the first
-minute of that failing stretch (:func:`failing_since`), so the banner says when callers' trouble
-began, not when the breaker reacted. Everything is read from the last :data:`LOOKBACK_S` seconds.
+When the provider was already failing before its breaker first opened, the start is its first
+failed row in the failing stretch (:func:`failing_since` finds the stretch's first minute), so the
+banner says when callers' trouble began, not when the breaker reacted. Everything is read from the
+last :data:`LOOKBACK_S` seconds.
 
 The decisions are pure functions of the breaker's transitions and per-minute counts;
 :func:`current_incidents` performs the reads.
@@ -26,7 +27,7 @@ from app.dashboard.fmt import pct
 from app.dashboard.safe_text import inert
 from app.monitor.figures import LAST_MINUTE_S, Counts, figure_label
 from db.events import events_between
-from db.incidents import breaker_transitions, error_classes
+from db.incidents import breaker_transitions, error_classes, first_failure
 from db.monitor import minute_floor, part_cells
 
 FAILING_MIN_ATTEMPTS = 3  # one unlucky request does not raise a banner
@@ -235,5 +236,13 @@ def current_incidents(
         rollbacks=rollbacks,
         primary=primary,
     )
-    classes = {i.provider: error_classes(engine, provider=i.provider, since=i.start, until=now) for i in found}
-    return [replace(i, error_classes=tuple(classes.get(i.provider, ()))) for i in found]
+    out = []
+    for i in found:
+        # A failing stretch starts on a minute boundary: the stretch's first failed row says when
+        # within that minute (a breaker that opened earlier still wins).
+        first = first_failure(engine, provider=i.provider, since=i.start, until=now)
+        start = min(s for s in (first or i.start, i.breaker_opened) if s is not None)
+        classes = error_classes(engine, provider=i.provider, since=start, until=now)
+        acted = tuple(r for r in i.rollbacks if r[0] >= start)
+        out.append(replace(i, start=start, error_classes=tuple(classes), rollbacks=acted))
+    return out

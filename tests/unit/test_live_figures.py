@@ -295,7 +295,7 @@ def test_the_banner_of_a_provider_nobody_acted_on_says_so_and_inerts_untrusted_t
 def test_current_incidents_reads_the_log_and_the_breaker_events(engine):
     m.clear_cache()
     start = T0 - 300
-    insert_batch(engine, [failed(start + k, request_id=f"f{k}") for k in range(0, 60, 2)])
+    insert_batch(engine, [failed(start + 7 + k, request_id=f"f{k}") for k in range(0, 60, 2)])
     insert_batch(engine, [refused(T0 - 30 + k, request_id=f"x{k}") for k in range(5)])
     for k in range(15):  # open, half-open, open, ... open: 8 openings
         old, new = ("half_open", "open") if k % 2 == 0 else ("open", "half_open")
@@ -316,7 +316,7 @@ def test_current_incidents_reads_the_log_and_the_breaker_events(engine):
     )
     assert [i.provider for i in found] == ["holysheep"]
     i = found[0]
-    assert i.start == start  # the first failing minute, before the breaker's first open
+    assert i.start == start + 7  # the first failed row, before the breaker's first open
     assert i.breaker_state == "open" and i.openings == 8 and i.breaker_opened == start + 60
     assert dict(i.error_classes) == {"server_error": 30, "breaker_open": 5}
     assert [ts for ts, _ in i.rollbacks] == [start + 90]

@@ -39,14 +39,19 @@ def error_classes(engine: Engine, *, provider: str, since: float, until: float) 
     """The provider's failed rows in ``[since, until]`` counted by error class, most frequent first
     (a row without a class counts as ``error``)."""
     log = RequestLog.__table__
-    cls = func.coalesce(log.c.error_class, "error")
     q = (
-        select(cls, func.count())
+        select(log.c.error_class, func.count())
         .where(log.c.ts >= since, log.c.ts <= until, log.c.provider == provider, log.c.status != "ok")
-        .group_by(cls)
+        .group_by(log.c.error_class)
     )
+    counts: dict[str, int] = {}
     with engine.connect() as conn:
-        rows = [(str(r[0]), int(r[1])) for r in conn.execute(q)]
+        for cls, n in conn.execute(q):
+            # Grouped on the bare column (PostgreSQL would not match a bound COALESCE default
+            # between SELECT and GROUP BY); a row without a class counts as ``error``.
+            key = str(cls) if cls is not None else "error"
+            counts[key] = counts.get(key, 0) + int(n)
+    rows = list(counts.items())
     return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 

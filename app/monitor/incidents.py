@@ -139,7 +139,7 @@ def banner_text(incident: Incident, now: float) -> str:
     if i.breaker_state:
         state = "open" if i.breaker_state == "open" else "half-open (one probe request let through)"
         line = f"Breaker: {state} since {_hms(i.breaker_since or i.start)} UTC"
-        if i.breaker_opened is not None:
+        if i.breaker_opened is not None and i.breaker_opened != i.breaker_since:
             line += f"; first opened at {_hms(i.breaker_opened)} UTC"
             if i.openings > 1:
                 line += f", opened {i.openings} times since"

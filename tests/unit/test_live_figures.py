@@ -280,6 +280,12 @@ def test_the_banner_says_who_since_when_what_failed_and_what_was_done():
     assert "Guardrail: rolled back at 12:18:00 UTC (canary 25 % -> 0 %: primary error rate 61 %)" in text
 
 
+def test_a_breaker_that_opened_once_is_said_once():
+    i = Incident("holysheep", T0 - 60, Counts(4, 4), "open", T0 - 30, T0 - 30, 1)
+    text = shown(banner_text(i, now=T0))
+    assert "Breaker: open since 12:29:30 UTC" in text and "first opened" not in text
+
+
 def test_the_banner_of_a_provider_nobody_acted_on_says_so_and_inerts_untrusted_text():
     i = Incident(
         provider="holysheep",

@@ -35,6 +35,10 @@ FAILING_ERROR_RATE = 0.2
 QUIET_S = 120.0  # a breaker closed this long ends its incident
 LOOKBACK_S = 3600
 MAX_CLASSES = 4
+# The error classes of requests refused before any attempt (their one row names the provider the
+# request would have started on): a provider whose every failure is one of these is not failing,
+# its requests are being refused, and the banner says so.
+REFUSAL_CLASSES = frozenset({"breaker_open", "no_route", "refused_by_policy", "deadline"})
 
 
 def breaker_incident_start(changes: Iterable[tuple[float, str]], now: float, quiet_s: float = QUIET_S) -> float | None:
@@ -119,9 +123,11 @@ def banner_text(incident: Incident, now: float) -> str:
     """The banner's Markdown: provider, start, figures, error classes, breaker and guardrail, times
     in UTC. Untrusted text (error classes, audit reasons) is made inert."""
     i = incident
-    what = "breaker open" if i.breaker_state == "open" else "breaker half-open" if i.breaker_state else "failing"
+    refused_only = bool(i.error_classes) and all(cls in REFUSAL_CLASSES for cls, _ in i.error_classes)
+    failing = "requests refused before any attempt" if refused_only else "failing"
+    what = "breaker open" if i.breaker_state == "open" else "breaker half-open" if i.breaker_state else failing
     if i.breaker_state and i.failing:
-        what += ", failing"
+        what += f", {failing}"
     lines = [
         f"**{inert(i.provider)}: incident since {_hms(i.start)} UTC** ({_duration(now - i.start)}, {what})",
     ]

@@ -280,6 +280,14 @@ def test_the_banner_says_who_since_when_what_failed_and_what_was_done():
     assert "Guardrail: rolled back at 12:18:00 UTC (canary 25 % -> 0 %: primary error rate 61 %)" in text
 
 
+def test_a_provider_whose_requests_are_only_refused_is_not_called_failing():
+    i = Incident("direct", T0 - 60, Counts(10, 4), error_classes=(("refused_by_policy", 4),))
+    head = shown(banner_text(i, now=T0)).split("\n")[0]
+    assert head == "**direct: incident since 12:29:00 UTC** (1 min, requests refused before any attempt)  "
+    real = Incident("direct", T0 - 60, Counts(10, 4), error_classes=(("refused_by_policy", 2), ("timeout", 2)))
+    assert "(1 min, failing)" in shown(banner_text(real, now=T0))
+
+
 def test_a_breaker_that_opened_once_is_said_once():
     i = Incident("holysheep", T0 - 60, Counts(4, 4), "open", T0 - 30, T0 - 30, 1)
     text = shown(banner_text(i, now=T0))

@@ -22,6 +22,7 @@ from app.monitor import (
     intent_models,
     level_table,
     monitor_view,
+    rate_columns,
     refresh_intervals,
     table_mode,
     table_refresh_s,
@@ -40,16 +41,12 @@ refresh_s = settings.dashboard.refresh_s  # [dashboard] refresh_s: the default i
 ROUTES = {"primary": settings.routing.primary, "fallback": settings.routing.fallback}
 INTENT_MODELS = intent_models(settings.intents)
 RATE = st.column_config.NumberColumn(format="percent")
-LEVEL_COLUMNS = {
-    "attempt errors": RATE,
-    "fallback": RATE,
-    "final failures": RATE,
-    "attempt errors last min": RATE,
+LEVEL_COLUMNS = {  # the rate columns are named by their span: rate_columns(view.span) below
     "p50 ms": st.column_config.NumberColumn(format="%.0f"),
     "p95 ms": st.column_config.NumberColumn(format="%.0f"),
     "p99 ms": st.column_config.NumberColumn(format="%.0f"),
     "cost USD": st.column_config.NumberColumn(format="$%.4f"),
-    "req/s last min": st.column_config.NumberColumn(format="%.2f"),
+    "req/s, last 1 min": st.column_config.NumberColumn(format="%.2f"),
 }
 
 st.title("Monitor")
@@ -108,18 +105,19 @@ def live() -> None:
     if view.levels is not None:
         st.subheader("Attempts, fallbacks and final failures")
         tabs = st.tabs(["By provider", "By model"])
+        level_columns = {**LEVEL_COLUMNS, **dict.fromkeys(rate_columns(view.span), RATE)}
         tabs[0].dataframe(
-            level_table((view.levels.total, *view.levels.providers)),
+            level_table((view.levels.total, *view.levels.providers), span=view.span),
             hide_index=True,
             width="stretch",
-            column_config=LEVEL_COLUMNS,
+            column_config=level_columns,
             key="monitor_levels_provider",
         )
         tabs[1].dataframe(
-            level_table(view.levels.models, first="model"),
+            level_table(view.levels.models, first="model", span=view.span),
             hide_index=True,
             width="stretch",
-            column_config=LEVEL_COLUMNS,
+            column_config=level_columns,
             key="monitor_levels_model",
         )
     if view.substitutions and view.substitutions.by_pair:

@@ -104,6 +104,24 @@ def overview(window_s: int = 900):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _live(key: tuple[str, str], providers: tuple[str, ...], primary: str, window_s: int):
+    from app.monitor.figures import live_figures
+    from app.monitor.incidents import current_incidents
+
+    now = time.time()
+    figures = live_figures(engine(), now=now, window_s=window_s)
+    found = current_incidents(engine(), providers, now=now, last_minute=figures.providers_last_minute, primary=primary)
+    return figures, found, now
+
+
+def live(window_s: int = 900):
+    """``(figures, incidents, read_at)``: the named figures (last minute and ``window_s``) and
+    the providers in an incident now, read together so the banner and the tiles agree."""
+    s = settings()
+    return _live(_config_key(), tuple(s.providers), s.routing.primary, window_s)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _health(key: tuple[str, str], providers: tuple[str, ...], window_s: int):
     from app.monitor.stats import provider_health
 

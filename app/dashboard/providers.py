@@ -11,12 +11,14 @@ from typing import Any, Protocol
 
 from app.config import Settings, key_state
 from app.dashboard.fmt import pct, ratio_pct, utc_time
+from app.monitor.figures import ATTEMPT_ERROR_RATE, LAST_MINUTE_S, LiveFigures, figure_label
+from app.monitor.incidents import FAILING_ERROR_RATE, FAILING_MIN_ATTEMPTS
 from core.faults import FaultSettings, effective_faults
 
-# A provider is "failing recently" with at least this many attempts in the health window and at
-# least this share of them failed: one unlucky request does not paint it red.
-FAILING_MIN_ATTEMPTS = 3
-FAILING_ERROR_RATE = 0.2
+# A provider is "failing recently" with at least FAILING_MIN_ATTEMPTS attempts in the last minute
+# and at least FAILING_ERROR_RATE of them failed (the incident banner's rule): one unlucky request
+# does not paint it red.
+__all__ = ["FAILING_ERROR_RATE", "FAILING_MIN_ATTEMPTS", "ProviderStatus", "provider_statuses", "status_rows"]
 
 
 class HealthLike(Protocol):
@@ -38,6 +40,7 @@ class ProviderStatus:
     error_rate: float | None = None
     faults: str | None = None  # active fault injection, described
     breaker: str | None = None  # the newest circuit-breaker transition, described
+    window_error_rate: float | None = None  # attempt error rate over the page's window
 
     @property
     def ok(self) -> bool:
@@ -75,11 +78,15 @@ def provider_statuses(
     secrets: Mapping[str, Any] | None = None,
     faults: Mapping[str, FaultSettings] | None = None,
     breakers: Mapping[str, tuple[str, float]] | None = None,
+    figures: LiveFigures | None = None,
 ) -> list[ProviderStatus]:
     """One status per configured provider, primary first, then fallback, then the rest.
 
-    ``breakers`` is each provider's newest circuit-breaker transition (state, epoch seconds) as
-    recorded by any gateway process; an open or half-open breaker is the provider's state."""
+    ``figures`` (the page's :func:`app.monitor.figures.live_figures`) gives each provider's attempt
+    error rate over the last minute (which decides "failing recently") and over the window; without
+    it the rate is ``health``'s. ``breakers`` is each provider's newest circuit-breaker transition
+    (state, epoch seconds) as recorded by any gateway process; an open or half-open breaker is the
+    provider's state."""
     health = health or {}
     breakers = breakers or {}
     faults = faults or {}
@@ -98,8 +105,14 @@ def provider_statuses(
         )
         key = key_state(p, env=env, secrets=str_secrets)
         h = health.get(name)
-        attempts = int(getattr(h, "attempts", 0) or 0)
-        rate = float(h.error_rate) if h is not None and attempts else None
+        window_rate = None
+        if figures is not None:
+            minute = figures.provider(name, last_minute=True)
+            attempts, rate = minute.attempts, minute.attempt_error_rate
+            window_rate = figures.provider(name, last_minute=False).attempt_error_rate
+        else:
+            attempts = int(getattr(h, "attempts", 0) or 0)
+            rate = float(h.error_rate) if h is not None and attempts else None
         active_faults = describe_faults(effective_faults(faults.get(name), p.faults)) if p.is_simulated else None
         breaker_state, breaker_ts = breakers.get(name, (None, 0.0))
         breaker = f"{breaker_state.replace('_', '-')} since {utc_time(breaker_ts)}" if breaker_state else None
@@ -130,22 +143,27 @@ def provider_statuses(
                 error_rate=rate,
                 faults=active_faults,
                 breaker=breaker,
+                window_error_rate=window_rate,
             )
         )
     return out
 
 
-def status_rows(statuses: list[ProviderStatus]) -> list[dict]:
+def status_rows(statuses: list[ProviderStatus], window_s: float | None = None) -> list[dict]:
     """Rows for a table: no key value anywhere, only its state. The incident columns come first
-    (provider, error rate, breaker, state): on a phone only the first few columns fit, and those
-    are the ones an operator mid-incident looks for."""
+    (provider, attempt error rate, breaker, state): on a phone only the first few columns fit, and
+    those are the ones an operator mid-incident looks for. The rates are labelled with their span
+    (``Attempt error rate, last 1 min``); ``window_s`` adds the window's rate beside it."""
+    minute = figure_label(ATTEMPT_ERROR_RATE, LAST_MINUTE_S)
+    window = figure_label(ATTEMPT_ERROR_RATE, window_s) if window_s else None
     return [
         {
             "provider": s.name,
-            "error rate": pct(s.error_rate),
+            minute: pct(s.error_rate),
             "breaker": s.breaker or "closed",
             "state": s.state,
-            "attempts (5 min)": s.attempts,
+            **({window: pct(s.window_error_rate)} if window else {}),
+            "attempts, last 1 min": s.attempts,
             "role": s.role,
             "upstream": s.base,
             "key": s.key,

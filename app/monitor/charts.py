@@ -311,10 +311,18 @@ def event_label(ev: Event) -> str:
     return inert(f"{time_utc(ev.ts)} {kind}{where}: {ev.detail} (by {ev.actor})")
 
 
+# Kinds marked only by a short tick at the top of the plot, never a line across it: a breaker
+# cycling open -> half-open every ~15 s writes hundreds of transitions an hour, and full-height
+# lines that dense paint a solid band over the data.
+TOP_ONLY_KINDS = frozenset({"breaker"})
+TOP_TICK_Y0 = 0.92
+
+
 def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
-    """Mark each event on ``fig``'s time axis: a dotted vertical line, and a triangle at the top
-    whose hover text says what happened (on an invisible 0-1 axis, so it never moves the data's
-    scale). Figures without a time axis (empty ones) are left alone."""
+    """Mark each event on ``fig``'s time axis: a dotted vertical line (a short tick in the top
+    strip only, for :data:`TOP_ONLY_KINDS`), and a triangle at the top whose hover text says what
+    happened (on an invisible 0-1 axis, so it never moves the data's scale). Figures without a
+    time axis (empty ones) are left alone."""
     if not events or fig.layout.xaxis.visible is False:
         return fig
     shapes = list(fig.layout.shapes or ())
@@ -330,9 +338,9 @@ def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
                 "yref": "paper",
                 "x0": t,
                 "x1": t,
-                "y0": 0,
+                "y0": TOP_TICK_Y0 if ev.kind in TOP_ONLY_KINDS else 0,
                 "y1": 1,
-                "line": {"color": color, "width": 1, "dash": "dot"},
+                "line": {"color": color, "width": 1, "dash": "solid" if ev.kind in TOP_ONLY_KINDS else "dot"},
                 "layer": "below",
             }
         )

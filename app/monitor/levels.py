@@ -26,7 +26,15 @@ from sqlalchemy import Engine
 
 from app import catalog
 from app.monitor.cache import PARTS, PartCache, SettledCache
-from app.monitor.series import quantiles, ratio
+from app.monitor.figures import (
+    ATTEMPT_ERROR_RATE,
+    FALLBACK_RATE,
+    FINAL_FAILURE_RATE,
+    LAST_MINUTE_S,
+    Counts,
+    figure_label,
+)
+from app.monitor.series import quantiles
 from db.monitor import (
     COUNT_COLUMNS,
     Breakdown,
@@ -40,7 +48,7 @@ from db.monitor import (
     span_parts,
 )
 
-RECENT_S = 60.0
+RECENT_S = float(LAST_MINUTE_S)
 ALL = "all"
 
 
@@ -65,6 +73,7 @@ class LevelRow:
     now_requests_per_s: float
     now_attempt_error_rate: float | None
     now_fallback_rate: float | None = None
+    now_final_failure_rate: float | None = None
 
 
 def _add(cells: Iterable[SummedCell]) -> SummedCell:
@@ -132,25 +141,30 @@ def _recent(rows: Iterable[RecentCounts]) -> RecentCounts:
 def _row(
     name: str, cell: SummedCell, started: int | None, fallbacks: int, recent: RecentCounts, recent_s: float
 ) -> LevelRow:
+    # The rates are app.monitor.figures' definitions; a provider's fallback rate counts the
+    # requests that started on it (its canary side), when that is known.
     p = quantiles(cell.lat)
-    requests = cell.count("requests")
+    c, now = Counts.of_cell(cell), Counts.of_recent(recent)
+    requests = c.requests
+    origin = Counts(requests=started if started is not None else requests, fallbacks=fallbacks)
     return LevelRow(
         name=name,
         requests=requests,
-        attempts=cell.count("attempts"),
-        attempt_errors=cell.count("errors"),
-        attempt_error_rate=ratio(cell.count("errors"), cell.count("attempts")),
+        attempts=c.attempts,
+        attempt_errors=c.attempt_errors,
+        attempt_error_rate=c.attempt_error_rate,
         started=started,
         fallbacks=fallbacks,
-        fallback_rate=ratio(fallbacks, started if started is not None else requests),
-        request_errors=cell.count("request_errors"),
-        final_failure_rate=ratio(cell.count("request_errors"), requests),
+        fallback_rate=origin.fallback_rate,
+        request_errors=c.request_errors,
+        final_failure_rate=c.final_failure_rate,
         p50_ms=p[0],
         p95_ms=p[1],
         p99_ms=p[2],
         cost_usd=cell.cost,
         now_requests_per_s=recent.requests / recent_s,
-        now_attempt_error_rate=ratio(recent.errors, recent.attempts),
+        now_attempt_error_rate=now.attempt_error_rate,
+        now_final_failure_rate=now.final_failure_rate,
     )
 
 
@@ -217,25 +231,36 @@ def levels(
 
 
 def _with_now_fallback(row: LevelRow, recent: RecentCounts) -> LevelRow:
-    return replace(row, now_fallback_rate=ratio(recent.fallbacks, recent.requests))
+    return replace(row, now_fallback_rate=Counts.of_recent(recent).fallback_rate)
 
 
-def level_table(rows: Iterable[LevelRow], *, first: str = "provider") -> list[dict]:
-    """Rows as the page's table shows them (rates as fractions, the page formats them)."""
+def rate_columns(span: float | str) -> tuple[str, ...]:
+    """The level table's rate columns, named as every page names the figures: the window's
+    (``span``: seconds or a label) then the last minute's."""
+    window = tuple(figure_label(f, span) for f in (ATTEMPT_ERROR_RATE, FALLBACK_RATE, FINAL_FAILURE_RATE))
+    minute = tuple(figure_label(f, LAST_MINUTE_S) for f in (ATTEMPT_ERROR_RATE, FINAL_FAILURE_RATE))
+    return window + minute
+
+
+def level_table(rows: Iterable[LevelRow], *, first: str = "provider", span: float | str = 3600) -> list[dict]:
+    """Rows as the page's table shows them (rates as fractions, the page formats them); the rate
+    columns are :func:`rate_columns` of ``span``, the window the table covers."""
+    a, f, ff, a_min, ff_min = rate_columns(span)
     return [
         {
             first: r.name,
             "requests": r.requests,
             "attempts": r.attempts,
-            "attempt errors": r.attempt_error_rate,
-            "fallback": r.fallback_rate,
-            "final failures": r.final_failure_rate,
+            a: r.attempt_error_rate,
+            f: r.fallback_rate,
+            ff: r.final_failure_rate,
             "p50 ms": r.p50_ms,
             "p95 ms": r.p95_ms,
             "p99 ms": r.p99_ms,
             "cost USD": r.cost_usd,
-            "req/s last min": r.now_requests_per_s,
-            "attempt errors last min": r.now_attempt_error_rate,
+            "req/s, last 1 min": r.now_requests_per_s,
+            a_min: r.now_attempt_error_rate,
+            ff_min: r.now_final_failure_rate,
         }
         for r in rows
     ]

@@ -22,6 +22,15 @@ from sqlalchemy import Engine
 
 from app.dashboard.fmt import ms, pct, usd, utc_time
 from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.figures import (
+    ATTEMPT_ERROR_RATE,
+    DEFINITIONS,
+    FALLBACK_RATE,
+    FINAL_FAILURE_RATE,
+    LAST_MINUTE_S,
+    figure_label,
+    span_label,
+)
 from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakdown, levels, substitutions
 from app.monitor.series import WindowSeries, window_series
 from app.monitor.table import ALL, RequestPage, TableCursor, parse_row_filters, request_page, table_span
@@ -65,6 +74,11 @@ def window_seconds(window: str) -> int:
 
 def window_label(window: str) -> str:
     return "Custom range" if window == CUSTOM else WINDOWS[window][1]
+
+
+def window_span(window: str, since: float, until: float) -> str:
+    """A window's span as the figures' labels say it: ``last 1 h`` for a preset, ``custom range``."""
+    return "custom range" if window == CUSTOM else span_label(until - since)
 
 
 class RangeError(ValueError):
@@ -128,6 +142,11 @@ class MonitorView:
     events: tuple[Event, ...] = ()
 
     @property
+    def span(self) -> str:
+        """The span the window's figures are labelled with: ``last 1 h``, or ``custom range``."""
+        return window_span(self.window, self.since, self.until)
+
+    @property
     def caption(self) -> str:
         return (
             f"{window_label(self.window)}: {utc_time(self.since, seconds=False)} to "
@@ -169,66 +188,43 @@ def _signed_int(v: float) -> str:
     return f"{v:+,.0f}"
 
 
-def level_kpis(cur: LevelRow, prev: LevelRow | None, subs: Substitutions | None, window_rate: float) -> tuple[Kpi, ...]:
-    """Headline tiles: the three failure levels side by side, rates over the last minute beside the
-    window's, latency and cost; each with its change against ``prev`` (the previous period)."""
+def level_kpis(
+    cur: LevelRow, prev: LevelRow | None, subs: Substitutions | None, window_rate: float, span: float | str = 3600
+) -> tuple[Kpi, ...]:
+    """Headline tiles: the named figures (:mod:`app.monitor.figures`) over the window (``span``:
+    its seconds or a label) and over the last minute, labelled with their span, then latency, cost
+    and substitutions; the window's with their change against ``prev`` (the previous period)."""
     p = prev
     sub_value = f"{subs.requests:,}" if subs else "0"
     sub_delta = f"{_signed_usd(subs.cost_delta_usd)} vs chosen model" if subs and subs.requests else None
+    minute = f"Last {RECENT_S:g} s of the range. "
     return (
         Kpi(
             "Requests",
             f"{cur.requests:,}",
-            "Caller requests in the window (final attempts).",
+            "Caller requests in the window (final rows, refused requests included); "
+            f"{cur.now_requests_per_s:,.2f}/s over the last minute, {window_rate:,.2f}/s on average.",
             _rel(cur.requests, p.requests if p else None, _signed_int),
         ),
         Kpi(
-            "Request rate, last minute",
-            f"{cur.now_requests_per_s:,.2f}/s",
-            f"Requests per second over the last {RECENT_S:g} s of the range (window average: {window_rate:,.2f}/s).",
-        ),
-        Kpi(
-            "Attempt error rate",
+            figure_label(ATTEMPT_ERROR_RATE, span),
             pct(cur.attempt_error_rate),
-            "Failed attempts / attempts (what the upstreams did; retries and fallbacks count). "
-            f"Last minute: {pct(cur.now_attempt_error_rate)}.",
+            DEFINITIONS[ATTEMPT_ERROR_RATE],
             _pp(cur.attempt_error_rate, p.attempt_error_rate if p else None),
             "inverse",
         ),
         Kpi(
-            "Fallback rate",
-            pct(cur.fallback_rate),
-            "Requests answered by the fallback route / requests that started on the selected "
-            f"providers. Last minute: {pct(cur.now_fallback_rate)}.",
-            _pp(cur.fallback_rate, p.fallback_rate if p else None),
-            "inverse",
-        ),
-        Kpi(
-            "Final failure rate",
+            figure_label(FINAL_FAILURE_RATE, span),
             pct(cur.final_failure_rate),
-            "Requests whose final attempt failed / requests (what callers saw).",
+            DEFINITIONS[FINAL_FAILURE_RATE],
             _pp(cur.final_failure_rate, p.final_failure_rate if p else None),
             "inverse",
         ),
         Kpi(
-            "Latency p50",
-            ms(cur.p50_ms),
-            "Median attempt latency in the window.",
-            _rel(cur.p50_ms, p.p50_ms if p else None, _signed_ms),
-            "inverse",
-        ),
-        Kpi(
-            "Latency p95",
-            ms(cur.p95_ms),
-            "95th percentile attempt latency in the window.",
-            _rel(cur.p95_ms, p.p95_ms if p else None, _signed_ms),
-            "inverse",
-        ),
-        Kpi(
-            "Latency p99",
-            ms(cur.p99_ms),
-            "99th percentile attempt latency in the window.",
-            _rel(cur.p99_ms, p.p99_ms if p else None, _signed_ms),
+            figure_label(FALLBACK_RATE, span),
+            pct(cur.fallback_rate),
+            DEFINITIONS[FALLBACK_RATE] + " With a provider filter: of the requests that started there.",
+            _pp(cur.fallback_rate, p.fallback_rate if p else None),
             "inverse",
         ),
         Kpi(
@@ -236,6 +232,28 @@ def level_kpis(cur: LevelRow, prev: LevelRow | None, subs: Substitutions | None,
             usd(cur.cost_usd),
             "Total cost in the window, USD.",
             _rel(cur.cost_usd, p.cost_usd if p else None, _signed_usd),
+            "inverse",
+        ),
+        Kpi(
+            figure_label(ATTEMPT_ERROR_RATE, LAST_MINUTE_S),
+            pct(cur.now_attempt_error_rate),
+            minute + DEFINITIONS[ATTEMPT_ERROR_RATE],
+        ),
+        Kpi(
+            figure_label(FINAL_FAILURE_RATE, LAST_MINUTE_S),
+            pct(cur.now_final_failure_rate),
+            minute + DEFINITIONS[FINAL_FAILURE_RATE],
+        ),
+        Kpi(
+            figure_label(FALLBACK_RATE, LAST_MINUTE_S),
+            pct(cur.now_fallback_rate),
+            minute + DEFINITIONS[FALLBACK_RATE],
+        ),
+        Kpi(
+            "Latency p95",
+            ms(cur.p95_ms),
+            f"95th percentile attempt latency in the window (p50 {ms(cur.p50_ms)}, p99 {ms(cur.p99_ms)}).",
+            _rel(cur.p95_ms, p.p95_ms if p else None, _signed_ms),
             "inverse",
         ),
         Kpi(
@@ -319,7 +337,13 @@ def monitor_view(
         until=until,
         step_s=series.step_s,
         has_data=not series.empty,
-        kpis=level_kpis(cur.total, prev.total if prev else None, subs, series.totals.request_rate),
+        kpis=level_kpis(
+            cur.total,
+            prev.total if prev else None,
+            subs,
+            series.totals.request_rate,
+            span=window_span(window, since, until),
+        ),
         figures=monitor_figures(series, events),
         series=series,
         levels=cur,

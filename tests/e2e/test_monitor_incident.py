@@ -58,9 +58,9 @@ def test_monitor_tells_the_truth_mid_incident(incident_server, new_page):
         "select count(*), sum(status != 'ok'), sum(fallback) from request_log where final"
     )[0]
     assert errors > 0 and fallbacks > 0
-    assert _pct(kpis["Attempt error rate"]) == pytest.approx(100 * errors / attempts, abs=0.06)
-    assert _pct(kpis["Final failure rate"]) == pytest.approx(100 * failed / requests, abs=0.06)
-    assert _pct(kpis["Fallback rate"]) > 0
+    assert _pct(kpis["Attempt error rate, last 1 h"]) == pytest.approx(100 * errors / attempts, abs=0.06)
+    assert _pct(kpis["Final failure rate, last 1 h"]) == pytest.approx(100 * failed / requests, abs=0.06)
+    assert _pct(kpis["Fallback rate, last 1 h"]) > 0
     # The fault change and the canary change are marked on the charts (hover text is plain).
     legend = page.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
     assert "fault injection" in legend and "canary change" in legend

@@ -230,8 +230,9 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     at = open_app()
     metrics = {m.label: m.value for m in at.main.metric}
     assert metrics["Canary ratio"] == "30 %"
-    assert {"Requests", "Error rate", "Fallback rate", "p50 latency", "p95 latency", "Cost today (UTC)"} <= set(metrics)
-    assert metrics["Requests"] == "0"
+    assert {"Requests, last 15 min", "p50 latency", "p95 latency", "Cost today (UTC)"} <= set(metrics)
+    assert {"Attempt error rate, last 1 min", "Fallback rate, last 15 min"} <= set(metrics)
+    assert metrics["Requests, last 15 min"] == "0"
     assert any("bob" in m.value and "widen" in m.value for m in at.markdown)
     states = list(at.dataframe[0].value["state"])
     assert all("simulated" in s for s in states)
@@ -281,7 +282,7 @@ def test_overview_demo_traffic_fills_an_empty_log(env):
     assert not at.exception
     assert any("Demo traffic done" in s.value for s in at.success)
     metrics = {m.label: m.value for m in at.main.metric}
-    assert int(metrics["Requests"].replace(",", "")) == job.report.ok + job.report.failed > 0
+    assert int(metrics["Requests, last 15 min"].replace(",", "")) == job.report.ok + job.report.failed > 0
     # The last-hour charts appear once there is traffic, and they hold it.
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     titles = [s["layout"]["title"]["text"] for s in specs]

@@ -155,10 +155,12 @@ def test_auto_refresh_defaults_to_the_configured_interval(app, tmp_path, monkeyp
 def test_three_levels_table_beside_the_kpis(app):
     at = app.run()
     labels = {mt.label for mt in at.metric}
-    assert {"Attempt error rate", "Fallback rate", "Final failure rate", "Request rate, last minute"} <= labels
+    named = {f"{name}, {span}" for name in m.FIGURE_NAMES.values() for span in ("last 1 h", "last 1 min")}
+    assert named <= labels  # the named figures, labelled with their span
     by_provider = at.dataframe[0].value
     assert list(by_provider["provider"]) == ["all", "alpha", "beta"]
-    assert {"attempt errors", "fallback", "final failures", "req/s last min"} <= set(by_provider.columns)
+    assert {*m.rate_columns("last 1 h"), "req/s, last 1 min"} <= set(by_provider.columns)
+    assert "Attempt error rate, last 1 min" in by_provider.columns
     assert list(at.dataframe[1].value["model"]) == ["gpt-4.1"]
 
 

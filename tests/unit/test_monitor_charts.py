@@ -142,9 +142,12 @@ def test_monitor_view_bundles_everything(sqlite_engine):
     assert view.has_data and view.step_s == 60 and len(view.figures) == 8
     assert {k.label for k in view.kpis} >= {
         "Requests",
-        "Attempt error rate",
-        "Fallback rate",
-        "Final failure rate",
+        "Attempt error rate, last 1 h",
+        "Fallback rate, last 1 h",
+        "Final failure rate, last 1 h",
+        "Attempt error rate, last 1 min",
+        "Fallback rate, last 1 min",
+        "Final failure rate, last 1 min",
         "Latency p95",
         "Cost",
     }

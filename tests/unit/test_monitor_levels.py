@@ -91,15 +91,15 @@ def test_headline_shows_all_three_levels_mid_incident(eng):
     assert rows["direct"].attempt_error_rate == 0.0 and rows["direct"].fallback_rate == 0.0
     # Filtered to the failing provider, the fallback rate still counts the requests it lost.
     only = monitor_view(eng, "15m", m.MonitorFilters(providers=["holysheep"]), now=T0, routes=ROUTES)
-    assert kpi(only, "Attempt error rate").value == "70.0 %"
-    assert kpi(only, "Fallback rate").value == "70.0 %"
-    assert kpi(only, "Final failure rate").value == "0.0 %"
+    assert kpi(only, "Attempt error rate, last 15 min").value == "70.0 %"
+    assert kpi(only, "Fallback rate, last 15 min").value == "70.0 %"
+    assert kpi(only, "Final failure rate, last 15 min").value == "0.0 %"
 
 
 def test_attempt_error_rate_kpi_counts_every_attempt(eng):
     insert_batch(eng, incident(T0 - 100))
     view = monitor_view(eng, "15m", None, now=T0, routes=ROUTES)
-    assert kpi(view, "Attempt error rate").value == f"{70 / 270 * 100:.1f} %"
+    assert kpi(view, "Attempt error rate, last 15 min").value == f"{70 / 270 * 100:.1f} %"
 
 
 def test_rates_now_are_over_the_last_minute_not_the_window(eng):
@@ -107,8 +107,7 @@ def test_rates_now_are_over_the_last_minute_not_the_window(eng):
     insert_batch(eng, [rec(T0 - 59.5 + k * 0.49, request_id=f"n{k}") for k in range(120)])
     view = monitor_view(eng, "1h", None, now=T0, routes=ROUTES)
     assert view.levels.total.now_requests_per_s == pytest.approx(2.0)
-    assert kpi(view, "Request rate, last minute").value == "2.00/s"
-    assert "window average: 0.03/s" in kpi(view, "Request rate, last minute").help
+    assert "2.00/s over the last minute, 0.03/s on average" in kpi(view, "Requests").help
 
 
 def test_deltas_compare_with_the_previous_period(eng):
@@ -119,8 +118,8 @@ def test_deltas_compare_with_the_previous_period(eng):
     view = monitor_view(eng, "1h", None, now=T0, routes=ROUTES)
     assert view.previous.total.requests == 10 and view.previous.total.attempt_error_rate == 0.0
     assert kpi(view, "Requests").delta == "+30 (+300%)"
-    assert kpi(view, "Final failure rate").delta == "+0.0 pp"
-    assert kpi(view, "Attempt error rate").delta == f"{14 / 54 * 100:+.1f} pp"
+    assert kpi(view, "Final failure rate, last 1 h").delta == "+0.0 pp"
+    assert kpi(view, "Attempt error rate, last 1 h").delta == f"{14 / 54 * 100:+.1f} pp"
 
 
 def test_span_parts_cover_the_range_with_aligned_pieces():

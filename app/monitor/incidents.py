@@ -1,0 +1,254 @@
+"""Incidents: which provider is in trouble now, since when, what it fails with and what the
+gateway did about it, for the Overview's banner.
+
+A provider is **in an incident** while its circuit breaker is open or half-open, or while it is
+failing (at least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error
+rate of at least :data:`FAILING_ERROR_RATE`).
+
+The incident's **start** survives the breaker's cycling: open -> half-open -> open -> ... is one
+incident until the breaker has stayed closed for :data:`QUIET_S` seconds (:func:`breaker_incident_start`).
+When the provider was already failing before its breaker first opened, the start is its first
+failed row in the failing stretch (:func:`failing_since` finds the stretch's first minute), so the
+banner says when callers' trouble began, not when the breaker reacted. Everything is read from the
+last :data:`LOOKBACK_S` seconds.
+
+The decisions are pure functions of the breaker's transitions and per-minute counts;
+:func:`current_incidents` performs the reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from sqlalchemy import Engine
+
+from app.dashboard.fmt import pct
+from app.dashboard.safe_text import inert
+from app.monitor.figures import LAST_MINUTE_S, Counts, figure_label
+from db.events import events_between
+from db.incidents import breaker_transitions, error_classes, first_failure
+from db.monitor import minute_floor, part_cells
+
+FAILING_MIN_ATTEMPTS = 3  # one unlucky request does not raise a banner
+FAILING_ERROR_RATE = 0.2
+QUIET_S = 120.0  # a breaker closed this long ends its incident
+LOOKBACK_S = 3600
+MAX_CLASSES = 4
+# The error classes of requests refused before any attempt (their one row names the provider the
+# request would have started on): a provider whose every failure is one of these is not failing,
+# its requests are being refused, and the banner says so.
+REFUSAL_CLASSES = frozenset({"breaker_open", "no_route", "refused_by_policy", "deadline"})
+
+
+def breaker_incident_start(changes: Iterable[tuple[float, str]], now: float, quiet_s: float = QUIET_S) -> float | None:
+    """When the breaker's current incident began: its first move away from ``closed`` after which
+    it never stayed closed ``quiet_s`` seconds. ``None`` when there is no such incident (it never
+    moved, or it has been closed ``quiet_s`` seconds by ``now``). ``changes`` are ``(ts, state)``."""
+    start: float | None = None
+    closed_at: float | None = None
+    for ts, state in sorted(changes):
+        if state == "closed":
+            if start is not None and closed_at is None:
+                closed_at = ts
+        elif state in ("open", "half_open"):
+            if start is None or (closed_at is not None and ts - closed_at >= quiet_s):
+                start = ts
+            closed_at = None
+    if start is None or (closed_at is not None and now - closed_at >= quiet_s):
+        return None
+    return start
+
+
+def is_failing(counts: Counts) -> bool:
+    rate = counts.attempt_error_rate
+    return counts.attempts >= FAILING_MIN_ATTEMPTS and rate is not None and rate >= FAILING_ERROR_RATE
+
+
+def failing_since(minutes: Mapping[int, Counts], now: float) -> float | None:
+    """The first minute of the failing stretch that reaches ``now``: walking back minute by
+    minute, a minute with attempts and an attempt error rate under :data:`FAILING_ERROR_RATE`
+    ends the walk; a minute without attempts does not (an open breaker lets none through). The
+    start is the earliest walked minute that had errors; ``None`` when none had."""
+    start = None
+    m = minute_floor(now)
+    oldest = min(minutes, default=m)
+    while m >= oldest:
+        c = minutes.get(m)
+        if c is not None and c.attempts:
+            if (c.attempt_error_rate or 0.0) < FAILING_ERROR_RATE:
+                break
+            if c.attempt_errors:
+                start = float(m)
+        m -= 60
+    return start
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One provider's incident. Times are epoch seconds; shown in UTC."""
+
+    provider: str
+    start: float
+    last_minute: Counts
+    breaker_state: str | None = None  # open | half_open, when the breaker is not closed
+    breaker_since: float | None = None  # its newest transition
+    breaker_opened: float | None = None  # first open of this incident
+    openings: int = 0  # moves to open within the incident
+    error_classes: tuple[tuple[str, int], ...] = ()
+    rollbacks: tuple[tuple[float, str], ...] = ()  # guardrail rollbacks since the start: (ts, detail)
+
+    @property
+    def failing(self) -> bool:
+        return is_failing(self.last_minute)
+
+    @property
+    def severity(self) -> str:
+        """``error`` (breaker open, or failing) or ``warning`` (half-open and not failing now)."""
+        return "error" if self.breaker_state == "open" or self.failing else "warning"
+
+
+def _hms(ts: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    m = int(seconds // 60)
+    return f"{m // 60} h {m % 60} min" if m >= 60 else f"{m} min" if m else f"{int(seconds)} s"
+
+
+def banner_text(incident: Incident, now: float) -> str:
+    """The banner's Markdown: provider, start, figures, error classes, breaker and guardrail, times
+    in UTC. Untrusted text (error classes, audit reasons) is made inert."""
+    i = incident
+    refused_only = bool(i.error_classes) and all(cls in REFUSAL_CLASSES for cls, _ in i.error_classes)
+    failing = "requests refused before any attempt" if refused_only else "failing"
+    what = "breaker open" if i.breaker_state == "open" else "breaker half-open" if i.breaker_state else failing
+    if i.breaker_state and i.failing:
+        what += f", {failing}"
+    lines = [
+        f"**{inert(i.provider)}: incident since {_hms(i.start)} UTC** ({_duration(now - i.start)}, {what})",
+    ]
+    c = i.last_minute
+    label = figure_label("attempt_error_rate", LAST_MINUTE_S)
+    lines.append(
+        f"{label}: {pct(c.attempt_error_rate, digits=0)} of {c.attempts:,} attempts"
+        if c.attempts
+        else f"{label}: no attempts (requests skip it)"
+    )
+    if i.error_classes:
+        shown = ", ".join(f"{inert(cls)} ({n:,})" for cls, n in i.error_classes[:MAX_CLASSES])
+        more = len(i.error_classes) - MAX_CLASSES
+        lines.append(f"Errors seen since the start: {shown}" + (f" and {more} more" if more > 0 else ""))
+    if i.breaker_state:
+        state = "open" if i.breaker_state == "open" else "half-open (one probe request let through)"
+        line = f"Breaker: {state} since {_hms(i.breaker_since or i.start)} UTC"
+        if i.breaker_opened is not None and i.breaker_opened != i.breaker_since:
+            line += f"; first opened at {_hms(i.breaker_opened)} UTC"
+            if i.openings > 1:
+                line += f", opened {i.openings} times since"
+        lines.append(line)
+    for ts, detail in i.rollbacks:
+        lines.append(f"Guardrail: rolled back at {_hms(ts)} UTC ({inert(detail)})")
+    if not i.rollbacks and not i.breaker_state:
+        lines.append("Neither the breaker nor the guardrail has acted yet")
+    return "  \n".join(lines)
+
+
+def build_incidents(
+    providers: Sequence[str],
+    *,
+    now: float,
+    last_minute: Mapping[str, Counts],
+    transitions: Mapping[str, Sequence[tuple[float, str]]],
+    minutes: Mapping[str, Mapping[int, Counts]],
+    classes: Mapping[str, Sequence[tuple[str, int]]] | None = None,
+    rollbacks: Sequence[tuple[float, str]] = (),
+    primary: str | None = None,
+) -> list[Incident]:
+    """The providers in an incident now, worst first (open breakers, then failing, then half-open)."""
+    out = []
+    for name in providers:
+        changes = sorted(transitions.get(name, ()))
+        state = changes[-1][1] if changes else None
+        breaker_state = state if state in ("open", "half_open") else None
+        counts = last_minute.get(name, Counts())
+        if breaker_state is None and not is_failing(counts):
+            continue
+        b_start = breaker_incident_start(changes, now) if breaker_state else None
+        f_start = failing_since(minutes.get(name, {}), now)
+        starts = [s for s in (b_start, f_start) if s is not None]
+        start = min(starts) if starts else (changes[-1][0] if changes else now - LAST_MINUTE_S)
+        opens = [ts for ts, s in changes if s == "open" and b_start is not None and ts >= b_start]
+        out.append(
+            Incident(
+                provider=name,
+                start=start,
+                last_minute=counts,
+                breaker_state=breaker_state,
+                breaker_since=changes[-1][0] if breaker_state else None,
+                breaker_opened=opens[0] if opens else None,
+                openings=len(opens),
+                error_classes=tuple((classes or {}).get(name, ())),
+                rollbacks=tuple((ts, d) for ts, d in rollbacks if ts >= start) if name == primary else (),
+            )
+        )
+    rank = {"open": 0, None: 1, "half_open": 2}
+    return sorted(out, key=lambda i: (rank[i.breaker_state], i.start))
+
+
+def current_incidents(
+    engine: Engine,
+    providers: Sequence[str],
+    *,
+    now: float,
+    last_minute: Mapping[str, Counts],
+    primary: str | None = None,
+) -> list[Incident]:
+    """Read and build :func:`build_incidents`. ``last_minute`` is each provider's last-minute
+    counts (:attr:`app.monitor.figures.LiveFigures.providers_last_minute`, already read by the page).
+    Queries: the lookback's breaker transitions; then, only when some provider is in trouble, its
+    per-minute rollups, the guardrail's rollbacks and the error classes since each start."""
+    since = now - LOOKBACK_S
+    transitions = breaker_transitions(engine, since=since, until=now)
+    suspects = [
+        p
+        for p in providers
+        if is_failing(last_minute.get(p, Counts()))
+        or (transitions.get(p) and transitions[p][-1][1] in ("open", "half_open"))
+    ]
+    if not suspects:
+        return []
+    cells = part_cells(
+        engine,
+        span=60,
+        start=minute_floor(since),
+        end=minute_floor(now) + 60,
+        filters=None,
+        keys=("provider", "minute"),
+    )
+    minutes: dict[str, dict[int, Counts]] = {}
+    for (provider, minute), cell in cells.items():
+        minutes.setdefault(provider, {})[int(minute)] = Counts.of_cell(cell)
+    rollbacks = [(e.ts, e.detail) for e in events_between(engine, since=since, until=now) if e.kind == "guardrail"]
+    found = build_incidents(
+        suspects,
+        now=now,
+        last_minute=last_minute,
+        transitions=transitions,
+        minutes=minutes,
+        rollbacks=rollbacks,
+        primary=primary,
+    )
+    out = []
+    for i in found:
+        # A failing stretch starts on a minute boundary: the stretch's first failed row says when
+        # within that minute (a breaker that opened earlier still wins).
+        first = first_failure(engine, provider=i.provider, since=i.start, until=now)
+        start = min(s for s in (first or i.start, i.breaker_opened) if s is not None)
+        classes = error_classes(engine, provider=i.provider, since=start, until=now)
+        acted = tuple(r for r in i.rollbacks if r[0] >= start)
+        out.append(replace(i, start=start, error_classes=tuple(classes), rollbacks=acted))
+    return out

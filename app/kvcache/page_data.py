@@ -576,24 +576,7 @@ def build_page_data(v: KvInputs) -> PageData:
             cpu_offload_bytes=v.cpu_offload_bytes,
         )
 
-    cap = plan(
-        spec,
-        gpu,
-        gpu_count=v.gpu_count,
-        tp=v.tp,
-        weight_dtype_name=v.weight_dtype,
-        kv_dtype=v.kv_dtype,
-        context_len=v.context_len,
-        batch=v.batch,
-        utilization=v.utilization,
-        reserve_bytes=v.reserve_bytes,
-        block_size=v.block_size,
-        state_dtype=v.state_dtype,
-        engine_id=v.engine,
-        pp=v.pp,
-        max_num_batched_tokens=v.max_num_batched_tokens,
-        cpu_offload_bytes=v.cpu_offload_bytes,
-    )
+    cap = plan_for(v.gpu_count, v.tp)
     paged = paged_allocation(
         spec,
         v.context_len,

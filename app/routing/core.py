@@ -258,6 +258,8 @@ class RoutingCore:
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
         }
         self.offers = chat_offers(settings.providers)
+        # Caller headers some provider may receive (the union of the allow-lists), read once.
+        self.forwardable = frozenset(h for p in settings.providers.values() for h in p.forward_headers)
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
         self._id_prefix = os.urandom(8).hex()
         self._ids = itertools.count(1)
@@ -379,8 +381,7 @@ class RoutingCore:
         except (NoProvider, SubstitutionRefused) as exc:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
-        allowed = {h.lower() for p in self.settings.providers.values() for h in p.forward_headers}
-        forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in allowed}
+        forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in self.forwardable}
         return Plan(
             request_id=f"{self._id_prefix}{next(self._ids):016x}",
             api=api,

@@ -158,8 +158,7 @@ class ChatHandler:
         self.workers = workers
         self.clock = clock
         self._admission = Admission(engine, metrics, clock=clock)
-        # Caller headers some provider may receive (the allow-lists in the config).
-        self._forwarded = frozenset(h for p in client.settings.providers.values() for h in p.forward_headers)
+        self._forwarded = client.core.forwardable  # caller headers some provider may receive
         self._threads_sized = False
 
     async def aclose(self) -> None:
@@ -184,10 +183,7 @@ class ChatHandler:
     # ------------------------------------------------------------------------------ admission
 
     def _estimate(self, req: wire.ChatRequest) -> tuple[int, float]:
-        try:
-            messages = req.messages if req.api == "chat" else input_messages(req.api, req.body)
-        except InvalidRequest:
-            messages = []
+        messages = _prompt_messages(req)
         prompt = estimate_prompt_tokens(messages)
         completion = 0 if req.api == "embeddings" else req.max_tokens or DEFAULT_EST_COMPLETION
         model = req.model
@@ -344,10 +340,19 @@ class ChatHandler:
 def _partial_cost(model: str, req: wire.ChatRequest, delivered_chars: int) -> float:
     """A cut stream's cost as far as it went: the prompt plus the characters delivered."""
     try:
-        messages = req.messages if req.api == "chat" else input_messages(req.api, req.body)
-        return catalog.cost_usd(model, estimate_prompt_tokens(messages), 0, -(-delivered_chars // 4))
+        return catalog.cost_usd(model, estimate_prompt_tokens(_prompt_messages(req)), 0, -(-delivered_chars // 4))
     except InvalidRequest:
         return 0.0
+
+
+def _prompt_messages(req: wire.ChatRequest) -> list[dict]:
+    """The request's input as chat messages, for the estimates (none when it cannot be read)."""
+    if req.api == "chat":
+        return req.messages
+    try:
+        return input_messages(req.api, req.body)
+    except InvalidRequest:
+        return []
 
 
 def _invalid(exc: InvalidRequest) -> wire.WireError:

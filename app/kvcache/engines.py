@@ -1,4 +1,5 @@
-"""Serving engines: which MLA layout each stores and which allocator model its capacity uses.
+"""Serving engines: which MLA layout each stores, its conventions for every other cache part, and
+which allocator model its capacity uses.
 
 * MLA layout. vLLM, SGLang, TensorRT-LLM and transformers >= 5 cache DeepSeek's compressed latent
   (kv_lora_rank + qk_rope_head_dim values per token per layer, one 'head'); transformers 4.x
@@ -7,6 +8,22 @@
 * Allocator. vLLM: its v1 KV-cache manager, modelled exactly in ``vllm_alloc`` (KV-cache groups,
   padding layers, the extra sliding-window block). TensorRT-LLM: whole blocks of block_size tokens
   per layer group. SGLang (page size 1 by default) and transformers: exactly the tokens held.
+* State and indexer conventions (``for_engine``), each rule with its source:
+
+  - transformers 5 (cache_utils.py ``LinearAttentionLayer.lazy_initialization``): the convolution
+    state keeps ``conv_kernel`` columns (not kernel - 1) in the model dtype; the Mamba-1, Mamba-2
+    and gated-DeltaNet mixers hand the cache a float32 recurrent state (measured on the meta device
+    for Jamba, Falcon-H1, Nemotron-H and Qwen3-Next: scripts/kv_ground_truth.py); MiniMax's own
+    ``MiniMaxCache`` keeps the lightning state in the model dtype; ``StaticIndexedLayer`` keeps the
+    DeepSeek-V3.2 indexer keys in the model dtype. The model dtype is the ``kv_dtype`` argument.
+  - vLLM (vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator`` and
+    ``MambaStateDtypeCalculator``): kernel - 1 convolution columns in ``mamba_cache_dtype``
+    (``state_dtype``), the recurrent state in ``mamba_ssm_cache_dtype`` (``ssm_dtype``, "auto" =
+    the conv dtype), except Nemotron-H, whose ``NemotronHForCausalLMConfig`` (models/config.py)
+    makes "auto" the config's ``mamba_ssm_cache_dtype`` or float32. DeepSeek-V3.2: the indexer
+    key is fp8 + a float32 scale per 128 values (models/deepseek_v2.py ``Indexer``, uint8
+    ``MLAAttentionSpec`` of head_size + head_size // 128 x 4), and an fp8 KV dtype selects the
+    ``fp8_ds_mla`` latent (models/config.py ``DeepseekV32ForCausalLM.verify_and_update_config``).
 """
 
 from __future__ import annotations
@@ -68,9 +85,69 @@ def _decompressed(g: LayerGroup) -> LayerGroup:
     )
 
 
+_TF5_STATE = (
+    "transformers 5: conv state of conv_kernel columns in the model dtype, recurrent state in float32 "
+    "(cache_utils.py LinearAttentionLayer; measured, scripts/kv_ground_truth.py)"
+)
+_TF5_LIGHTNING = "transformers 5: MiniMaxCache keeps the lightning state in the model dtype (modeling_minimax.py)"
+_TF5_INDEXER = "transformers 5: StaticIndexedLayer keeps the indexer keys in the model dtype (cache_utils.py)"
+_VLLM_STATE = (
+    "vLLM: conv_kernel - 1 conv columns in mamba_cache_dtype, recurrent state in mamba_ssm_cache_dtype "
+    "(mamba_utils.py MambaStateShapeCalculator / MambaStateDtypeCalculator)"
+)
+_VLLM_NEMOTRON = (
+    "vLLM: conv_kernel - 1 conv columns in mamba_cache_dtype; Nemotron-H's recurrent state defaults to "
+    "{dtype} (models/config.py NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype)"
+)
+_VLLM_LIGHTNING = "vLLM: lightning state heads x head_dim x head_dim in mamba_cache_dtype (mamba_utils.py)"
+_VLLM_INDEXER = "vLLM: fp8 key + float32 scale per 128 values, whatever the KV dtype (deepseek_v2.py Indexer)"
+_VLLM_DS_MLA = (
+    "vLLM: an fp8 KV dtype stores DeepSeek-V3.2's latent as fp8_ds_mla "
+    "(models/config.py DeepseekV32ForCausalLM.verify_and_update_config)"
+)
+
+
+def _conventions(spec: ModelSpec, engine_id: str) -> tuple[LayerGroup, ...]:
+    """Each group with the engine's own dtype / layout rules (see the module docstring)."""
+    out = []
+    indexed = spec.group("indexer") is not None
+    for g in spec.groups:
+        # start from no convention, so for_engine(for_engine(s, a), b) is for_engine(s, b)
+        g = dataclasses.replace(g, conv_dtype="", ssm_dtype="", conv_columns=0, layout="", convention="")
+        if engine_id == "transformers5":
+            if g.kind in ("mamba", "mamba2", "linear_attention"):
+                assert g.state is not None
+                g = dataclasses.replace(
+                    g, conv_dtype="kv", ssm_dtype="fp32", conv_columns=g.state.conv_kernel, convention=_TF5_STATE
+                )
+            elif g.kind == "lightning":
+                g = dataclasses.replace(g, ssm_dtype="kv", convention=_TF5_LIGHTNING)
+            elif g.kind == "indexer":
+                g = dataclasses.replace(g, convention=_TF5_INDEXER)
+        elif engine_id == "vllm":
+            if g.kind in ("mamba", "mamba2", "linear_attention"):
+                if spec.model_type == "nemotron_h":
+                    default = spec.extras.get("mamba_ssm_cache_dtype") or "fp32"
+                    g = dataclasses.replace(
+                        g, ssm_dtype=f"auto:{default}", convention=_VLLM_NEMOTRON.format(dtype=default)
+                    )
+                else:
+                    g = dataclasses.replace(g, convention=_VLLM_STATE)
+            elif g.kind == "lightning":
+                g = dataclasses.replace(g, convention=_VLLM_LIGHTNING)
+            elif g.kind == "indexer":
+                g = dataclasses.replace(g, layout="fp8_scale128", convention=_VLLM_INDEXER)
+            elif g.kind == "mla" and indexed:
+                g = dataclasses.replace(g, layout="ds_mla", convention=_VLLM_DS_MLA)
+        out.append(g)
+    return tuple(out)
+
+
 def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
-    """The model's cache as `engine_id` lays it out (only MLA models differ between engines)."""
+    """The model's cache as `engine_id` lays it out: its MLA layout and its conventions for
+    recurrent states and indexer keys (dtypes, convolution columns, byte layouts)."""
     e = engine(engine_id)
+    spec = dataclasses.replace(spec, groups=_conventions(spec, engine_id))
     if e.mla_layout == "latent" or not spec.group("mla"):
         return spec
     g = spec.group("mla")

@@ -33,7 +33,7 @@ def _attention(cfg: dict, kind: str | None, hidden: int, heads: int, kv: int, hd
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         kv_proj = hidden * (lora + rope) + lora * heads * (nope + v_dim)
         return q + kv_proj + heads * v_dim * hidden
-    if kind in ("full", "sliding", "chunked"):
+    if kind in ("full", "sliding", "chunked", "lightning"):
         return 2 * hidden * heads * hd + 2 * hidden * kv * hd
     return 0
 

@@ -147,7 +147,9 @@ def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
     """The model's cache as `engine_id` lays it out: its MLA layout and its conventions for
     recurrent states and indexer keys (dtypes, convolution columns, byte layouts)."""
     e = engine(engine_id)
-    spec = dataclasses.replace(spec, groups=_conventions(spec, engine_id))
+    groups = _conventions(spec, engine_id)
+    if groups != spec.groups:  # an attention-only model is the same object for every engine
+        spec = dataclasses.replace(spec, groups=groups)
     if e.mla_layout == "latent" or not spec.group("mla"):
         return spec
     g = spec.group("mla")

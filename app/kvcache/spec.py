@@ -385,6 +385,8 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
         raise ValueError(f"config.json: both '{lists[0]}' and '{lists[1]}' describe the layers; keep one")
 
     if model_type == "falcon_h1":  # every layer runs attention and Mamba-2 side by side
+        if lists:
+            raise ValueError(f"config.json: '{lists[0]}' in a Falcon-H1 config is not understood")
         if cfg.get("attn_layer_indices") is not None:
             raise ValueError(
                 "config.json: 'attn_layer_indices' (Falcon-H1 with attention on some layers only) is not supported"
@@ -481,15 +483,19 @@ def _state_dims(cfg: dict, kind: str, hidden: int, ignored: dict[str, str]) -> S
     if kind == "mamba2":
         state = _first_req(cfg, "ssm_state_size", "mamba_d_state")
         heads = _first_req(cfg, "mamba_num_heads", "mamba_n_heads")
-        if cfg.get("mamba_d_ssm") is not None:
-            # Falcon-H1: the Mamba width is mamba_d_ssm (FalconH1Config; mamba_expand only when it is absent)
-            inner = _as_int("mamba_d_ssm", cfg["mamba_d_ssm"])
-            if "mamba_expand" in cfg:
-                ignored["mamba_expand"] = "mamba_d_ssm is given, so the Mamba width does not use mamba_expand"
+        if cfg.get("mamba_d_ssm") is not None or cfg.get("model_type") == "falcon_h1":
+            # Falcon-H1: the Mamba width is mamba_d_ssm, else mamba_expand x hidden_size (FalconH1Config)
+            if cfg.get("mamba_d_ssm") is not None:
+                inner = _as_int("mamba_d_ssm", cfg["mamba_d_ssm"])
+                if "mamba_expand" in cfg:
+                    ignored["mamba_expand"] = "mamba_d_ssm is given, so the Mamba width does not use mamba_expand"
+            else:
+                inner = _first_req(cfg, "mamba_expand") * hidden
             head_dim = _mamba_d_head(cfg, inner, heads)
             if heads * head_dim != inner:
                 raise ValueError(
-                    f"config.json: mamba_n_heads x mamba_d_head ({heads} x {head_dim}) must equal mamba_d_ssm ({inner})"
+                    f"config.json: mamba_n_heads x mamba_d_head ({heads} x {head_dim}) must equal the Mamba "
+                    f"width mamba_d_ssm ({inner}; mamba_expand x hidden_size when mamba_d_ssm is absent)"
                 )
         else:
             head_dim = _mamba_d_head(cfg, 0, heads)
@@ -642,7 +648,18 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     kinds, window = _layer_kinds(cfg, n_layers, model_type)
     if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
         kinds = ["mamba2" if k == "mamba" else k for k in kinds]
+    # per-layer entries of the layer list that cannot change the cache (the property test in
+    # tests/unit/test_kvcache_never_silent.py accepts an unchanged figure only for these)
+    listed = next((k for k in _SHAPING_NAMES[:4] if cfg.get(k) is not None), None)
+    positions = {f"{listed}[{i}]": "an MLP / MoE-only layer keeps no cache" for i, k in enumerate(kinds) if k is None}
     kinds, shared = _kv_shared(cfg, kinds)
+    if listed:
+        positions.update(
+            {
+                f"{listed}[{i}]": "a KV-shared layer keeps nothing; its type only names the layer it reuses"
+                for i in range(n_layers - shared, n_layers)
+            }
+        )
     if shared:
         notes.append(
             f"num_kv_shared_layers = {shared}: the last {shared} layers reuse earlier layers' K/V and keep none"
@@ -744,6 +761,7 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
             "conventions": tuple(notes),
             "ignored_fields": dict(ignored),
             "kv_shared_layers": shared,
+            "ignored_positions": positions,
             "mamba_ssm_cache_dtype": _ssm_cache_dtype(cfg),
         },
     )

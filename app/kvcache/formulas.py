@@ -168,7 +168,7 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
                 f"{per_layer} B) = {per_token:,} B/token" + rep
             )
             return per_token, text
-        if group.layout == "ds_mla" and dtype.name not in ("bf16", "fp16"):
+        if group.layout == "ds_mla" and dtype.name not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"vLLM keeps DeepSeek-V3.2's cache in bf16 or its fp8_ds_mla format, not {dtype.name}")
         per_token = group.layers * dtype.vector_bytes(values)
         text = (

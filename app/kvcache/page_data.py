@@ -536,7 +536,10 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
     for spec in specs:
         tokens = min(context, spec.max_context)
         for dtype in CATALOG_CHART_DTYPES:
-            total = sequence_cost(spec, dtype).bytes(tokens)
+            try:
+                total = sequence_cost(spec, dtype).bytes(tokens)
+            except ValueError:
+                continue  # a format the engine cannot keep this model in (DeepSeek-V3.2 in int4): no bar
             rows.append(
                 {
                     "label": f"{spec.name} ({spec.attention_label})",

@@ -163,8 +163,14 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: dict, name: str | None = None) -> ModelSpec:
-        """Parse a Hugging Face config.json (as a dict). Raises ValueError naming a bad field."""
-        return _parse(config, name)
+        """Parse a Hugging Face config.json (as a dict). Raises ValueError naming a bad field.
+
+        The spec carries the default engine's (vLLM's) conventions for state dtypes and indexer
+        layouts, so ``kv_cache_bytes(spec, ...)`` is vLLM's figure; ``engines.for_engine`` gives
+        another engine's."""
+        from app.kvcache.engines import DEFAULT_ENGINE, for_engine  # engines imports this module
+
+        return for_engine(_parse(config, name), DEFAULT_ENGINE)
 
     def group(self, kind: str) -> LayerGroup | None:
         return next((g for g in self.groups if g.kind == kind), None)

@@ -182,3 +182,17 @@ def with_draft(spec: ModelSpec, draft: ModelSpec) -> ModelSpec:
         max_context=min(spec.max_context, draft.max_context),
         params_note=f"{spec.params_note}; + draft {draft.name} {draft.params_total:,}",
     )
+
+
+def with_ssm_dtype(spec: ModelSpec, ssm_dtype: str | None) -> ModelSpec:
+    """`spec` with the recurrent state of every state group kept in `ssm_dtype` (what a user sets
+    as vLLM's mamba_ssm_cache_dtype); None ("auto") leaves the engine's convention."""
+    if ssm_dtype is None or not any(g.state is not None for g in spec.groups):
+        return spec
+    groups = tuple(
+        dataclasses.replace(g, ssm_dtype=ssm_dtype, convention=f"{g.convention}; recurrent state set to {ssm_dtype}")
+        if g.state is not None
+        else g
+        for g in spec.groups
+    )
+    return dataclasses.replace(spec, groups=groups)

@@ -74,8 +74,15 @@ def cache_tensors(cache: object) -> list[tuple[int, str, tuple[int, ...], str, i
     # MiniMaxCache keeps its lightning-attention states beside the layers, one tensor per layer
     for i, state in enumerate(getattr(cache, "linear_cache", [])):
         if isinstance(state, torch.Tensor):
-            out.append((i, "linear_cache", tuple(state.shape), str(state.dtype).removeprefix("torch."),
-                        state.numel() * state.element_size()))
+            out.append(
+                (
+                    i,
+                    "linear_cache",
+                    tuple(state.shape),
+                    str(state.dtype).removeprefix("torch."),
+                    state.numel() * state.element_size(),
+                )
+            )
     return out
 
 

@@ -107,6 +107,10 @@ _VLLM_DS_MLA = (
 )
 
 
+# kinds whose bytes depend on engine rules modelled for vLLM and transformers 5 only
+_MODELLED_ONLY = ("mamba", "mamba2", "linear_attention", "lightning", "indexer")
+
+
 def _conventions(spec: ModelSpec, engine_id: str) -> tuple[LayerGroup, ...]:
     """Each group with the engine's own dtype / layout rules (see the module docstring)."""
     out = []
@@ -147,6 +151,13 @@ def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
     """The model's cache as `engine_id` lays it out: its MLA layout and its conventions for
     recurrent states and indexer keys (dtypes, convolution columns, byte layouts)."""
     e = engine(engine_id)
+    if engine_id not in ("vllm", "transformers5"):
+        # never a silent wrong number: their state / indexer layouts are not modelled here
+        kinds = sorted({g.kind for g in spec.groups if g.kind in _MODELLED_ONLY})
+        if kinds:
+            raise ValueError(
+                f"{e.name}'s layout for {', '.join(kinds)} layers is not modelled; choose vLLM or transformers >= 5"
+            )
     groups = _conventions(spec, engine_id)
     if groups != spec.groups:  # an attention-only model is the same object for every engine
         spec = dataclasses.replace(spec, groups=groups)

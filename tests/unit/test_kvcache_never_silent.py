@@ -180,3 +180,10 @@ def test_adding_a_field_to_plain_attention_is_refused_or_counted(key, value):
 def test_refusals_name_the_field(config, field):
     with pytest.raises(ValueError, match=field):
         ModelSpec.from_hf_config(config)
+
+
+@pytest.mark.parametrize("engine_id", ["sglang", "trtllm", "transformers4"])
+@pytest.mark.parametrize("model_id", ["jamba-v0.1", "qwen3-next-80b-a3b", "minimax-m1-80k", "deepseek-v3.2-exp"])
+def test_engines_without_modelled_state_layouts_refuse(engine_id, model_id):
+    with pytest.raises(ValueError, match="not modelled"):
+        for_engine(catalog.model_spec(model_id), engine_id)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from app.kvcache.conventions import MODELLED_ONLY, apply
 from app.kvcache.spec import LayerGroup, ModelSpec
 
 
@@ -85,80 +86,18 @@ def _decompressed(g: LayerGroup) -> LayerGroup:
     )
 
 
-_TF5_STATE = (
-    "transformers 5: conv state of conv_kernel columns in the model dtype, recurrent state in float32 "
-    "(cache_utils.py LinearAttentionLayer; measured, scripts/kv_ground_truth.py)"
-)
-_TF5_LIGHTNING = "transformers 5: MiniMaxCache keeps the lightning state in the model dtype (modeling_minimax.py)"
-_TF5_INDEXER = "transformers 5: StaticIndexedLayer keeps the indexer keys in the model dtype (cache_utils.py)"
-_VLLM_STATE = (
-    "vLLM: conv_kernel - 1 conv columns in mamba_cache_dtype, recurrent state in mamba_ssm_cache_dtype "
-    "(mamba_utils.py MambaStateShapeCalculator / MambaStateDtypeCalculator)"
-)
-_VLLM_NEMOTRON = (
-    "vLLM: conv_kernel - 1 conv columns in mamba_cache_dtype; Nemotron-H's recurrent state defaults to "
-    "{dtype} (models/config.py NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype)"
-)
-_VLLM_LIGHTNING = "vLLM: lightning state heads x head_dim x head_dim in mamba_cache_dtype (mamba_utils.py)"
-_VLLM_INDEXER = "vLLM: fp8 key + float32 scale per 128 values, whatever the KV dtype (deepseek_v2.py Indexer)"
-_VLLM_DS_MLA = (
-    "vLLM: an fp8 KV dtype stores DeepSeek-V3.2's latent as fp8_ds_mla "
-    "(models/config.py DeepseekV32ForCausalLM.verify_and_update_config)"
-)
-
-
-# kinds whose bytes depend on engine rules modelled for vLLM and transformers 5 only
-_MODELLED_ONLY = ("mamba", "mamba2", "linear_attention", "lightning", "indexer")
-
-
-def _conventions(spec: ModelSpec, engine_id: str) -> tuple[LayerGroup, ...]:
-    """Each group with the engine's own dtype / layout rules (see the module docstring)."""
-    out = []
-    indexed = spec.group("indexer") is not None
-    for g in spec.groups:
-        # start from no convention, so for_engine(for_engine(s, a), b) is for_engine(s, b)
-        g = dataclasses.replace(g, conv_dtype="", ssm_dtype="", conv_columns=0, layout="", convention="")
-        if engine_id == "transformers5":
-            if g.kind in ("mamba", "mamba2", "linear_attention"):
-                assert g.state is not None
-                g = dataclasses.replace(
-                    g, conv_dtype="kv", ssm_dtype="fp32", conv_columns=g.state.conv_kernel, convention=_TF5_STATE
-                )
-            elif g.kind == "lightning":
-                g = dataclasses.replace(g, ssm_dtype="kv", convention=_TF5_LIGHTNING)
-            elif g.kind == "indexer":
-                g = dataclasses.replace(g, convention=_TF5_INDEXER)
-        elif engine_id == "vllm":
-            if g.kind in ("mamba", "mamba2", "linear_attention"):
-                if spec.model_type == "nemotron_h":
-                    default = spec.extras.get("mamba_ssm_cache_dtype") or "fp32"
-                    g = dataclasses.replace(
-                        g, ssm_dtype=f"auto:{default}", convention=_VLLM_NEMOTRON.format(dtype=default)
-                    )
-                else:
-                    g = dataclasses.replace(g, convention=_VLLM_STATE)
-            elif g.kind == "lightning":
-                g = dataclasses.replace(g, convention=_VLLM_LIGHTNING)
-            elif g.kind == "indexer":
-                g = dataclasses.replace(g, layout="fp8_scale128", convention=_VLLM_INDEXER)
-            elif g.kind == "mla" and indexed:
-                g = dataclasses.replace(g, layout="ds_mla", convention=_VLLM_DS_MLA)
-        out.append(g)
-    return tuple(out)
-
-
 def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
     """The model's cache as `engine_id` lays it out: its MLA layout and its conventions for
     recurrent states and indexer keys (dtypes, convolution columns, byte layouts)."""
     e = engine(engine_id)
     if engine_id not in ("vllm", "transformers5"):
         # never a silent wrong number: their state / indexer layouts are not modelled here
-        kinds = sorted({g.kind for g in spec.groups if g.kind in _MODELLED_ONLY})
+        kinds = sorted({g.kind for g in spec.groups if g.kind in MODELLED_ONLY})
         if kinds:
             raise ValueError(
                 f"{e.name}'s layout for {', '.join(kinds)} layers is not modelled; choose vLLM or transformers >= 5"
             )
-    groups = _conventions(spec, engine_id)
+    groups = apply(spec.groups, engine_id, spec.model_type, spec.extras.get("mamba_ssm_cache_dtype"))
     if groups != spec.groups:  # an attention-only model is the same object for every engine
         spec = dataclasses.replace(spec, groups=groups)
     if e.mla_layout == "latent" or not spec.group("mla"):

@@ -34,12 +34,14 @@ decides which layer holds what.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.kvcache import conventions
 from app.kvcache import params as _params
 
 _ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
@@ -168,9 +170,9 @@ class ModelSpec:
         The spec carries the default engine's (vLLM's) conventions for state dtypes and indexer
         layouts, so ``kv_cache_bytes(spec, ...)`` is vLLM's figure; ``engines.for_engine`` gives
         another engine's."""
-        from app.kvcache.engines import DEFAULT_ENGINE, for_engine  # engines imports this module
-
-        return for_engine(_parse(config, name), DEFAULT_ENGINE)
+        spec = _parse(config, name)
+        groups = conventions.apply(spec.groups, "vllm", spec.model_type, spec.extras["mamba_ssm_cache_dtype"])
+        return dataclasses.replace(spec, groups=groups)
 
     def group(self, kind: str) -> LayerGroup | None:
         return next((g for g in self.groups if g.kind == kind), None)

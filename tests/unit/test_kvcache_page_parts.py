@@ -1,6 +1,8 @@
 """The page's per-part breakdown for the issue-19 families: each part of the cache (K/V, MLA
 latent, indexer keys, conv state, recurrent state) with its dtype and the engine rule behind it."""
 
+import pytest
+
 from app.kvcache import page_data as kv
 
 
@@ -62,3 +64,15 @@ def test_recurrent_dtype_is_validated_and_kept_in_the_link():
     values, link_errors = kv.from_query_params({"ssm_dtype": "fp32"})
     assert values["ssm_dtype"] == "fp32" and not link_errors
     assert kv.to_query_params({**kv.DEFAULTS, "ssm_dtype": "fp32"}, None)["ssm_dtype"] == "fp32"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "transformers5"])
+@pytest.mark.parametrize(
+    "model", ["minimax-m1-80k", "falcon-h1-7b", "gemma-3n-e4b", "deepseek-v3.2-exp", "nemotron-h-8b", "jamba-v0.1"]
+)
+def test_every_new_family_renders_and_its_parts_add_up(model, engine):
+    data = data_for(
+        model=model, engine=engine, kv_dtype="bf16", weight_dtype="int4", context_len=4096, gpu_count=8, tp=1
+    )
+    assert sum(r["bytes"] for r in data.parts_rows) == data.breakdown_rows[-1]["bytes"] == data.whole.total
+    assert all(r["convention"] for r in data.parts_rows)

@@ -13,6 +13,7 @@ vLLM's own formulas (not from our code):
 """
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,14 @@ def test_plan_uses_the_hybrid_allocator():
     assert p.vllm is not None
     assert p.kv_budget > 0 and p.vllm.num_blocks == p.kv_budget // 327_680 // 4
     assert p.max_concurrency == p.vllm.num_blocks // (-(-4096 // 80) + 7)
+
+
+def test_hybrid_start_up_figures():
+    """What vLLM logs for Jamba: 'GPU KV cache size' = num_blocks // groups x the attention block,
+    'Maximum concurrency' = num_blocks / blocks one request needs (one per state group)."""
+    spec = catalog.model_spec("jamba-v0.1")
+    p = plan(spec, catalog.gpu("h100-80gb"), weight_dtype_name="int4", kv_dtype="bf16", context_len=65536, batch=1)
+    vc = p.vllm
+    assert vc.kv_cache_tokens == vc.num_blocks // 8 * 80
+    assert vc.logged_blocks == -(-65536 // 80) + 7
+    assert vc.logged_concurrency == Fraction(vc.num_blocks, -(-65536 // 80) + 7)

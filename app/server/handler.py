@@ -105,6 +105,8 @@ def refusal_class(err: wire.WireError) -> str:
         return "gateway_overloaded"
     if err.status == 401:
         return "key_refused"
+    if err.code == "failed_keys_throttled":
+        return "failed_keys_throttled"
     if err.status == 403:
         return "model_not_allowed"
     if err.code == "budget_exceeded":

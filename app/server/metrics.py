@@ -74,6 +74,7 @@ KEY_DENIAL_REASONS = (
     "tokens_limit_exceeded",
     "budget_exceeded",
     "store_unavailable",  # the gateway's own database did not answer (503)
+    "failed_keys_throttled",  # too many invalid keys from one client address (429)
 )
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")

@@ -36,7 +36,8 @@ def test_rate_limit_refusal_is_429_with_retry_after(engine):
         return info.value
 
     err = anyio.run(go)
-    assert (err.status, err.code, err.headers["Retry-After"]) == (429, "rate_limit_exceeded", "45")
+    # Sliding window: the admission at T0+15 counts until T0+76.
+    assert (err.status, err.code, err.headers["Retry-After"]) == (429, "rate_limit_exceeded", "61")
     assert metric(m, "gateway_key_denials_total", reason="rate_limit_exceeded") == 1
 
 
@@ -47,17 +48,25 @@ def test_budget_refusal_and_settlement_update_the_gauge(engine):
 
     async def go():
         rid = await adm.admit(key, est_tokens=100, est_cost_usd=0.9)
-        with pytest.raises(wire.WireError) as info:
+        with pytest.raises(wire.WireError) as held:  # fits once the first settles: retry
             await adm.admit(key, est_cost_usd=0.2)
-        assert info.value.code == "budget_exceeded" and "Retry-After" not in info.value.headers
+        assert (held.value.code, held.value.type, held.value.headers["Retry-After"]) == (
+            "budget_reserved",
+            "requests",
+            "1",
+        )
         assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is True
         assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is False
+        with pytest.raises(wire.WireError) as info:  # 0.75 spent + 0.3: used up, no retry
+            await adm.admit(key, est_cost_usd=0.3)
+        assert info.value.code == "budget_exceeded" and "Retry-After" not in info.value.headers
 
     anyio.run(go)
     assert spend(engine, key, now=T0).spent_micro_usd == 750_000
     assert window_usage(engine, key, now=T0) == (1, 40)
     assert metric(m, "gateway_key_budget_used_ratio", key_name="b", period="day") == 0.75
     assert metric(m, "gateway_key_denials_total", reason="budget_exceeded") == 1
+    assert metric(m, "gateway_key_denials_total", reason="budget_reserved") == 1
 
 
 def test_settle_survives_cancellation_of_the_request(engine):

@@ -4,9 +4,9 @@ TEST_POSTGRES_URL is set), each asking ``max_tokens: 1`` from a loopback upstrea
 completion tokens anyway. The budget's ledger ends at most one request's real cost above the
 budget (before: every request was admitted on its 1-token estimate, +156 % in the audit).
 
-Clients retry a ``budget_reserved`` refusal (and a 503 ``gateway_store_unavailable``) after its Retry-After (each client a different share of
-it, so 200 clients do not retry in one herd) until they are served or told ``budget_exceeded``, so
-the run presses on the budget's edge.
+Clients retry a ``budget_reserved`` refusal (and a 503 ``gateway_store_unavailable``) after its
+Retry-After (each client a different share of it, so 200 clients do not retry in one herd) until
+they are served or told ``budget_exceeded``, so the run presses on the budget's edge.
 """
 
 from __future__ import annotations

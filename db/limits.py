@@ -181,7 +181,10 @@ def admit(
 
     def run(conn: Connection) -> Decision:
         if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), {"space": _LOCK_SPACE, "key": key.id})
+            # The two-int form takes int4: ids past 2**31 share a lock with another key, which only
+            # orders the two keys' admissions together.
+            lock = {"space": _LOCK_SPACE, "key": key.id % 2**31}
+            conn.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), lock)
         w = _W
         ins = _upsert(conn)(w).values(key_id=key.id, window_start=bucket, requests=1, tokens=est_tokens)
         conn.execute(

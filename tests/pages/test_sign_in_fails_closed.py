@@ -22,7 +22,7 @@ def switched(tmp_path, monkeypatch, pg_url):
     """The page-test environment on PostgreSQL, reached through a switch the test turns off/on."""
     switch, url = DbSwitch.in_front_of(pg_url)
     try:
-        for env in _env(tmp_path, monkeypatch, url):
+        for _ in _env(tmp_path, monkeypatch, url):
             yield switch
     finally:
         switch.close()

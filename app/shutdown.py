@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -224,8 +225,9 @@ def flush_on_sigterm(gateway: _Closable) -> bool:
 def _close_then_default(signum: int, frame: object) -> None:
     # Back to the default first: a second SIGTERM during the flush ends the process at once.
     signal.signal(signum, signal.SIG_DFL)
+    deadline = time.monotonic() + SHUTDOWN_FLUSH_S  # one bound for all of them, not one each
     for gateway in list(_live_gateways):
         if not getattr(gateway, "_closed", False):
-            close_within(gateway, SHUTDOWN_FLUSH_S)
+            close_within(gateway, max(0.5, deadline - time.monotonic()))
     # Chain to what the program had, the default action: the process ends killed by SIGTERM.
     os.kill(os.getpid(), signum)

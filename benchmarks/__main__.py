@@ -10,7 +10,8 @@ and LiteLLM's proxy: added latency, throughput at 64 concurrent, added TTFT, RSS
 and added latency before, during and after a 30 s database stall, rows lost and duplicated;
 ``BENCH_SOAK_STALL_S`` shortens it), scale (30 M request-log rows in a PostgreSQL cluster of its own:
 each page's data render time, the insert on a fresh database, prune, bytes per million rows;
-``BENCH_SCALE_ROWS`` chooses fewer; not part of a run of all suites). Each row says what was
+``BENCH_SCALE_ROWS`` chooses fewer; not part of a run of all suites), prune-sqlite (how long each of
+SQLite's prune batches holds the write lock over 5 M rows; by name only too). Each row says what was
 measured, its n and its spread; the machine is a shared 2-core box, so read medians with their spread.
 """
 
@@ -32,6 +33,7 @@ SUITES = {
     "proxy": "benchmarks.proxy_bench",
     "soak": "benchmarks.soak_bench",
     "scale": "benchmarks.scale_bench",
+    "prune-sqlite": "benchmarks.prune_sqlite_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"
@@ -39,7 +41,7 @@ RESULTS = Path(__file__).parent / "results.json"
 
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
-    chosen = [ALIASES.get(n, n) for n in argv] or [n for n in SUITES if n != "scale"]
+    chosen = [ALIASES.get(n, n) for n in argv] or [n for n in SUITES if n not in ("scale", "prune-sqlite")]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:
         print(f"unknown suite(s): {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)

@@ -186,12 +186,26 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from db.requests import prune
 
     days = parse_float(args.days, field="--days", lo=0, lo_open=True, hi=MAX_DAYS)
-    rollup_days = parse_float(args.rollup_days, field="--rollup-days", lo=0, lo_open=True, hi=MAX_DAYS)
-    if rollup_days < days:
-        raise CliError("--rollup-days must be at least --days (rollups summarise the raw log)")
+    keep = [days]
+    for flag, raw in (
+        ("--rollup-days", args.rollup_days),
+        ("--rollup-5m-days", args.rollup_5m_days),
+        ("--rollup-1h-days", args.rollup_1h_days),
+    ):
+        value = parse_float(raw, field=flag, lo=0, lo_open=True, hi=MAX_DAYS)
+        if value < keep[-1]:
+            finer = "--days" if len(keep) == 1 else ("--rollup-days", "--rollup-5m-days")[len(keep) - 2]
+            raise CliError(f"{flag} must be at least {finer} (coarser rollups summarise the finer ones)")
+        keep.append(value)
     now = time.time()
+    # Every statement prune runs is short (a partition drop, or one delete batch well under a
+    # second), so the engine's statement timeout stays as configured.
     deleted = prune(
-        _engine(_settings()), raw_before=now - days * 86400, minute_rollups_before=now - rollup_days * 86400
+        _engine(_settings()),
+        raw_before=now - keep[0] * 86400,
+        minute_rollups_before=now - keep[1] * 86400,
+        rollups_5m_before=now - keep[2] * 86400,
+        rollups_1h_before=now - keep[3] * 86400,
     )
     print(json.dumps(deleted))
     return 0
@@ -359,9 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--quiet", action="store_true", help="no progress bar")
     lg.set_defaults(func=cmd_loadgen)
 
-    pr = sub.add_parser("prune", help="delete old request-log rows (5-minute and hourly rollups are kept)")
+    pr = sub.add_parser(
+        "prune", help="delete old request-log rows and rollups (PostgreSQL: drops whole day partitions)"
+    )
     pr.add_argument("--days", default="30", help="keep this many days of raw rows (default 30)")
     pr.add_argument("--rollup-days", default="90", help="keep this many days of per-minute rollups (default 90)")
+    pr.add_argument("--rollup-5m-days", default="400", help="keep this many days of 5-minute rollups (default 400)")
+    pr.add_argument("--rollup-1h-days", default="1830", help="keep this many days of hourly rollups (default 1830)")
     pr.set_defaults(func=cmd_prune)
 
     st = sub.add_parser("status", help="canary ratio and its age, providers and breakers, log queue and journal")

@@ -8,8 +8,11 @@ monitor render over 1,000,000 logged requests, serialisation included), kv (one 
 render; ``kvcache`` is accepted as its old name), proxy (the gateway server as a hop vs the bare SDK
 and LiteLLM's proxy: added latency, throughput at 64 concurrent, added TTFT, RSS), soak (requests/s
 and added latency before, during and after a 30 s database stall, rows lost and duplicated;
-``BENCH_SOAK_STALL_S`` shortens it). Each row says what was measured, its n and its spread; the
-machine is a shared 2-core box, so read medians with their spread.
+``BENCH_SOAK_STALL_S`` shortens it), scale (30 M request-log rows in a PostgreSQL cluster of its own:
+each page's data render time, the insert on a fresh database, prune, bytes per million rows;
+``BENCH_SCALE_ROWS`` chooses fewer; not part of a run of all suites), prune-sqlite (how long each of
+SQLite's prune batches holds the write lock over 5 M rows; by name only too). Each row says what was
+measured, its n and its spread; the machine is a shared 2-core box, so read medians with their spread.
 """
 
 from __future__ import annotations
@@ -29,13 +32,16 @@ SUITES = {
     "kv": "benchmarks.kvcache_bench",
     "proxy": "benchmarks.proxy_bench",
     "soak": "benchmarks.soak_bench",
+    "scale": "benchmarks.scale_bench",
+    "prune-sqlite": "benchmarks.prune_sqlite_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"
 
 
 def main(argv: list[str]) -> int:
-    chosen = [ALIASES.get(n, n) for n in argv] or list(SUITES)
+    # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
+    chosen = [ALIASES.get(n, n) for n in argv] or [n for n in SUITES if n not in ("scale", "prune-sqlite")]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:
         print(f"unknown suite(s): {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)

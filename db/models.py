@@ -66,11 +66,16 @@ class RequestLog(Base):
 
     __tablename__ = "request_log"
     # One row per (request, attempt): the batch insert skips rows already present, so a retried or
-    # replayed batch never duplicates a row or its rollups (migration 0004). The index's request_id
-    # prefix also serves lookups by request id.
+    # replayed batch never duplicates a row or its rollups (migration 0004). ts is part of the key
+    # since 0012 because PostgreSQL partitions the table by day on ts and a unique index on a
+    # partitioned table must hold the partition key; a replayed attempt carries its original ts,
+    # so it hits the same key. The index's request_id prefix also serves lookups by request id.
+    # On PostgreSQL the table is PARTITION BY RANGE (ts) without a primary key (see db/partitions.py);
+    # ``id`` stays unique through its sequence.
     __table_args__ = (
-        Index("ux_request_log_request_attempt", "request_id", "attempt", unique=True),
-        Index("ix_request_log_session_id", "session_id"),
+        Index("ux_request_log_request_attempt_ts", "request_id", "attempt", "ts", unique=True),
+        # The drill-down's newest attempts of a session: a range read, bounded by its LIMIT (0012).
+        Index("ix_request_log_session_ts", "session_id", "ts"),
         # Substitutions are rare: a partial index lets the monitor sum a window's without a scan.
         Index(
             "ix_request_log_substituted_ts",

@@ -1,4 +1,4 @@
-"""Request log and per-minute rollups: the write side (batch insert + rollup upsert).
+"""Request log and per-minute rollups: the write side (batch insert + rollup upsert) and retention.
 
 One call writes a batch of attempt rows and folds them into the rollups (per minute, per five
 minutes and per hour: ``request_rollup``, ``request_rollup_5m``, ``request_rollup_1h``) in the same
@@ -6,18 +6,34 @@ transaction, so the rollups always agree with the log. The rollup upsert adds to
 (``INSERT ... ON CONFLICT DO UPDATE SET col = col + excluded.col``), which is safe when several
 processes write at once.
 
-Inserts are idempotent: ``request_log`` is unique on (request_id, attempt) (migration 0004), and a
-batch writes only the rows not already there, folding only those into the rollups. So a batch that
-is retried after its commit, or replayed from the journal after a crash, never duplicates a row or
-a count.
+Several writers, no deadlocks: every transaction upserts its rollup cells (and inserts its log
+rows) in one global order, sorted by key, table after table in the same order. Two transactions
+then always meet on their first common row and one waits for the other; in first-seen order they
+could each hold a row the other needs next, which PostgreSQL breaks with ``deadlock detected``.
+
+Inserts are idempotent: ``request_log`` is unique on (request_id, attempt, ts) (migrations 0004 and
+0012), and a batch writes only the rows not already there, folding only those into the rollups. So
+a batch that is retried after its commit, or replayed from the journal after a crash, never
+duplicates a row or a count. On PostgreSQL the insert itself says which rows were new
+(``ON CONFLICT DO NOTHING RETURNING``): no existence query to plan, so a fresh database without
+statistics is as fast as an analysed one, and a concurrent writer holding the same rows just waits
+for the other's commit. On SQLite (one writer at a time) a pre-select by request id finds them.
+
+Retention (:func:`prune`) never runs one long statement: on PostgreSQL whole day partitions of the
+log are dropped (:mod:`db.partitions`); everything else (SQLite's log, the legacy partition, the
+rollups) is deleted in short batches, each its own transaction, sized to stay well under a second,
+so SQLite's write lock is released between them and every statement stays far inside PostgreSQL's
+statement timeout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 
 from core.histogram import bucket_of
 from core.records import FIELD_NAMES, AttemptRecord
@@ -30,6 +46,7 @@ from db.models import (
     TTFT_BUCKETS,
     RequestLog,
 )
+from db.partitions import KEEPER, LEGACY, drop_before, is_partitioned, list_partitions
 
 _COUNTERS = ROLLUP_SUMS + LATENCY_BUCKETS + TTFT_BUCKETS
 
@@ -113,7 +130,7 @@ def _log_insert_sql(engine: Engine) -> str:
     """INSERT for the raw log in the driver's own parameter style: the rows are already plain tuples
     of Python scalars, so SQLAlchemy's per-row parameter processing (the largest cost of ingest) is
     skipped and the driver's executemany does the work. ``ON CONFLICT DO NOTHING`` is the backstop
-    behind the pre-select in :func:`insert_batch`."""
+    behind the pre-select in :func:`insert_batch` (SQLite)."""
     key = (engine.dialect.name, "request_log")
     sql = _STATEMENTS.get(key)
     if sql is None:
@@ -121,10 +138,31 @@ def _log_insert_sql(engine: Engine) -> str:
         cols = ", ".join(FIELD_NAMES)
         sql = (
             f"INSERT INTO {RequestLog.__tablename__} ({cols}) VALUES ({', '.join([mark] * len(FIELD_NAMES))}) "
-            "ON CONFLICT (request_id, attempt) DO NOTHING"
+            f"ON CONFLICT {_LOG_KEY} DO NOTHING"
         )
         _STATEMENTS[key] = sql
     return sql  # type: ignore[return-value]
+
+
+_LOG_KEY = "(request_id, attempt, ts)"  # the unique key (migration 0012)
+# Rows per multi-row INSERT on PostgreSQL: 1,000 x 31 columns stays under its 65,535 parameters.
+_PG_ROWS_PER_INSERT = 1000
+
+
+def _pg_insert_new(conn, records: Sequence[AttemptRecord]) -> set[tuple[str, int, float]]:
+    """Insert ``records`` on PostgreSQL; the keys of those that were not there already. A row
+    another transaction is inserting at the same moment is waited for, then skipped if it
+    committed (so it is counted once, by that writer)."""
+    row = "(" + ", ".join(["%s"] * len(FIELD_NAMES)) + ")"
+    head = f"INSERT INTO {RequestLog.__tablename__} ({', '.join(FIELD_NAMES)}) VALUES "
+    tail = f" ON CONFLICT {_LOG_KEY} DO NOTHING RETURNING request_id, attempt, ts"
+    written: set[tuple[str, int, float]] = set()
+    for i in range(0, len(records), _PG_ROWS_PER_INSERT):
+        chunk = records[i : i + _PG_ROWS_PER_INSERT]
+        params = tuple(v for r in chunk for v in r.to_tuple())
+        result = conn.exec_driver_sql(head + ", ".join([row] * len(chunk)) + tail, params)
+        written.update((rid, int(att), float(ts)) for rid, att, ts in result)
+    return written
 
 
 class ConcurrentInsertError(RuntimeError):
@@ -161,24 +199,67 @@ def new_records(records: Sequence[AttemptRecord], present: set[tuple[str, int]])
     return out
 
 
+def cell_key(delta: dict) -> tuple:
+    """A rollup cell's key in the one order every writer upserts in."""
+    return tuple(delta[k] for k in ROLLUP_KEY)
+
+
+def in_lock_order(deltas: Iterable[dict]) -> list[dict]:
+    """The rollup rows sorted by cell key: the order every transaction takes their row locks in, so
+    no two writers ever wait for each other in a cycle."""
+    return sorted(deltas, key=cell_key)
+
+
+def _record_key(r: AttemptRecord) -> tuple[str, int, float]:
+    return (r.request_id, r.attempt, r.ts)
+
+
+def _no_partition(exc: DBAPIError) -> bool:
+    # SQLSTATE 23514 "no partition of relation ... found for row": the day's partition was dropped
+    # (by a prune in another process) after this process last looked.
+    return getattr(exc.orig, "sqlstate", None) == "23514" and "partition" in str(exc.orig)
+
+
 def insert_batch(engine: Engine, records: Sequence[AttemptRecord]) -> int:
     """Write the records not already in the log, and their rollups, atomically; returns the number
     of rows newly written (0 for a batch that was written before)."""
     if not records:
         return 0
+    if engine.dialect.name != "postgresql":
+        return _insert(engine, records)
+    KEEPER.ensure(engine, {r.ts for r in records})
+    try:
+        return _insert(engine, records)
+    except DBAPIError as exc:
+        if not _no_partition(exc):
+            raise
+        KEEPER.forget()
+        KEEPER.ensure(engine, {r.ts for r in records})
+        return _insert(engine, records)
+
+
+def _insert(engine: Engine, records: Sequence[AttemptRecord]) -> int:
     with engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
-        present = _existing_keys(conn, engine, list(dict.fromkeys(r.request_id for r in records)))
-        fresh = new_records(records, present)
+        if engine.dialect.name == "postgresql":
+            batch = sorted(new_records(records, set()), key=_record_key)
+            written = _pg_insert_new(conn, batch)
+            fresh = [r for r in batch if _record_key(r) in written]
+        else:
+            present = _existing_keys(conn, engine, list(dict.fromkeys(r.request_id for r in records)))
+            fresh = sorted(new_records(records, present), key=_record_key)
+            if not fresh:
+                return 0
+            result = conn.exec_driver_sql(_log_insert_sql(engine), [r.to_tuple() for r in fresh])
+            if result.rowcount is not None and 0 <= result.rowcount < len(fresh):
+                raise ConcurrentInsertError(
+                    f"{len(fresh) - result.rowcount} of {len(fresh)} request-log rows appeared during the insert"
+                )
         if not fresh:
             return 0
-        result = conn.exec_driver_sql(_log_insert_sql(engine), [r.to_tuple() for r in fresh])
-        if result.rowcount is not None and 0 <= result.rowcount < len(fresh):
-            raise ConcurrentInsertError(
-                f"{len(fresh) - result.rowcount} of {len(fresh)} request-log rows appeared during the insert"
-            )
         per_minute = rollup_deltas(fresh, 60)
-        for span, model in ROLLUP_TABLES.items():
-            deltas = per_minute if span == 60 else coarsen(per_minute, span)
+        # Tables in one fixed order (60, 300, 3600 s), each table's cells sorted: see the module doc.
+        for span, model in sorted(ROLLUP_TABLES.items()):
+            deltas = in_lock_order(per_minute if span == 60 else coarsen(per_minute, span))
             conn.execute(_upsert(engine, model.__table__), deltas)  # type: ignore[attr-defined]
     return len(fresh)
 
@@ -188,20 +269,98 @@ def count_rows(engine: Engine) -> int:
         return int(conn.execute(select(func.count()).select_from(RequestLog)).scalar_one())
 
 
-def prune(engine: Engine, *, raw_before: float, minute_rollups_before: float | None = None) -> dict[str, int]:
-    """Delete raw log rows older than ``raw_before`` and per-minute rollups older than
-    ``minute_rollups_before`` (epoch seconds). The 5-minute and hourly rollups are kept: they are
-    small and keep long windows of the monitor intact. Returns the rows deleted per table."""
-    from sqlalchemy import delete
+# -- retention ----------------------------------------------------------------------------------------
 
-    from db.models import RequestRollup
+BATCH_TARGET_S = 0.25  # aim for each delete batch (one transaction, one hold of SQLite's write lock)
+BATCH_MIN, BATCH_MAX, BATCH_FIRST = 500, 200_000, 5_000
 
-    deleted = {}
-    with engine.begin() as conn:
-        deleted["request_log"] = conn.execute(delete(RequestLog).where(RequestLog.ts < raw_before)).rowcount
-        if minute_rollups_before is not None:
-            cutoff = int(minute_rollups_before // 60) * 60
-            deleted["request_rollup"] = conn.execute(
-                delete(RequestRollup).where(RequestRollup.minute < cutoff)
-            ).rowcount
-    return deleted
+
+def next_batch_size(rows: int, elapsed_s: float, target_s: float = BATCH_TARGET_S) -> int:
+    """The next delete batch's size after ``rows`` took ``elapsed_s``: halved when it ran past the
+    target, doubled when it took under a quarter of it, within [BATCH_MIN, BATCH_MAX]. A batch
+    that ran 4x over the target is followed by one that is a quarter of it, so a slow disk gets
+    back under a second within a batch or two."""
+    if elapsed_s > target_s:
+        factor = max(2.0, elapsed_s / target_s)
+        return max(BATCH_MIN, int(rows / factor))
+    if elapsed_s < target_s / 4:
+        return min(BATCH_MAX, rows * 2)
+    return rows
+
+
+def delete_before(
+    engine: Engine,
+    table: str,
+    column: str,
+    cutoff: float,
+    *,
+    first_batch: int = BATCH_FIRST,
+    target_s: float = BATCH_TARGET_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> int:
+    """Delete the rows of ``table`` with ``column < cutoff`` in batches, each its own short
+    transaction (an index range on ``column`` picks the batch); returns the rows deleted.
+
+    ``table`` must be a plain table (on PostgreSQL rows are picked by ``ctid``, which is unique
+    only within one table: a partition, never a partitioned parent)."""
+    if engine.dialect.name == "sqlite":
+        sql = f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {column} < ? LIMIT ?)"
+    else:
+        sql = f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {column} < %s LIMIT %s))"
+    total, n = 0, max(1, int(first_batch))
+    while True:
+        t0 = clock()
+        with engine.begin() as conn:
+            got = conn.exec_driver_sql(sql, (cutoff, n)).rowcount
+        total += got
+        if got < n:
+            return total
+        n = next_batch_size(n, clock() - t0, target_s)
+
+
+# Rollup table -> bucket span (s); the cutoff is floored to a bucket start so only whole buckets
+# older than it go.
+_ROLLUP_NAMES = {model.__tablename__: span for span, model in ROLLUP_TABLES.items()}  # type: ignore[attr-defined]
+
+
+def prune(
+    engine: Engine,
+    *,
+    raw_before: float,
+    minute_rollups_before: float | None = None,
+    rollups_5m_before: float | None = None,
+    rollups_1h_before: float | None = None,
+    first_batch: int = BATCH_FIRST,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, int]:
+    """Remove raw log rows older than ``raw_before`` and the rollup buckets older than their
+    cutoffs (epoch seconds; ``None`` keeps that resolution whole). Returns the rows removed per
+    table, plus ``request_log_partitions_dropped``.
+
+    On PostgreSQL the log's day partitions wholly older than ``raw_before`` are dropped (a day's
+    partition of 37 M rows goes in milliseconds; the day holding the cutoff is kept whole, so at
+    most a day more than asked is kept) and their row count is the planner's estimate; the legacy
+    partition of a table migrated by 0012 is deleted from in batches. On SQLite, and for the
+    rollups, rows are deleted in short batches (:func:`delete_before`)."""
+    out = {"request_log": 0, "request_log_partitions_dropped": 0}
+    with engine.connect() as conn:
+        partitioned = is_partitioned(conn)
+        legacy = partitioned and any(p.name == LEGACY for p in list_partitions(conn))
+    if partitioned:
+        with engine.begin() as conn:
+            dropped, rows = drop_before(conn, raw_before)
+        KEEPER.forget()
+        out["request_log"] += rows
+        out["request_log_partitions_dropped"] = len(dropped)
+        if legacy and LEGACY not in dropped:
+            out["request_log"] += delete_before(engine, LEGACY, "ts", raw_before, first_batch=first_batch, clock=clock)
+    else:
+        out["request_log"] = delete_before(
+            engine, RequestLog.__tablename__, "ts", raw_before, first_batch=first_batch, clock=clock
+        )
+    cutoffs = (minute_rollups_before, rollups_5m_before, rollups_1h_before)
+    for (name, span), before in zip(sorted(_ROLLUP_NAMES.items(), key=lambda kv: kv[1]), cutoffs, strict=True):
+        if before is not None:
+            cutoff = int(before // span) * span
+            out[name] = delete_before(engine, name, "minute", cutoff, first_batch=first_batch, clock=clock)
+    return out

@@ -315,8 +315,20 @@ def test_prune_keeps_recent_rows_and_refuses_bad_arguments(cli):
     assert cli.run("chat", "hi").returncode == 0
     proc = cli.run("prune", "--days", "30")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"request_log": 0, "request_rollup": 0}
+    assert json.loads(proc.stdout) == {
+        "request_log": 0,
+        "request_log_partitions_dropped": 0,
+        "request_rollup": 0,
+        "request_rollup_5m": 0,
+        "request_rollup_1h": 0,
+    }
     assert len(_request_rows(cli.database_url)) == 1  # today's request is kept
-    for args in (["--days", "0"], ["--days", "10", "--rollup-days", "5"]):
+    for args in (
+        ["--days", "0"],
+        ["--days", "10", "--rollup-days", "5"],
+        ["--rollup-days", "90", "--rollup-5m-days", "30"],
+        ["--rollup-5m-days", "400", "--rollup-1h-days", "100"],
+        ["--rollup-1h-days", "nan"],
+    ):
         line = _one_error_line(cli.run("prune", *args))
         assert line.startswith("error: --")

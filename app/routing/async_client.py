@@ -312,9 +312,8 @@ class AsyncRoutingClient:
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
                 if upstream is not None:
-                    return await upstream.post(
-                        path, body, headers=options.get("headers"), timeout_s=attempt.timeout, stream=plan.stream
-                    )
+                    extra = {k: v for k, v in (options.get("headers") or {}).items() if isinstance(v, str)}
+                    return await upstream.post(path, body, headers=extra, timeout_s=attempt.timeout, stream=plan.stream)
                 if plan.stream:
                     return await client.post(
                         path,

@@ -15,6 +15,7 @@ the database answers again (its revocation cannot be read before then).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -51,6 +52,7 @@ class KeyAuthenticator:
         self.clock = clock
         self._lookup = lookup
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._pending: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     async def __call__(self, token: str | None) -> KeyRecord | None:
         if not token:
@@ -60,6 +62,37 @@ class KeyAuthenticator:
         hit = self._cache.get(digest)
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
+        # One lookup per key at a time: when an entry expires under load, every request holding
+        # that key would otherwise query the database at once (a herd every ttl_s); they share
+        # the one lookup's answer, or its error, instead.
+        pending = self._pending.get(digest)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request was cancelled
+                return await self(token)  # the one looking it up was (its client left): look again
+        pending = asyncio.get_running_loop().create_future()
+        self._pending[digest] = pending
+        try:
+            record = await self._refresh(token, digest, now, hit)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                pending.set_exception(exc)
+                pending.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            else:
+                pending.cancel()
+            raise
+        else:
+            pending.set_result(record)
+        finally:
+            self._pending.pop(digest, None)
+        return record
+
+    async def _refresh(
+        self, token: str, digest: str, now: float, hit: tuple[float, KeyRecord | None] | None
+    ) -> KeyRecord | None:
         # The lookup blocks on the database: run it off the event loop.
         try:
             record = await anyio.to_thread.run_sync(self._lookup, self.engine, token)

@@ -342,7 +342,7 @@ def _stream_once(target: Target) -> tuple[float, float]:
     t0 = time.perf_counter()
     first = None
     seen = b""
-    with socket.create_connection((host, int(port)), timeout=30) as s:
+    with socket.create_connection((host, int(port)), timeout=15) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.sendall(request)
         while True:
@@ -386,12 +386,20 @@ def _measure(target: Target, samples: Samples, work: Path) -> None:
             samples.add(target.name, "p99@1", run.p99_ms)
     if 1 in target.levels:  # the stream measure goes with the full set
         firsts, totals = [], []
+        failed = 0
         for _ in range(STREAMS):
-            f, t = _stream_once(target)
+            try:
+                f, t = _stream_once(target)
+            except (OSError, RuntimeError) as exc:  # a stuck or broken stream is counted, not fatal
+                failed += 1
+                say(f"    {target.name}: stream failed: {type(exc).__name__}: {exc}")
+                continue
             firsts.append(f)
             totals.append(t)
-        samples.add(target.name, "ttft", statistics.median(firsts))
-        samples.add(target.name, "stream_total", statistics.median(totals))
+        samples.add(target.name, "stream_errors", float(failed))
+        if firsts:
+            samples.add(target.name, "ttft", statistics.median(firsts))
+            samples.add(target.name, "stream_total", statistics.median(totals))
 
 
 @contextmanager
@@ -489,7 +497,10 @@ def run() -> list[dict]:
             say(f"  LiteLLM NOT measured: {note}")
         for t in targets:  # warm-up: connections, first-call imports, JIT
             _wrk(t, 16, 1.0, tmp)
-            _stream_once(t)
+            try:
+                _stream_once(t)
+            except (OSError, RuntimeError) as exc:
+                say(f"    {t.name}: warm-up stream failed: {type(exc).__name__}: {exc}")
         samples = _load_state(targets)
         for r in range(samples.rounds_done, ROUNDS):
             order = targets[r % len(targets) :] + targets[: r % len(targets)]
@@ -591,6 +602,9 @@ def _report(samples: Samples, rss: dict[str, float], notes: dict[str, str]) -> l
                     spread=f"hop {statistics.median(total):.2f} ms vs bare {bare_total:.2f} ms",
                 )
             )
+        stream_errors = sum(get(n, "stream_errors"))
+        if stream_errors:
+            rows.append(row(f"{n}: streams that failed or stalled 15 s", stream_errors, "streams", digits=0))
         if n in rss:
             rows.append(
                 row(f"{n}: RSS after the run", rss[n], "MiB", measured="VmRSS of the server's processes", digits=1)

@@ -69,6 +69,7 @@ RESUME = os.environ.get("BENCH_PROXY_RESUME", "0") == "1"
 BASELINE = os.environ.get("BENCH_PROXY_BASELINE", "")
 LITELLM_MASTER_KEY = "sk-bench-proxy-not-the-default-7c1d"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
+_FIRST_TEXT = re.compile(rb'"content":\s*"w0 ')  # the first content chunk, however a peer spaces its JSON
 
 
 # ------------------------------------------------------------------------------------ processes
@@ -350,7 +351,7 @@ def _stream_once(target: Target) -> tuple[float, float]:
             if not data:
                 break
             seen = seen[-64:] + data
-            if first is None and b'"content":"w0 ' in seen:
+            if first is None and _FIRST_TEXT.search(seen):
                 first = (time.perf_counter() - t0) * 1000.0
             if b"[DONE]" in seen:
                 break

@@ -41,6 +41,10 @@ SIM_SCHEME = "sim://"
 INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
 # The simulator's latency_scale: 100x the profiles' latency is already minutes per answer.
 MAX_LATENCY_SCALE = 100.0
+# A provider's upstream connections per process: past max_in_flight's default, so by default the
+# process-wide admission bound answers first; the wait for a slot is bounded (then 503).
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_POOL_TIMEOUT_S = 5.0
 
 
 class ConfigError(ConfigurationError, ValueError):
@@ -81,6 +85,11 @@ class ProviderConfig(_Strict):
     models: list[str] = Field(min_length=1)
     default_model: str
     timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # Upstream connections at once to this provider, per process (the async server's pool), and how
+    # long a request waits for one before it gets 503 gateway_overloaded (the gateway's saturation,
+    # never counted against the provider).
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=1, le=65_536)
+    pool_timeout_s: float = Field(default=DEFAULT_POOL_TIMEOUT_S, gt=0, le=600)
     # Attempts per request on this provider; 1 when the provider is itself a retrying gateway (a
     # LiteLLM proxy retries each call itself). Unset: [retry] max_attempts.
     max_attempts: int | None = Field(default=None, ge=1, le=10)

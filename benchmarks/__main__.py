@@ -5,8 +5,9 @@ are reported here, never asserted in the test suite).
 Suites: router (RoutingClient.chat vs a bare SDK call, interleaved, over the mock transport and over
 loopback HTTP), ingest (log writer into SQLite with the shipped settings), monitor (a 24-hour
 monitor render over 1,000,000 logged requests, serialisation included), kv (one KV-calculator page
-render; ``kvcache`` is accepted as its old name), proxy (the gateway server as a hop vs the bare SDK
-and LiteLLM's proxy: added latency, throughput at 64 concurrent, added TTFT, RSS), soak (requests/s
+render; ``kvcache`` is accepted as its old name), proxy (the gateway server as a hop beside Portkey's
+gateway, LiteLLM's proxy and nginx over an nginx upstream, loaded by wrk: added latency, req/s at 1,
+16, 64 and 256 connections, CPU ms/request, added TTFT and stream total, RSS, --workers 2), soak (requests/s
 and added latency before, during and after a 30 s database stall, rows lost and duplicated;
 ``BENCH_SOAK_STALL_S`` shortens it), scale (30 M request-log rows in a PostgreSQL cluster of its own:
 each page's data render time, the insert on a fresh database, prune, bytes per million rows;

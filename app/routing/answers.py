@@ -8,7 +8,6 @@ model routed to.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 from app.routing import deadline as deadlines
 from app.routing.errors import BadResponse
 from app.routing.result import Usage
+from core import fastjson
 
 #: Upstream response headers the caller gets back (rate-limit state, upstream processing time).
 PASSED_HEADERS = frozenset({"openai-processing-ms", "retry-after", "retry-after-ms"})
@@ -77,7 +77,7 @@ def _kind(value: object) -> str:
 def decode_json(content: bytes) -> object:
     """An upstream body as JSON, or :class:`BadResponse` (HTML, bad JSON, not UTF-8)."""
     try:
-        return json.loads(content)
+        return fastjson.loads(content)
     except (ValueError, RecursionError):
         text = content[:200].decode("utf-8", "replace")
         raise BadResponse(f"malformed response from upstream: {_kind(text)}") from None

@@ -25,6 +25,7 @@ providers use ``httpx2.AsyncHTTPTransport``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from typing import Any
@@ -40,7 +41,9 @@ from app.routing.canary import Side
 from app.routing.client import RoutingClient, sdk_chunk
 from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
 from app.routing.errors import ClientClosedError, Failure
+from app.routing.pool import ProviderPool
 from app.routing.result import AllRoutesFailed, ChatResult
+from app.routing.upstream_http import HttpUpstream
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +149,10 @@ class AsyncRoutingClient:
         self._transports = dict(transports or {})
         self._clients: dict[str, openai.AsyncOpenAI] = {}
         self._http_clients: list[httpx2.AsyncClient] = []
+        self._upstreams: dict[str, HttpUpstream] = {}
+        self.pools = {
+            name: ProviderPool(name, p.max_connections, p.pool_timeout_s) for name, p in self.settings.providers.items()
+        }
         self._closed = False
 
     async def __aenter__(self) -> AsyncRoutingClient:
@@ -157,9 +164,12 @@ class AsyncRoutingClient:
     async def aclose(self) -> None:
         self._closed = True
         clients, self._http_clients = self._http_clients, []
+        upstreams, self._upstreams = list(self._upstreams.values()), {}
         self._clients.clear()
         for http_client in clients:
             await http_client.aclose()
+        for upstream in upstreams:
+            await upstream.aclose()
 
     @property
     def closed(self) -> bool:
@@ -244,6 +254,8 @@ class AsyncRoutingClient:
 
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
+        """The provider's SDK client: it sends to the simulator and to injected transports, and
+        builds the status errors of :class:`HttpUpstream`, which sends to real upstreams."""
         client = self._clients.get(name)
         if client is not None:
             return client
@@ -259,7 +271,27 @@ class AsyncRoutingClient:
         client = openai.AsyncOpenAI(**sdk, http_client=http_client)
         self._http_clients.append(http_client)
         self._clients[name] = client
+        if name not in self._transports and name not in self.sync.transports:
+            self._upstreams[name] = HttpUpstream(
+                sdk["base_url"],
+                sdk=client,
+                limit=self.settings.providers[name].max_connections,
+                max_response_bytes=self.settings.retry.max_response_bytes,
+            )
         return client
+
+    async def _take_slot(self, plan: Plan, attempt: Attempt) -> None:
+        """A connection slot of the attempt's provider, waiting at most its ``pool_timeout_s`` and
+        never past the request's deadline (:class:`PoolSaturated` when the wait runs out)."""
+        await self.pools[attempt.provider].acquire(plan.deadline.remaining(self.core.clock()))
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, plan: Plan, attempt: Attempt) -> AsyncIterator[None]:
+        await self._take_slot(plan, attempt)
+        try:
+            yield
+        finally:
+            self.pools[attempt.provider].release()
 
     async def _advance(
         self, steps: Generator[Attempt | Wait, Failure | None, None], outcome: Failure | None
@@ -276,8 +308,12 @@ class AsyncRoutingClient:
         streamed: until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
         path, body, options = self.core.request(plan, attempt)
+        upstream = self._upstreams.get(attempt.provider)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
+                if upstream is not None:
+                    extra = {k: v for k, v in (options.get("headers") or {}).items() if isinstance(v, str)}
+                    return await upstream.post(path, body, headers=extra, timeout_s=attempt.timeout, stream=plan.stream)
                 if plan.stream:
                     return await client.post(
                         path,
@@ -300,7 +336,8 @@ class AsyncRoutingClient:
             while True:
                 attempt = attempt.begin(core.wall(), core.clock())
                 try:
-                    response = await self._send(plan, attempt, core.deadline(plan, attempt))
+                    async with self._slot(plan, attempt):
+                        response = await self._send(plan, attempt, core.deadline(plan, attempt))
                     answer = core.read(plan, attempt, response)
                 except asyncio.CancelledError:
                     core.record(plan, attempt, failure=Failure("cancelled", "the caller went away"))
@@ -329,8 +366,11 @@ class AsyncRoutingClient:
                 attempt = attempt.begin(core.wall(), core.clock())
                 holder.attempting(attempt, len(plan.records) + 1)
                 acc = core.stream_account(plan, attempt, started)
+                pool, held = self.pools[attempt.provider], False
                 try:
                     deadline = core.deadline(plan, attempt)
+                    await self._take_slot(plan, attempt)
+                    held = True
                     stream = await self._send(plan, attempt, deadline)
                     holder.upstream_headers = passed_headers(stream.response.headers)
                     feed = core.feed(plan, attempt)
@@ -357,8 +397,15 @@ class AsyncRoutingClient:
                     core.stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
                     raise
                 except Exception as exc:  # noqa: BLE001 - stream_failed() re-raises what is not an upstream fault
+                    if held:  # not held through the backoff
+                        pool.release()
+                        held = False
                     attempt = await self._advance(steps, core.stream_failed(plan, attempt, acc, exc))
                     continue
+                finally:
+                    if held:
+                        pool.release()
+                        held = False
                 holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
                 return
         except NoRoute as stop:

@@ -18,6 +18,7 @@ This is the single table of the retry and fallback policy (the data is :data:`ST
 | 400 rejecting the cache hints                       | cache_hints_rejected | once, no hints | -       |
 | 400, 413, 422 and other 4xx about the request       | bad_request          | no           | no        |
 |   (context length, invalid parameter, policy)       |                      |              |           |
+| no connection slot free within pool_timeout_s       | gateway_overloaded   | no           | no (503)  |
 | an exception from our own code                      | internal_error       | raised to the caller      |
 
 Per-provider attempt counts: ``[providers.NAME] max_attempts`` (1 for a provider that is itself a
@@ -36,6 +37,7 @@ import httpx2
 import openai
 
 from app.config import ProviderNotConfigured
+from app.routing.pool import PoolSaturated
 from core.errors import GatewayError, UpstreamError
 
 # status -> (error_class, retryable, fallback). 5xx and 3xx are ranges, handled in status_failure().
@@ -64,6 +66,8 @@ ROUTE_MARKERS: tuple[tuple[str, str], ...] = (
     ("invalid_api_key", "auth"),
 )
 HINT_MARKERS = ("x-session-id", "x-cache-controls", "cache hint", "cache_hint")
+
+GATEWAY_OVERLOADED = "gateway_overloaded"  # every connection slot of the provider stayed busy
 
 # Classes that say something about the provider's health (they count in its circuit breaker).
 HEALTH_CLASSES = frozenset(
@@ -186,6 +190,10 @@ def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
     re-raised: a bug of ours must surface, not be retried against an innocent provider."""
     if isinstance(exc, ProviderNotConfigured):
         return Failure("not_configured", str(exc), fallback=True)
+    if isinstance(exc, PoolSaturated):
+        # The gateway's own saturation: no retry, no fallback, nothing told to the breaker (not a
+        # health class); the caller gets 503 gateway_overloaded with Retry-After.
+        return Failure(GATEWAY_OVERLOADED, str(exc), retry_after_s=exc.retry_after_s)
     if isinstance(exc, BadResponse):
         return Failure("bad_response", str(exc), retryable=True, fallback=True)
     if isinstance(exc, openai.APITimeoutError):

@@ -29,6 +29,7 @@ key.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -127,6 +128,7 @@ class KeyAuthenticator:
         self.max_unknown = max_unknown
         self._known: OrderedDict[str, tuple[float, KeyRecord]] = OrderedDict()
         self._unknown: dict[str, float] = {}
+        self._pending: dict[str, asyncio.Future[KeyRecord | None]] = {}
 
     async def __call__(self, token: str | None, client: str | None = None) -> KeyRecord | None:
         if not token:
@@ -151,6 +153,46 @@ class KeyAuthenticator:
         if hit is None and missed is not None and now - missed < self.ttl_s:
             self.throttle.failed(client, now)
             return None
+        record = await self._shared_lookup(token, digest, now, hit)
+        if record is None:
+            self.throttle.failed(client, now)
+        return record
+
+    async def _shared_lookup(
+        self, token: str, digest: str, now: float, hit: tuple[float, KeyRecord] | None
+    ) -> KeyRecord | None:
+        # One lookup per key at a time: when an entry expires under load, every request holding
+        # that key would otherwise query the database at once (a herd every ttl_s); they share
+        # the one lookup's answer, or its error, instead.
+        pending = self._pending.get(digest)
+        if pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request was cancelled
+                # the one looking it up was (its client left): look again
+                return await self._shared_lookup(token, digest, now, hit)
+        pending = asyncio.get_running_loop().create_future()
+        self._pending[digest] = pending
+        try:
+            record = await self._refresh(token, digest, now, hit)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                pending.set_exception(exc)
+                pending.exception()  # retrieved: no "never retrieved" warning when nobody waited
+            else:
+                pending.cancel()
+            raise
+        else:
+            pending.set_result(record)
+        finally:
+            self._pending.pop(digest, None)
+        return record
+
+    async def _refresh(
+        self, token: str, digest: str, now: float, hit: tuple[float, KeyRecord] | None
+    ) -> KeyRecord | None:
         # The lookup blocks on the database: run it off the event loop.
         try:
             record = await anyio.to_thread.run_sync(self._lookup, self.engine, token)
@@ -167,7 +209,6 @@ class KeyAuthenticator:
             if len(self._unknown) >= self.max_unknown:
                 self._unknown.clear()
             self._unknown[digest] = now
-            self.throttle.failed(client, now)
             return None
         self._unknown.pop(digest, None)
         self._known[digest] = (now, record)

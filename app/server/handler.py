@@ -33,6 +33,7 @@ from app.routing.answers import chunk_text
 from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
 from app.routing.client import RoutingClient
 from app.routing.core import MAX_SESSION_ID
+from app.routing.errors import GATEWAY_OVERLOADED
 from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
@@ -84,6 +85,15 @@ def status_for(exc: AllRoutesFailed) -> wire.WireError:
             code="rate_limit_exceeded" if last.error_class == "rate_limited" else "insufficient_quota",
             headers={"Retry-After": retry_after},
             upstream=last.upstream_error,
+        )
+    if last is not None and last.error_class == GATEWAY_OVERLOADED:
+        wait = last.retry_after_s
+        return wire.WireError(
+            503,
+            f"The gateway's connections to {last.provider} are all busy; retry shortly (request id {rid}).",
+            type="service_unavailable",
+            code=wire.OVERLOADED,
+            headers={"Retry-After": str(max(1, math.ceil(wait))) if wait is not None and math.isfinite(wait) else "1"},
         )
     classes = [a.error_class or "" for a in attempts]
     statuses = [a.http_status for a in attempts]
@@ -285,13 +295,19 @@ class ChatHandler:
         try:
             result = await self.driver.request(req.api, req.body, **kwargs)
         except AllRoutesFailed as exc:
-            raise status_for(exc) from None
+            raise self._counted(status_for(exc)) from None
         except InvalidRequest as exc:
             raise _invalid(exc) from None
         finally:
             await self._settle(key, admitted, result, 0.0)
         assert result.raw is not None
         return ChatReply(wire.dumps(result.raw), result_headers(result))
+
+    def _counted(self, err: wire.WireError) -> wire.WireError:
+        """``err``, counted among the overload refusals when it is one (a provider's pool was full)."""
+        if err.code == wire.OVERLOADED and self.metrics is not None:
+            self.metrics.overloads.inc()
+        return err
 
     async def _stream(
         self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
@@ -311,7 +327,7 @@ class ChatHandler:
                 await stream.aclose()
             await self._settle(key, admitted, stream.result if stream is not None else None, 0.0)
             if isinstance(exc, Exception):
-                raise _map_error(exc) from None
+                raise self._counted(_map_error(exc)) from None
             raise
         return ChatStreamReply(self._events(stream, first, req, key, admitted), result_headers(stream))
 

@@ -101,6 +101,8 @@ METRIC_NAMES = (
     "gateway_param_adjustments",
     "gateway_overload_refusals",
     "gateway_worker_info",
+    "gateway_upstream_pool_connections",
+    "gateway_upstream_pool_exhausted",
 )
 
 
@@ -219,9 +221,24 @@ class GatewayMetrics:
         self.worker_info.labels(str(worker), str(os.getpid())).set(1)
         self.overloads = Counter(
             "gateway_overload_refusals",
-            "Requests refused with 503 because the process was at [server] max_in_flight (not an upstream failure).",
+            "Requests refused with 503 gateway_overloaded: the process at [server] max_in_flight, or a provider's "
+            "connection slots all busy past pool_timeout_s (never an upstream failure).",
             registry=r,
         )
+        self.pool_connections = Gauge(
+            "gateway_upstream_pool_connections",
+            "Upstream connection slots per provider in this process: in_use, waiting (requests queued for one), "
+            "limit (max_connections).",
+            ["gen_ai_system", "state"],
+            registry=r,
+        )
+        self.pool_exhausted = Counter(
+            "gateway_upstream_pool_exhausted",
+            "Requests whose wait for a provider's connection slot ran out (each answered 503 gateway_overloaded).",
+            ["gen_ai_system"],
+            registry=r,
+        )
+        self._pool_exhausted_seen: dict[str, int] = {}
         self.param_adjustments = Counter(
             "gateway_param_adjustments",
             "Request fields a provider's drop_params / rename_params removed or renamed, by provider and change.",
@@ -328,6 +345,18 @@ class GatewayMetrics:
         if state not in BREAKER_STATES:
             raise ValueError(f"breaker state must be one of {sorted(BREAKER_STATES)}, got {state!r}")
         self.breaker_state.labels(self._provider(provider)).set(BREAKER_STATES[state])
+
+    def set_pool(self, provider: str, *, in_use: int, waiting: int, limit: int, exhausted: int) -> None:
+        """A provider's connection slots, as its pool counts them (``exhausted``: its running total)."""
+        name = self._provider(provider)
+        self.pool_connections.labels(name, "in_use").set(in_use)
+        self.pool_connections.labels(name, "waiting").set(waiting)
+        self.pool_connections.labels(name, "limit").set(limit)
+        seen = self._pool_exhausted_seen.get(provider, 0)
+        counter = self.pool_exhausted.labels(name)
+        if exhausted > seen:
+            counter.inc(exhausted - seen)
+        self._pool_exhausted_seen[provider] = max(seen, exhausted)
 
     def set_log_depths(self, *, queue: int, journal: int) -> None:
         self.log_queue_depth.set(queue)

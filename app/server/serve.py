@@ -51,9 +51,12 @@ class ServerMetrics(GatewayMetrics):
     def __init__(self, gateway: Gateway, **kwargs: Any):
         super().__init__(**kwargs)
         self.gateway = gateway
+        self.pools: dict[str, Any] = {}  # the async driver's ProviderPools, by provider
 
     def exposition(self) -> bytes:
         g = self.gateway
+        for name, pool in self.pools.items():
+            self.set_pool(name, in_use=pool.in_use, waiting=pool.waiting, limit=pool.limit, exhausted=pool.exhausted)
         self.set_canary_ratio(g.ratio.value)
         self.set_log_depths(queue=_depth(g.telemetry, "pending"), journal=_depth(g.telemetry, "journal_depth"))
         try:
@@ -119,6 +122,7 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
     metrics = ServerMetrics(gateway, providers=list(gateway.settings.providers), models=models, worker=worker)
     gateway.client.telemetry = MeteredSink(gateway.client.telemetry, metrics)
     handler = ChatHandler(gateway.client, engine=gateway.engine, metrics=metrics, workers=workers)
+    metrics.pools = handler.driver.pools
 
     def check_ready() -> dict[str, bool]:
         checks: dict[str, bool] = {}

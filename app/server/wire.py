@@ -9,12 +9,13 @@ with the ``finish_reason``, then, with ``stream_options.include_usage``, one chu
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from core import fastjson
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_MODEL_LEN = 256
@@ -29,7 +30,7 @@ JSON_CONTENT_TYPE = "application/json"
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return fastjson.dumps(obj)  # json.dumps(obj, separators=(",", ":"), ensure_ascii=False), UTF-8
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -333,7 +334,7 @@ def parse_json_body(raw: bytes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     except UnicodeDecodeError:
         raise bad_request("The request body is not UTF-8 text.") from None
     try:
-        parsed = json.loads(text, parse_constant=_refuse_constant)
+        parsed = fastjson.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
         raise bad_request("The JSON body is nested too deeply.") from None
     except ValueError as exc:

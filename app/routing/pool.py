@@ -1,0 +1,80 @@
+"""Per-provider connection slots for the async driver: saturation is the gateway's own state.
+
+Each provider has ``[providers.NAME] max_connections`` slots (its upstream connections at once in
+this process; the HTTP client's own pool is sized to match, so it never queues behind this). An
+attempt takes a slot before it sends and gives it back when its answer is read or its stream
+closed. When every slot is taken the attempt waits, at most ``pool_timeout_s`` (and never past the
+request's deadline); when the wait runs out it fails with :class:`PoolSaturated`, which the
+classifier turns into ``gateway_overloaded``: no retry, no fallback, nothing told to the
+provider's circuit breaker, and the caller gets 503 with ``Retry-After``. Before, a wait in the
+HTTP client's pool ran down the attempt's deadline and was counted as the upstream timing out:
+500 streams to a healthy upstream opened both breakers.
+
+The figures (:attr:`ProviderPool.in_use`, :attr:`waiting`, :attr:`limit`, :attr:`exhausted`)
+are read by the server's ``/metrics`` at each scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from core.errors import GatewayError
+
+
+class PoolSaturated(GatewayError):
+    """Every connection slot of a provider stayed taken for the whole allowed wait."""
+
+    def __init__(self, provider: str, limit: int, waited_s: float):
+        super().__init__(
+            f"all {limit:,} upstream connections to {provider} stayed busy for {waited_s:.2f} s "
+            f"(providers.{provider}.max_connections, pool_timeout_s)"
+        )
+        self.provider = provider
+        self.limit = limit
+        self.retry_after_s = max(1, math.ceil(waited_s))
+
+
+class ProviderPool:
+    """``async with pool.slot(max_wait_s):`` one upstream connection's worth of this provider."""
+
+    def __init__(self, provider: str, limit: int, timeout_s: float):
+        self.provider = provider
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self._free = asyncio.Semaphore(limit)
+        self.in_use = 0
+        self.waiting = 0
+        self.exhausted = 0  # waits that ran out (each one a 503 to its caller)
+
+    @asynccontextmanager
+    async def slot(self, max_wait_s: float | None = None) -> AsyncIterator[None]:
+        await self.acquire(max_wait_s)
+        try:
+            yield
+        finally:
+            self.release()
+
+    async def acquire(self, max_wait_s: float | None = None) -> None:
+        """Take a slot, waiting at most ``pool_timeout_s`` (or ``max_wait_s`` when shorter)."""
+        if not self._free.locked():
+            await self._free.acquire()  # a free slot: taken without a timer
+            self.in_use += 1
+            return
+        wait = self.timeout_s if max_wait_s is None else max(0.0, min(self.timeout_s, max_wait_s))
+        self.waiting += 1
+        try:
+            async with asyncio.timeout(wait):
+                await self._free.acquire()
+        except TimeoutError:
+            self.exhausted += 1
+            raise PoolSaturated(self.provider, self.limit, wait) from None
+        finally:
+            self.waiting -= 1
+        self.in_use += 1
+
+    def release(self) -> None:
+        self.in_use -= 1
+        self._free.release()

@@ -19,6 +19,7 @@ compares with ``kv_cache_bytes(for_engine(spec, "transformers5"), L, kv_dtype="b
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -49,6 +50,9 @@ def hf_config(entry: dict) -> transformers.PretrainedConfig:
         raw["layer_types"] = types
     model_type = raw.pop("model_type")
     raw.pop("architectures", None)
+    # gpt-oss ships MXFP4 weights; the weight format does not shape the cache, and on the meta device
+    # there are no weights to quantize
+    raw.pop("quantization_config", None)
     return AutoConfig.for_model(model_type, **raw)
 
 
@@ -92,7 +96,11 @@ def measure(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_l
     with torch.no_grad():
         try:
             ids = torch.zeros((1, min(PROMPT, seq_len)), dtype=torch.long, device="meta")
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            # Mamba / Mamba-2 name their cache argument cache_params (modeling_mamba.py)
+            name = (
+                "cache_params" if "cache_params" in inspect.signature(model.forward).parameters else "past_key_values"
+            )
+            model(input_ids=ids, use_cache=True, **{name: cache})
         except ValueError as exc:
             if "cache of its own" not in str(exc):
                 raise

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kvcache import ModelSpec, breakdown, for_engine, kv_cache_bytes
+from app.kvcache import ModelSpec, breakdown, catalog, for_engine, kv_cache_bytes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 CONFIGS = {m["id"]: m for m in json.loads((FIXTURES / "ground_truth_configs.json").read_text())["models"]}
@@ -44,6 +44,22 @@ def test_every_family_of_the_issue_is_measured():
         "jamba-v0.1",
     } <= set(TRUTH["models"])
     assert TRUTH["transformers"].startswith("5.")
+
+
+def architecture(config: dict) -> str:
+    text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    return str(text.get("model_type") or config["model_type"])
+
+
+def test_every_catalog_architecture_is_measured():
+    """The issue: ground truth "run for every family you support": each model_type the catalog ships
+    has at least one published config measured in transformers, and every measured config is in the
+    fixture at the four lengths."""
+    shipped = {architecture(m.config) for m in catalog.models().values()}
+    measured = {architecture(CONFIGS[mid]["config"]) for mid in TRUTH["models"]}
+    assert shipped <= measured, f"catalog architectures without ground truth: {sorted(shipped - measured)}"
+    assert set(CONFIGS) == set(TRUTH["models"])
+    assert all([c["seq_len"] for c in e["cases"]] == [1, 4096, 32768, 131072] for e in TRUTH["models"].values())
     for entry in CONFIGS.values():
         assert entry["source"].startswith("https://huggingface.co/")
 

@@ -94,3 +94,26 @@ def test_the_documented_wrong_figures_are_gone():
     for model_id, old in before.items():
         measured = TRUTH["models"][model_id]["cases"][1]["bytes"]
         assert kv_cache_bytes(spec_of(model_id), 4096) == measured != old
+
+
+FP8 = [(mid, case) for mid, entry in TRUTH["models"].items() for case in entry.get("fp8", {}).get("cases", [])]
+
+
+def test_fp8_is_measured_for_the_full_attention_families():
+    """transformers has no fp8 StaticCache: its fp8 cache is QuantizedCache(backend="fp8"), which
+    takes full-attention models only (cache_utils.py QuantizedCache.__init__) and refuses the rest."""
+    assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "mixtral-8x7b", "opt-13b"} <= {m for m, _ in FP8}
+    assert "only full attention" in TRUTH["models"]["mistral-7b-v0.1"]["fp8_refused"]
+
+
+@pytest.mark.parametrize(("model_id", "case"), FP8, ids=[f"{m}-fp8-L{c['seq_len']}" for m, c in FP8])
+def test_fp8_keys_and_values_match_transformers_to_the_byte(model_id, case):
+    """The float8_e4m3fn K/V (or MLA latent) it keeps is ours to the byte; beside them it keeps one
+    float32 scale per K and per V tensor of each layer (8 B per layer for the whole batch), which the
+    engine's per-sequence figure leaves out: asserted here so the gap is known, not hidden."""
+    parts = case["parts"]
+    kv = parts["keys float8_e4m3fn"] + parts["values float8_e4m3fn"]
+    spec = spec_of(model_id)
+    assert kv_cache_bytes(spec, case["seq_len"], 1, "fp8") == kv
+    assert parts["keys_scale float32"] + parts["values_scale float32"] == 8 * spec.num_layers
+    assert case["bytes"] == kv + 8 * spec.num_layers

@@ -103,7 +103,13 @@ def test_fp8_is_measured_for_the_full_attention_families():
     """transformers has no fp8 StaticCache: its fp8 cache is QuantizedCache(backend="fp8"), which
     takes full-attention models only (cache_utils.py QuantizedCache.__init__) and refuses the rest."""
     assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "mixtral-8x7b", "opt-13b"} <= {m for m, _ in FP8}
-    assert "only full attention" in TRUTH["models"]["mistral-7b-v0.1"]["fp8_refused"]
+    assert all(("fp8" in e) != ("fp8_refused" in e) for e in TRUTH["models"].values())
+    for model_id, entry in TRUTH["models"].items():
+        kinds = {g.kind for g in spec_of(model_id).groups}
+        # measured exactly when every layer is full attention (MLA included), refused otherwise
+        assert ("fp8" in entry) == (kinds <= {"full", "mla"}), model_id
+        if "fp8_refused" in entry:
+            assert "only full attention" in entry["fp8_refused"]
 
 
 @pytest.mark.parametrize(("model_id", "case"), FP8, ids=[f"{m}-fp8-L{c['seq_len']}" for m, c in FP8])

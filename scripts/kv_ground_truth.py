@@ -19,6 +19,7 @@ compares with ``kv_cache_bytes(for_engine(spec, "transformers5"), L, kv_dtype="b
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+from transformers.cache_utils import QuantizedCache
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "fixtures" / "kvcache" / "ground_truth_configs.json"
@@ -49,6 +51,9 @@ def hf_config(entry: dict) -> transformers.PretrainedConfig:
         raw["layer_types"] = types
     model_type = raw.pop("model_type")
     raw.pop("architectures", None)
+    # gpt-oss ships MXFP4 weights; the weight format does not shape the cache, and on the meta device
+    # there are no weights to quantize
+    raw.pop("quantization_config", None)
     return AutoConfig.for_model(model_type, **raw)
 
 
@@ -92,7 +97,11 @@ def measure(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_l
     with torch.no_grad():
         try:
             ids = torch.zeros((1, min(PROMPT, seq_len)), dtype=torch.long, device="meta")
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            # Mamba / Mamba-2 name their cache argument cache_params (modeling_mamba.py)
+            name = (
+                "cache_params" if "cache_params" in inspect.signature(model.forward).parameters else "past_key_values"
+            )
+            model(input_ids=ids, use_cache=True, **{name: cache})
         except ValueError as exc:
             if "cache of its own" not in str(exc):
                 raise
@@ -116,6 +125,34 @@ def measure(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_l
     }
 
 
+def measure_fp8(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_len: int) -> dict | str:
+    """transformers has no fp8 StaticCache; its fp8 cache is QuantizedCache(backend="fp8"), a dynamic
+    cache of Fp8QuantizedLayer (float8_e4m3fn K/V plus one float32 scale per K and per V tensor,
+    cache_utils.py) that only takes full-attention models. Prefill seq_len tokens and sum what it keeps,
+    the scales included; the refusal's message when the model is not full attention only."""
+    try:
+        cache = QuantizedCache(backend="fp8", config=config)
+    except ValueError as exc:
+        return str(exc)
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+    except (RuntimeError, NotImplementedError) as exc:  # recorded, not hidden: the fixture says why
+        return f"the {seq_len}-token prefill failed on the meta device: {exc}"
+    parts: dict[str, int] = {}
+    for layer in cache.layers:
+        for name in ("_quantized_keys", "_quantized_values"):
+            quantized, scale = getattr(layer, name)
+            for label, t in (
+                (name.removeprefix("_quantized_"), quantized),
+                (f"{name.removeprefix('_quantized_')}_scale", scale),
+            ):
+                key = f"{label} {str(t.dtype).removeprefix('torch.')}"
+                parts[key] = parts.get(key, 0) + t.numel() * t.element_size()
+    return {"seq_len": seq_len, "bytes": sum(parts.values()), "parts": parts}
+
+
 def main(only: list[str]) -> None:
     doc = json.loads(CONFIGS.read_text(encoding="utf-8"))
     previous = json.loads(OUT.read_text(encoding="utf-8"))["models"] if OUT.exists() else {}
@@ -130,10 +167,21 @@ def main(only: list[str]) -> None:
         cases = [measure(config, model, n) for n in LENGTHS]
         results[entry["id"]] = {"name": entry["name"], "source": entry["source"], "dtype": "bfloat16", "cases": cases}
         print(entry["id"], [c["bytes"] for c in cases], flush=True)
+        fp8 = [measure_fp8(config, model, n) for n in LENGTHS]
+        if all(isinstance(c, dict) for c in fp8):
+            results[entry["id"]]["fp8"] = {
+                "cache": 'QuantizedCache(backend="fp8", config) after an L-token prefill',
+                "cases": fp8,
+            }
+            print(entry["id"], "fp8", [c["bytes"] for c in fp8 if isinstance(c, dict)], flush=True)
+        else:
+            results[entry["id"]]["fp8_refused"] = next(c for c in fp8 if isinstance(c, str))
     out = {
         "_about": (
             "Bytes transformers' StaticCache(config, max_cache_len=L) keeps after a prefill, every cache tensor "
-            "summed, model built on the meta device in bfloat16. Written by scripts/kv_ground_truth.py; "
+            "summed, model built on the meta device in bfloat16; 'fp8': what QuantizedCache(backend='fp8') keeps "
+            "after an L-token prefill (full-attention models only; 'fp8_refused' otherwise). Written by "
+            "scripts/kv_ground_truth.py; "
             "do not edit by hand."
         ),
         "transformers": transformers.__version__,

@@ -16,6 +16,11 @@ which allocator model its capacity uses.
     for Jamba, Falcon-H1, Nemotron-H and Qwen3-Next: scripts/kv_ground_truth.py); MiniMax's own
     ``MiniMaxCache`` keeps the lightning state in the model dtype; ``StaticIndexedLayer`` keeps the
     DeepSeek-V3.2 indexer keys in the model dtype. The model dtype is the ``kv_dtype`` argument.
+    An fp8 ``kv_dtype`` is what ``QuantizedCache(backend="fp8")`` keeps (cache_utils.py
+    ``Fp8QuantizedLayer``; transformers has no fp8 ``StaticCache``): the same fp8 K/V, matched to
+    the byte, plus one float32 scale per K and per V tensor of each layer (8 B per layer for the
+    whole batch), which this per-sequence figure leaves out. That cache refuses every model that
+    is not full attention only (``QuantizedCache.__init__``).
   - vLLM (vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator`` and
     ``MambaStateDtypeCalculator``): kernel - 1 convolution columns in ``mamba_cache_dtype``
     (``state_dtype``), the recurrent state in ``mamba_ssm_cache_dtype`` (``ssm_dtype``, "auto" =

@@ -56,9 +56,11 @@ def _mixer(cfg: dict, kind: str | None, hidden: int) -> int:
             + d_inner * hidden
         )
     if kind == "mamba2":
-        nh = _i(cfg, "mamba_num_heads", "mamba_n_heads")
-        d_inner = nh * _i(cfg, "mamba_head_dim", "mamba_d_head")
-        groups_state = 2 * _i(cfg, "n_groups", "mamba_n_groups", default=1) * _i(cfg, "ssm_state_size", "mamba_d_state")
+        # hybrids' mamba_* names first; a pure Mamba-2 (Mamba2Config) uses num_heads / head_dim / state_size
+        nh = _i(cfg, "mamba_num_heads", "mamba_n_heads", "num_heads")
+        d_inner = nh * _i(cfg, "mamba_head_dim", "mamba_d_head", "head_dim")
+        state = _i(cfg, "ssm_state_size", "mamba_d_state", "state_size")
+        groups_state = 2 * _i(cfg, "n_groups", "mamba_n_groups", default=1) * state
         conv = _i(cfg, "conv_kernel", "mamba_d_conv", default=4)
         return hidden * (2 * d_inner + groups_state + nh) + (d_inner + groups_state) * conv + d_inner * hidden
     if kind == "linear_attention":
@@ -108,8 +110,8 @@ def estimate(cfg: dict, kinds: list[str | None], hidden: int, heads: int, kv: in
             total += dense_mlp
             active += dense_mlp
             continue
-        if cfg.get("hybrid_override_pattern"):
-            continue
+        if cfg.get("hybrid_override_pattern") or cfg.get("model_type") in ("mamba", "falcon_mamba", "mamba2"):
+            continue  # a pure Mamba block is the mixer alone (its intermediate_size is the mixer width)
         if _is_moe_layer(cfg, i, experts):
             expert = 3 * hidden * moe_inter
             common = 3 * hidden * shared + hidden * experts

@@ -452,6 +452,8 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
         kinds = ["full" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
         return kinds, None
 
+    if model_type in PURE_STATE_TYPES:  # Mamba-1 / Falcon-Mamba / Mamba-2: every layer is a mixer
+        return [PURE_STATE_TYPES[model_type]] * n_layers, None
     if model_type in _PURE_SSM_TYPES:
         raise ValueError(
             f"config.json: model_type {model_type!r} is a pure state-space model; the engine does not cover it yet"
@@ -467,7 +469,11 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
     return ["sliding"] * n_layers, window  # Mistral, Phi-3: every layer slides
 
 
-_PURE_SSM_TYPES = ("mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm")
+# attention-free models whose every layer is one Mamba mixer (transformers MambaConfig,
+# FalconMambaConfig, Mamba2Config; vLLM mamba.py / mamba2.py)
+STATE_MODEL_CONTEXT = 1_048_576
+PURE_STATE_TYPES = {"mamba": "mamba", "falcon_mamba": "mamba", "mamba2": "mamba2"}
+_PURE_SSM_TYPES = ("rwkv", "rwkv7", "xlstm")
 
 
 def _mamba_d_head(cfg: dict, inner: int, heads: int) -> int:
@@ -482,11 +488,42 @@ def _mamba_d_head(cfg: dict, inner: int, heads: int) -> int:
 def _state_dims(cfg: dict, kind: str, hidden: int, ignored: dict[str, str]) -> StateDims:
     if kind == "mamba":
         expand = _first_req(cfg, "mamba_expand", "expand")
+        if cfg.get("model_type") in PURE_STATE_TYPES and cfg.get("intermediate_size") is not None:
+            # MambaConfig / FalconMambaConfig.__post_init__ set intermediate_size = int(expand *
+            # hidden_size) whatever the file says, and vLLM's mamba.py reads that attribute: a file
+            # whose two fields disagree has no single answer, so refuse rather than pick one
+            given = _as_int("intermediate_size", cfg["intermediate_size"])
+            if given != expand * hidden:
+                raise ValueError(
+                    f"config.json: intermediate_size ({given:,}) is not expand x hidden_size "
+                    f"({expand} x {hidden:,}); transformers sizes the Mamba mixer from expand, so the "
+                    "state size is ambiguous"
+                )
         return StateDims(
             heads=expand * hidden,  # d_inner channels, each with its own d_state SSM state
             head_dim=1,
             state_size=_first_req(cfg, "mamba_d_state", "state_size", "ssm_state_size"),
             conv_kernel=_first_req(cfg, "mamba_d_conv", "conv_kernel"),
+        )
+    if kind == "mamba2" and cfg.get("model_type") == "mamba2":
+        # pure Mamba-2 (Mamba2Config): its own names; Mamba2Config.validate_architecture requires
+        # num_heads x head_dim == expand x hidden_size, the mixer width
+        heads = _req(cfg, "num_heads")
+        head_dim = _req(cfg, "head_dim")
+        expand = _req(cfg, "expand")
+        if heads * head_dim != expand * hidden:
+            raise ValueError(
+                f"config.json: num_heads x head_dim ({heads} x {head_dim}) must equal expand x hidden_size "
+                f"({expand} x {hidden})"
+            )
+        state = _req(cfg, "state_size")
+        return StateDims(
+            heads=heads,
+            head_dim=head_dim,
+            state_size=state,
+            conv_kernel=_req(cfg, "conv_kernel"),
+            groups=_req(cfg, "n_groups"),
+            group_dim=state,
         )
     if kind == "mamba2":
         state = _first_req(cfg, "ssm_state_size", "mamba_d_state")
@@ -652,7 +689,16 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     if n_layers > MAX_LAYERS:  # a typo'd config must not make us build a billion-entry layer list
         raise ValueError(f"config.json: 'num_hidden_layers' is {n_layers:,}; at most {MAX_LAYERS:,} supported")
     hidden = _req(cfg, "hidden_size")
-    max_ctx = _req(cfg, "max_position_embeddings")
+    if model_type in PURE_STATE_TYPES and cfg.get("max_position_embeddings") is None:
+        # a state-space model has no position table and keeps the same bytes at any length; the
+        # page still needs an axis, so one is chosen and said
+        max_ctx = STATE_MODEL_CONTEXT
+        notes.append(
+            f"no max_position_embeddings (a state-space model has no position limit): the context axis "
+            f"stops at {STATE_MODEL_CONTEXT:,} tokens"
+        )
+    else:
+        max_ctx = _req(cfg, "max_position_embeddings")
     kinds, window = _layer_kinds(cfg, n_layers, model_type)
     if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
         kinds = ["mamba2" if k == "mamba" else k for k in kinds]

@@ -68,6 +68,12 @@ def hand_bytes(model_id: str, L: int) -> int:
         return 61 * ((512 + 64) * BF16 + 128 + 4) * L
     if model_id == "nemotron-h-8b":  # 4 attention + 24 Mamba-2 layers, vLLM's float32 recurrent state
         return 4 * 2 * 8 * 128 * BF16 * L + 24 * ((128 * 64 + 2 * 8 * 128) * 3 * BF16 + 128 * 64 * 128 * 4)
+    if model_id == "qwen3-235b-a22b":  # 94 full-attention layers, 4 KV heads of 128
+        return 94 * 2 * 4 * 128 * BF16 * L
+    if model_id == "mamba-2.8b":  # 64 Mamba-1 mixers of d_inner 2 x 2560: conv k - 1, state 16, no K/V
+        return 64 * (5120 * (4 - 1) + 5120 * 16) * BF16
+    if model_id == "mamba-codestral-7b":  # 64 Mamba-2 mixers: conv 8192 + 2 x 8 x 128, 128 heads x 64 x 128
+        return 64 * ((8192 + 2 * 8 * 128) * (4 - 1) + 128 * 64 * 128) * BF16
     raise AssertionError(f"no hand computation for {model_id}")
 
 

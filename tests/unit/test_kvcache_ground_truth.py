@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kvcache import ModelSpec, breakdown, for_engine, kv_cache_bytes
+from app.kvcache import ModelSpec, breakdown, catalog, for_engine, kv_cache_bytes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 CONFIGS = {m["id"]: m for m in json.loads((FIXTURES / "ground_truth_configs.json").read_text())["models"]}
@@ -44,6 +44,22 @@ def test_every_family_of_the_issue_is_measured():
         "jamba-v0.1",
     } <= set(TRUTH["models"])
     assert TRUTH["transformers"].startswith("5.")
+
+
+def architecture(config: dict) -> str:
+    text = config["text_config"] if isinstance(config.get("text_config"), dict) else config
+    return str(text.get("model_type") or config["model_type"])
+
+
+def test_every_catalog_architecture_is_measured():
+    """The issue: ground truth "run for every family you support": each model_type the catalog ships
+    has at least one published config measured in transformers, and every measured config is in the
+    fixture at the four lengths."""
+    shipped = {architecture(m.config) for m in catalog.models().values()}
+    measured = {architecture(CONFIGS[mid]["config"]) for mid in TRUTH["models"]}
+    assert shipped <= measured, f"catalog architectures without ground truth: {sorted(shipped - measured)}"
+    assert set(CONFIGS) == set(TRUTH["models"])
+    assert all([c["seq_len"] for c in e["cases"]] == [1, 4096, 32768, 131072] for e in TRUTH["models"].values())
     for entry in CONFIGS.values():
         assert entry["source"].startswith("https://huggingface.co/")
 
@@ -78,3 +94,32 @@ def test_the_documented_wrong_figures_are_gone():
     for model_id, old in before.items():
         measured = TRUTH["models"][model_id]["cases"][1]["bytes"]
         assert kv_cache_bytes(spec_of(model_id), 4096) == measured != old
+
+
+FP8 = [(mid, case) for mid, entry in TRUTH["models"].items() for case in entry.get("fp8", {}).get("cases", [])]
+
+
+def test_fp8_is_measured_for_the_full_attention_families():
+    """transformers has no fp8 StaticCache: its fp8 cache is QuantizedCache(backend="fp8"), which
+    takes full-attention models only (cache_utils.py QuantizedCache.__init__) and refuses the rest."""
+    assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "mixtral-8x7b", "opt-13b"} <= {m for m, _ in FP8}
+    assert all(("fp8" in e) != ("fp8_refused" in e) for e in TRUTH["models"].values())
+    for model_id, entry in TRUTH["models"].items():
+        kinds = {g.kind for g in spec_of(model_id).groups}
+        # measured exactly when every layer is full attention (MLA included), refused otherwise
+        assert ("fp8" in entry) == (kinds <= {"full", "mla"}), model_id
+        if "fp8_refused" in entry:
+            assert "only full attention" in entry["fp8_refused"]
+
+
+@pytest.mark.parametrize(("model_id", "case"), FP8, ids=[f"{m}-fp8-L{c['seq_len']}" for m, c in FP8])
+def test_fp8_keys_and_values_match_transformers_to_the_byte(model_id, case):
+    """The float8_e4m3fn K/V (or MLA latent) it keeps is ours to the byte; beside them it keeps one
+    float32 scale per K and per V tensor of each layer (8 B per layer for the whole batch), which the
+    engine's per-sequence figure leaves out: asserted here so the gap is known, not hidden."""
+    parts = case["parts"]
+    kv = parts["keys float8_e4m3fn"] + parts["values float8_e4m3fn"]
+    spec = spec_of(model_id)
+    assert kv_cache_bytes(spec, case["seq_len"], 1, "fp8") == kv
+    assert parts["keys_scale float32"] + parts["values_scale float32"] == 8 * spec.num_layers
+    assert case["bytes"] == kv + 8 * spec.num_layers

@@ -166,14 +166,29 @@ def test_adding_a_field_to_plain_attention_is_refused_or_counted(key, value):
         ({**CONFIGS["falcon-h1-7b"], "mamba_d_head": 64}, "mamba_d_ssm"),
         ({**CONFIGS["deepseek-v3.2-exp"], "index_topk_freq": 4}, "index_topk_freq"),
         (
-            {
-                "model_type": "mamba2",
-                "hidden_size": 4096,
-                "num_hidden_layers": 64,
-                "num_heads": 128,
-                "max_position_embeddings": 8192,
-            },
+            {"model_type": "rwkv", "hidden_size": 4096, "num_hidden_layers": 32, "max_position_embeddings": 8192},
             "pure state-space",
+        ),
+        # a pure Mamba-2 config missing the head width, and one whose mixer widths disagree
+        ({"model_type": "mamba2", "hidden_size": 4096, "num_hidden_layers": 64, "num_heads": 128}, "head_dim"),
+        ({**CONFIGS["mamba-codestral-7b"], "head_dim": 32}, "num_heads x head_dim"),
+        # Mamba-1 whose intermediate_size is not expand x hidden_size (transformers keeps expand's)
+        ({**CONFIGS["mamba-2.8b"], "intermediate_size": 8192}, "intermediate_size"),
+        # Falcon-Mamba-7B as published (huggingface.co/tiiuae/falcon-mamba-7b config.json, copied in
+        # public benchmark code): expand 16 but intermediate_size 8192 = 2 x hidden_size
+        (
+            {
+                "model_type": "falcon_mamba",
+                "conv_kernel": 4,
+                "expand": 16,
+                "hidden_size": 4096,
+                "intermediate_size": 8192,
+                "num_hidden_layers": 64,
+                "state_size": 16,
+                "time_step_rank": 256,
+                "vocab_size": 65024,
+            },
+            "intermediate_size",
         ),
     ],
 )

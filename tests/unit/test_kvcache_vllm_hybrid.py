@@ -122,3 +122,27 @@ def test_hybrid_start_up_figures():
     assert vc.kv_cache_tokens == vc.num_blocks // 8 * 80
     assert vc.logged_blocks == -(-65536 // 80) + 7
     assert vc.logged_concurrency == Fraction(vc.num_blocks, -(-65536 // 80) + 7)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "page"),
+    [
+        # Mamba-1: conv (d_inner 5120, k - 1 = 3) + recurrent (5120, 16), bf16 (mamba_ssm_cache_dtype auto)
+        ("mamba-2.8b", 5120 * 3 * 2 + 5120 * 16 * 2),
+        # Mamba-2: conv (8192 + 2 x 8 groups x 128, 3) + recurrent (128 heads, 64, 128), bf16
+        ("mamba-codestral-7b", (8192 + 2 * 8 * 128) * 3 * 2 + 128 * 64 * 128 * 2),
+    ],
+)
+def test_a_state_only_model_is_one_group_of_one_block_per_request(model_id, page):
+    """No attention: every layer is the same MambaSpec, so one uniform KV-cache group whose page is
+    one layer's whole state (kv_cache_utils.py get_kv_cache_config_uniform_type); a request holds
+    one block whatever its length, so num_blocks requests fit."""
+    spec = vllm_spec(model_id)
+    lay = vllm_layout(spec, "bf16")
+    assert kinds(lay) == [(spec.groups[0].kind, 64)]
+    assert lay.page_bytes == page
+    assert kv_cache_bytes(spec, 1) == kv_cache_bytes(spec, 131072) == 64 * page
+    p = plan(spec, catalog.gpu("h100-80gb"), weight_dtype_name="bf16", kv_dtype="bf16", context_len=131072, batch=1)
+    assert p.vllm is not None
+    assert p.vllm.num_blocks == p.kv_budget // (64 * page)
+    assert p.vllm.steady_blocks == p.vllm.logged_blocks == 1

@@ -183,7 +183,9 @@ def test_auth_errors(server, key):
 
 def test_request_errors_400_404_413(server, key):
     r = httpx2.post(
-        f"{server.base_url}/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {key}"}
+        f"{server.base_url}/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
     assert r.status_code == 400 and error_of(r)["type"] == "invalid_request_error"
     r = post(server, key, {"model": "gpt-4.1", "messages": []})

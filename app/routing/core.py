@@ -339,7 +339,7 @@ class RoutingCore:
         if temperature is not None and (
             isinstance(temperature, bool)
             or not isinstance(temperature, (int, float))
-            or not 0.0 <= float(temperature) <= 2.0
+            or not 0.0 <= temperature <= 2.0  # compared as it is: float() of a huge int overflows
         ):
             raise InvalidRequest("temperature must be between 0 and 2")
         for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):

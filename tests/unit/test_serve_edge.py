@@ -302,3 +302,22 @@ def test_a_number_of_100000_digits_is_one_clear_400(keyed):
     message = r.json()["error"]["message"]
     assert r.status_code == 400 and "more than 4,300 digits" in message
     assert "set_int_max_str_digits" not in message and "Exceeds the limit" not in message
+
+
+def test_the_library_refuses_huge_numbers_with_one_clear_line(tmp_path):
+    """The same through the Python API, where a Python int can be any size: before, json.dumps
+    raised "Exceeds the limit (4300 digits) for integer string conversion" from inside the SDK, and
+    a huge temperature "int too large to convert to float"."""
+    from app.routing import RoutingClient
+    from core.errors import InvalidRequest
+
+    env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'lib.db'}"}
+    client = RoutingClient.from_config(str(sp.REPO / "gateway.toml"), env=env)
+    hi = [{"role": "user", "content": "hi"}]
+    try:
+        for field, value in (("max_tokens", 10**100_000), ("temperature", 10**5000), ("seed", -(10**4300))):
+            with pytest.raises(InvalidRequest, match=r"^a number in the request has more than 4,300 digits$"):
+                client.chat(hi, model="gpt-4.1", **{field: value})
+        assert client.chat(hi, model="gpt-4.1", max_tokens=5).text  # the client still serves
+    finally:
+        client.close()

@@ -140,6 +140,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # bytes received of the head not complete yet
         self._heads = 0  # request heads completed on this connection
         self._refused = False  # answered by the edge itself; the parser's further callbacks are ignored
+        self._fits = True  # the head so far plus the chunk being parsed are within max_header_bytes
 
     # ------------------------------------------------------------------------ connection
 
@@ -174,46 +175,37 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         in_head, heads = self._in_head, self._heads
+        # A head that fits with this chunk whole fits: the exact measure is then not needed.
+        self._fits = self._head_bytes + len(data) <= self.limits.max_header_bytes
         super().data_received(data)
         if self._refused or self.transport.is_closing():
             return
         if in_head and self._in_head and heads == self._heads:
             # No head completed in this chunk: all of it belongs to the head still incomplete.
             self._head_bytes += len(data)
-            if self._head_bytes > self.limits.max_header_bytes:
+            if not self._fits or len(self.headers) > self.limits.max_headers:
                 self._refuse_head_too_large()
                 return
-        if self._head_timer is None and self._serving_nothing():
-            self._arm_head_timer()  # bytes while idle (after a response): the next head has its deadline
-
-    # ------------------------------------------------------------------------ parser callbacks
-
-    def on_message_begin(self) -> None:
-        if self._refused:
-            return
-        super().on_message_begin()
-        if self._head_timer is None:
+        cycle = self.cycle
+        if self._head_timer is None and (cycle is None or cycle.response_complete):
+            # Bytes, and no request in progress (a head begun, or a body still arriving after its
+            # answer): the next head has its deadline. A head complete in one chunk never needs it.
             self._arm_head_timer()
 
-    def on_url(self, url: bytes) -> None:
-        if not self._refused:
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._refused:
-            return
-        super().on_header(name, value)
-        if len(self.headers) > self.limits.max_headers:
-            self._refuse_head_too_large()
+    # ------------------------------------------------------------------------ parser callbacks
+    # on_url and on_header stay uvicorn's (called per header, they are the parser's hot path):
+    # the head's bytes and lines are checked per chunk above and once more, cheaply, here.
 
     def on_headers_complete(self) -> None:
         if self._refused:
             return
-        size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)  # "name: value\r\n"
-        if size > self.limits.max_header_bytes:
+        if len(self.headers) > self.limits.max_headers or (
+            not self._fits and self._head_size() > self.limits.max_header_bytes
+        ):
             self._refuse_head_too_large()
             return
-        self._cancel_head_timer()
+        if self._head_timer is not None:
+            self._cancel_head_timer()
         self._in_head = False
         self._head_bytes = 0
         self._heads += 1
@@ -222,6 +214,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         limit = self.limits.max_requests_per_connection
         if limit and self._heads >= limit and self.cycle is not None and self.cycle.scope is self.scope:
             self.cycle.keep_alive = False  # answered with "connection: close", then closed
+
+    def _head_size(self) -> int:
+        return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)  # "name: value\r\n"
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:

@@ -491,18 +491,27 @@ def lookup(
 
 
 def _shared_database(url: str) -> None:
-    """Refuse a SQLite database that lives in one connection's memory: the telemetry writer's thread,
+    """Refuse a URL SQLAlchemy cannot parse, or whose port is not one (one line, never its raw
+    ``int()`` error), and a SQLite database that lives in one connection's memory: the telemetry writer's thread,
     the refresher and the request path each connect on their own, so they would each see a different,
     empty database (the writer then retries 'no such table' for ever)."""
-    if not url.startswith("sqlite:"):
-        return
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url.split("?", 1)[0])  # never the password
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ConfigError(f"DATABASE_URL: not a valid database URL (got {url.split('?', 1)[0]!r})") from None
+        raise ConfigError(f"DATABASE_URL: not a valid database URL (got {shown!r})") from None
+    except ValueError:  # SQLAlchemy's int() of the port: "invalid literal for int() with base 10"
+        raise ConfigError(
+            f"DATABASE_URL: the port must be a whole number from 1 to 65535 (got {shown!r}); "
+            "Fix: e.g. postgresql+psycopg://user:password@localhost:5432/gateway"
+        ) from None
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ConfigError(f"DATABASE_URL: the port must be a whole number from 1 to 65535 (got {shown!r})")
+    if not url.startswith("sqlite:"):
+        return
     database = parsed.database or ""
     in_memory = not database or database == ":memory:" or database.startswith("file::memory:")
     if in_memory or parsed.query.get("mode") == "memory":

@@ -315,6 +315,12 @@ def dashboard_argv(streamlit_args: list[str]) -> list[str]:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     import os
 
+    from app.config import check_database_url
+
+    # A DATABASE_URL that cannot even be parsed is refused here, as one line, rather than by every
+    # page of a server that started anyway (the pages still say so for one set in secrets.toml).
+    if url := os.environ.get("DATABASE_URL"):
+        check_database_url(url)
     argv = dashboard_argv(args.streamlit_args)
     sys.stdout.flush()
     os.execv(argv[0], argv)  # the server becomes this process: same pid, signals reach it directly

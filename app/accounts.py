@@ -237,6 +237,18 @@ class Accounts:
             pass
 
 
+def store_problem(exc: BaseException) -> str:
+    """What to tell a visitor when the account store could not be read: the database not answering
+    (refused, timed out, dropped connection) or, for anything else, the error's kind. Never the
+    driver's text, which may name hosts and SQL."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout | OSError | TimeoutError):
+        return "the database is not answering"
+    return f"the account store could not be read ({type(exc).__name__})"
+
+
 def _throttle_key(name: str) -> str:
     return f"user:{name}"
 

@@ -30,6 +30,9 @@ class ModelInfo(BaseModel):
     cached_input: Decimal = Field(ge=0)
     output: Decimal = Field(ge=0)
     context_tokens: int = Field(gt=0)
+    # The most output one request can produce (the provider's documented limit): what a budget
+    # holds for a request when nothing smaller is known (db.limits). None: bounded by the context.
+    max_output_tokens: int | None = Field(default=None, ge=0)
     source: str
     kind: Literal["chat", "embedding"] = "chat"  # embedding models serve only the embeddings API
 
@@ -58,6 +61,12 @@ def get(model: str) -> ModelInfo:
         return models()[model]
     except KeyError:
         raise UnknownModelError(model) from None
+
+
+def output_limit(model: str) -> int:
+    """The most completion tokens one answer of ``model`` can have (its output limit, else its context)."""
+    info = get(model)
+    return info.max_output_tokens if info.max_output_tokens is not None else info.context_tokens
 
 
 def cost_usd(model: str, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> float:

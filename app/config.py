@@ -490,26 +490,40 @@ def lookup(
     return None
 
 
-def _shared_database(url: str) -> None:
-    """Refuse a URL SQLAlchemy cannot parse, or whose port is not one (one line, never its raw
-    ``int()`` error), and a SQLite database that lives in one connection's memory: the telemetry writer's thread,
-    the refresher and the request path each connect on their own, so they would each see a different,
-    empty database (the writer then retries 'no such table' for ever)."""
+def _masked(url: str) -> str:
+    """``url`` as an error may show it: the query dropped and any password replaced by ``***``."""
+    shown = re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", url.split("?", 1)[0])
+    return shown if len(shown) <= 200 else shown[:200] + "..."
+
+
+def check_database_url(url: str):
+    """Parse ``url`` as the database URL (no connection is made): a :class:`ConfigError` naming
+    ``DATABASE_URL`` with a ``Fix:`` when it cannot be, e.g. a port that is not a number (SQLAlchemy's
+    own error is Python's "invalid literal for int()"). Returns SQLAlchemy's ``URL``."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url.split("?", 1)[0])  # never the password
+    fix = "Fix: e.g. postgresql+psycopg://user:password@127.0.0.1:5432/gateway or sqlite:///data/gateway.db"
+    port = re.search(r"://(?:[^@/?#]*@)?(?:\[[^\]]*\]|[^:/?#@]*):([^/?#@]+)(?=[/?#]|$)", url)
+    given = port.group(1) if port is not None else ""
+    if given and not (given.isascii() and given.isdigit()):
+        raise ConfigError(f"DATABASE_URL: port {given[:20]!r} is not a number (in {_masked(url)!r}); {fix}")
+    if given and (len(given) > 5 or not 0 < int(given) < 65536):
+        raise ConfigError(f"DATABASE_URL: port {given[:20]} is out of range 1-65535 (in {_masked(url)!r}); {fix}")
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise ConfigError(f"DATABASE_URL: not a valid database URL (got {shown!r})") from None
-    except ValueError:  # SQLAlchemy's int() of the port: "invalid literal for int() with base 10"
-        raise ConfigError(
-            f"DATABASE_URL: the port must be a whole number from 1 to 65535 (got {shown!r}); "
-            "Fix: e.g. postgresql+psycopg://user:password@localhost:5432/gateway"
-        ) from None
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise ConfigError(f"DATABASE_URL: the port must be a whole number from 1 to 65535 (got {shown!r})")
+    except (ArgumentError, ValueError):
+        raise ConfigError(f"DATABASE_URL: not a valid database URL (got {_masked(url)!r}); {fix}") from None
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ConfigError(f"DATABASE_URL: port {parsed.port} is out of range 1-65535 (in {_masked(url)!r}); {fix}")
+    return parsed
+
+
+def _shared_database(url: str) -> None:
+    """Refuse a SQLite database that lives in one connection's memory: the telemetry writer's thread,
+    the refresher and the request path each connect on their own, so they would each see a different,
+    empty database (the writer then retries 'no such table' for ever)."""
+    parsed = check_database_url(url)
     if not url.startswith("sqlite:"):
         return
     database = parsed.database or ""

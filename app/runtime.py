@@ -28,6 +28,7 @@ from sqlalchemy import Engine
 from app.config import Settings, load_settings
 from app.guardrail import CHECK_EVERY_S, guardrail_timer
 from app.refresh import Periodic, Refreshed, RefreshedState, Refresher
+from app.shutdown import flush_on_sigterm
 from app.simulated import SimulatedUpstream, simulated_upstreams
 from app.simulator import make_transport
 from app.telemetry.location import open_writer
@@ -203,4 +204,5 @@ def assemble(
     refresher.start()
     if timer is not None:
         timer.start()
+    flush_on_sigterm(gateway)  # only where the program left SIGTERM at its default (app.shutdown)
     return gateway

@@ -1,21 +1,34 @@
 """Per-key rate limits and budgets, enforced atomically by the database shared by every server process.
 
-Rate limits are fixed one-minute windows: one row per (key, minute) whose counters are bumped by a
-single ``INSERT ... ON CONFLICT DO UPDATE ... WHERE <under the limit> RETURNING`` statement. The
-``WHERE`` makes the increment conditional inside the database, so N processes racing for the last
-slot cannot all win: on PostgreSQL the conflicting row is locked for the update, on SQLite the whole
-write is serialised. No row returned means the limit was reached.
+Rate limits are a sliding window counted in one-second buckets: one row per (key, second) holding
+the requests admitted and tokens counted in it. A request is admitted when the buckets of the last
+``WINDOW_S + 1`` seconds, itself included, stay within ``rpm`` and ``tpm``. Counting every bucket
+that overlaps the trailing minute (not a weighted estimate of the previous window) is what makes the
+limit hold in *every* 60-second window: when a request is admitted, every earlier request less than
+60 s before it is counted, so no 60 s span ever holds more than the limit (a fixed window, or a
+full token bucket, admits up to twice the limit across a boundary). The price is that a request
+may wait up to one second longer than strictly needed.
 
-Budgets are a ledger per (key, period): ``spent`` (settled) plus ``reserved`` (estimates of requests
-in flight). :func:`admit` reserves an estimate in the same transaction as the rate-limit increment
-(a refusal of either rolls back both, so a request refused for budget does not use up a rate slot);
-:func:`settle` replaces the estimate by the real cost and tokens exactly once, keyed by the
-reservation id (a second settle, or one racing it in another process, changes nothing).
+Atomicity: the admission increments its own bucket first and sums the window after, in one
+transaction, and rolls back when a limit is exceeded; on PostgreSQL a transaction-scoped advisory
+lock per key orders concurrent admissions of that key (they touch different bucket rows, so row
+locks alone would not), on SQLite the first write takes the database's write lock. N processes
+racing for the last slot cannot all win.
 
-Requests-per-minute counts admitted requests; tokens-per-minute admits while the window's tokens
-(estimates, corrected to real counts on settle) are under the limit, so one request may overshoot
-it, as with the providers' own limits. Money is integer micro-USD. Time is passed in (``now``), so
-tests pin the window instead of depending on the wall clock.
+Budgets are a ledger per (key, period): ``spent`` (settled) plus ``reserved`` (requests in flight).
+:func:`admit` reserves a request's worst case (``est_cost_usd``: its prompt and its ``max_tokens``,
+or the model's output limit) in the same transaction as the rate-limit count (a refusal of either
+rolls back both), and holds more, up to ``ceiling_cost_usd`` (the model's own worst case), as far
+as the budget has room. The hold is what bounds overspend by one request even when an upstream
+bills more output than was asked for (providers that ignore ``max_tokens``, reasoning tokens): a
+request that holds less than its model's worst case left the budget no room, so no other request
+is admitted until it settles. :func:`settle` replaces the reservation by the real cost and tokens
+exactly once, keyed by the reservation id (a second settle, or one racing it in another process,
+changes nothing).
+
+Tokens-per-minute admits a request when the window's tokens plus its estimate stay within the
+limit; the estimate is corrected to the real count on settle. Money is integer micro-USD. Time is
+passed in (``now``), so tests pin the window instead of depending on the wall clock.
 """
 
 from __future__ import annotations
@@ -23,12 +36,12 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, select, update
+from sqlalchemy import Connection, Engine, Table, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 
@@ -42,9 +55,12 @@ _S = cast(Table, GatewayKeySpend.__table__)
 _R = cast(Table, GatewayKeyReservation.__table__)
 
 WINDOW_S = 60
+BUCKET_S = 1  # the sliding window's resolution: one row per key and second
 RATE_LIMITED = "rate_limit_exceeded"
 TOKENS_LIMITED = "tokens_limit_exceeded"
 BUDGET_EXCEEDED = "budget_exceeded"
+BUDGET_RESERVED = "budget_reserved"  # the rest of the budget is held by requests in flight
+_LOCK_SPACE = 0x6777  # PostgreSQL advisory lock namespace ("gw") for per-key admission
 # SQLite in WAL mode can refuse a write with "database is locked" when a deferred transaction's
 # snapshot went stale under a concurrent writer; the transaction then did nothing and is retried.
 _SQLITE_RETRIES = 20
@@ -57,10 +73,11 @@ class Decision:
     allowed: bool
     code: str | None = None
     message: str = ""
-    retry_after_s: int | None = None  # for rate limits: seconds until the window resets
+    retry_after_s: int | None = None  # for rate limits: seconds until the request would fit
     reservation_id: str | None = None
-    window_start: int = 0
-    requests_in_window: int | None = None
+    window_start: int = 0  # the admission's bucket
+    requests_in_window: int | None = None  # in the sliding window, this request included
+    reserved_micro_usd: int = 0  # held against the budget until settle
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,13 @@ class SpendState:
 
 
 def window_start(now: float) -> int:
-    return int(now // WINDOW_S) * WINDOW_S
+    """The start of the one-second bucket holding ``now``."""
+    return int(now // BUCKET_S) * BUCKET_S
+
+
+def window_first_bucket(now: float) -> int:
+    """The oldest bucket counted at ``now``: every bucket overlapping the 60 s before ``now``."""
+    return window_start(now) - WINDOW_S
 
 
 def period_start(period: str, now: float) -> int:
@@ -129,74 +152,120 @@ class _Refused(Exception):
 
 
 def admit(
-    engine: Engine, key: KeyRecord, *, est_tokens: int = 0, est_cost_usd: float = 0.0, now: float | None = None
+    engine: Engine,
+    key: KeyRecord,
+    *,
+    est_tokens: int = 0,
+    est_cost_usd: float = 0.0,
+    ceiling_cost_usd: float | None = None,
+    now: float | None = None,
 ) -> Decision:
-    """Count one request against ``key``'s rate limits and reserve its estimated cost, atomically.
+    """Count one request against ``key``'s rate limits and reserve its cost, atomically.
 
-    Allowed decisions carry a ``reservation_id`` to pass to :func:`settle` when the request ends
-    (whether it succeeded, failed or was cancelled).
+    ``est_cost_usd`` is the request's worst case and must fit in the budget; ``ceiling_cost_usd``
+    (at least that) is what it may really cost when the upstream does not honour the request's
+    output limit, held as far as the budget has room. Allowed decisions carry a
+    ``reservation_id`` to pass to :func:`settle` when the request ends (whether it succeeded,
+    failed or was cancelled).
     """
     ts = time.time() if now is None else now
     if est_tokens < 0:
         raise ValueError("est_tokens must be >= 0")
-    win = window_start(ts)
-    retry_after = max(1, math.ceil(win + WINDOW_S - ts))
+    bucket = window_start(ts)
+    first = window_first_bucket(ts)
+    budgeted = key.budget_micro_usd is not None
     # At least one micro-dollar, so a key whose budget is exactly used up refuses the next request.
-    est_micro = max(1, usd_to_micro(est_cost_usd)) if key.budget_micro_usd is not None else 0
-    pstart = period_start(key.period, ts) if key.budget_micro_usd is not None and key.period else None
+    est_micro = max(1, usd_to_micro(est_cost_usd)) if budgeted else 0
+    ceiling_micro = max(est_micro, usd_to_micro(ceiling_cost_usd)) if budgeted and ceiling_cost_usd else est_micro
+    pstart = period_start(key.period, ts) if budgeted and key.period else None
 
     def run(conn: Connection) -> Decision:
+        if conn.dialect.name == "postgresql":
+            # The two-int form takes int4: ids past 2**31 share a lock with another key, which only
+            # orders the two keys' admissions together.
+            lock = {"space": _LOCK_SPACE, "key": key.id % 2**31}
+            conn.execute(text("SELECT pg_advisory_xact_lock(:space, :key)"), lock)
         w = _W
-        ins = _upsert(conn)(w).values(key_id=key.id, window_start=win, requests=1, tokens=est_tokens)
-        conds = []
-        if key.rpm is not None:
-            conds.append(w.c.requests < key.rpm)
-        if key.tpm is not None:
-            conds.append(w.c.tokens < key.tpm)
-        stmt = ins.on_conflict_do_update(
-            index_elements=[w.c.key_id, w.c.window_start],
-            set_={"requests": w.c.requests + 1, "tokens": w.c.tokens + ins.excluded.tokens},
-            where=and_(*conds) if conds else None,
-        ).returning(w.c.requests)
-        got = conn.execute(stmt).first()
-        if got is None:
-            row = conn.execute(
-                select(w.c.requests, w.c.tokens).where(w.c.key_id == key.id, w.c.window_start == win)
-            ).one()
-            if key.rpm is not None and row.requests >= key.rpm:
-                code, msg = RATE_LIMITED, f"rate limit of {key.rpm} requests per minute reached for this key"
-            else:
-                code, msg = TOKENS_LIMITED, f"rate limit of {key.tpm} tokens per minute reached for this key"
-            raise _Refused(Decision(False, code, msg, retry_after_s=retry_after, window_start=win))
+        ins = _upsert(conn)(w).values(key_id=key.id, window_start=bucket, requests=1, tokens=est_tokens)
+        conn.execute(
+            ins.on_conflict_do_update(
+                index_elements=[w.c.key_id, w.c.window_start],
+                set_={"requests": w.c.requests + 1, "tokens": w.c.tokens + ins.excluded.tokens},
+            )
+        )
+        limited = key.rpm is not None or key.tpm is not None
+        requests = None
+        if limited:
+            rows = conn.execute(
+                select(w.c.window_start, w.c.requests, w.c.tokens)
+                .where(w.c.key_id == key.id, w.c.window_start >= first, w.c.window_start <= bucket)
+                .order_by(w.c.window_start)
+            ).all()
+            requests = sum(r.requests for r in rows)
+            tokens = sum(r.tokens for r in rows)
+            if key.rpm is not None and requests > key.rpm:
+                wait = _retry_after(rows, ts, lambda r: r.requests, requests - key.rpm)
+                msg = f"rate limit of {key.rpm} requests per minute reached for this key"
+                raise _Refused(Decision(False, RATE_LIMITED, msg, retry_after_s=wait, window_start=bucket))
+            if key.tpm is not None and tokens > key.tpm:
+                if est_tokens > key.tpm:
+                    msg = (
+                        f"this request alone is estimated at {est_tokens:,} tokens, more than this key's limit of "
+                        f"{key.tpm:,} tokens per minute. Fix: a shorter prompt or a lower max_tokens"
+                    )
+                    wait = WINDOW_S
+                else:
+                    msg = f"rate limit of {key.tpm} tokens per minute reached for this key"
+                    wait = _retry_after(rows, ts, lambda r: r.tokens, tokens - key.tpm)
+                raise _Refused(Decision(False, TOKENS_LIMITED, msg, retry_after_s=wait, window_start=bucket))
+        reserved = 0
         if pstart is not None:
             assert key.budget_micro_usd is not None
+            budget = key.budget_micro_usd
+            if est_micro > budget:
+                raise _Refused(_budget_refusal(key, bucket))
             s = _S
-            if est_micro > key.budget_micro_usd:
-                raise _Refused(_budget_refusal(key, win))
             sins = _upsert(conn)(s).values(
                 key_id=key.id, period_start=pstart, spent_micro_usd=0, reserved_micro_usd=est_micro
             )
             sstmt = sins.on_conflict_do_update(
                 index_elements=[s.c.key_id, s.c.period_start],
                 set_={"reserved_micro_usd": s.c.reserved_micro_usd + sins.excluded.reserved_micro_usd},
-                where=s.c.spent_micro_usd + s.c.reserved_micro_usd + sins.excluded.reserved_micro_usd
-                <= key.budget_micro_usd,
-            ).returning(s.c.spent_micro_usd)
-            if conn.execute(sstmt).first() is None:
-                raise _Refused(_budget_refusal(key, win))
+                where=s.c.spent_micro_usd + s.c.reserved_micro_usd + sins.excluded.reserved_micro_usd <= budget,
+            ).returning(s.c.spent_micro_usd, s.c.reserved_micro_usd)
+            got = conn.execute(sstmt).first()
+            if got is None:
+                row = conn.execute(
+                    select(s.c.spent_micro_usd).where(s.c.key_id == key.id, s.c.period_start == pstart)
+                ).one()
+                held = row.spent_micro_usd + est_micro <= budget  # fits once requests in flight settle
+                raise _Refused(_budget_refusal(key, bucket, held=held))
+            reserved = est_micro
+            # The row is now locked by this transaction (PostgreSQL row lock, SQLite write lock), so
+            # the room read here is the room there is: hold up to the ceiling within it.
+            extra = min(ceiling_micro - est_micro, budget - got.spent_micro_usd - got.reserved_micro_usd)
+            if extra > 0:
+                conn.execute(
+                    update(s)
+                    .where(s.c.key_id == key.id, s.c.period_start == pstart)
+                    .values(reserved_micro_usd=s.c.reserved_micro_usd + extra)
+                )
+                reserved += extra
         rid = uuid.uuid4().hex
         conn.execute(
             _R.insert().values(
                 id=rid,
                 key_id=key.id,
-                window_start=win,
+                window_start=bucket,
                 period_start=pstart,
                 est_tokens=est_tokens,
-                est_micro_usd=est_micro,
+                est_micro_usd=reserved,
                 created_at=ts,
             )
         )
-        return Decision(True, reservation_id=rid, window_start=win, requests_in_window=got.requests)
+        return Decision(
+            True, reservation_id=rid, window_start=bucket, requests_in_window=requests, reserved_micro_usd=reserved
+        )
 
     try:
         return _with_sqlite_retry(engine, run)
@@ -204,13 +273,34 @@ def admit(
         return refused.decision
 
 
-def _budget_refusal(key: KeyRecord, win: int) -> Decision:
+def _retry_after(rows: Sequence[Any], now: float, amount: Callable[[Any], int], excess: int) -> int:
+    """Seconds until the oldest buckets holding ``excess`` of the window's amount stop counting
+    (a bucket starting at ``b`` counts until ``b + WINDOW_S + BUCKET_S``)."""
+    freed = 0
+    for r in rows:
+        freed += amount(r)
+        if freed >= excess:
+            return max(1, math.ceil(r.window_start + WINDOW_S + BUCKET_S - now))
+    return WINDOW_S + BUCKET_S
+
+
+def _budget_refusal(key: KeyRecord, bucket: int, *, held: bool = False) -> Decision:
+    which = "daily" if key.period == "day" else "monthly"
+    if held:
+        return Decision(
+            False,
+            BUDGET_RESERVED,
+            f"the rest of this key's {which} budget of {key.budget_usd:g} USD is reserved by its requests in "
+            "flight; retry when they finish",
+            retry_after_s=1,
+            window_start=bucket,
+        )
     return Decision(
         False,
         BUDGET_EXCEEDED,
-        f"this key's {'daily' if key.period == 'day' else 'monthly'} budget of {key.budget_usd:g} USD is used up",
+        f"this key's {which} budget of {key.budget_usd:g} USD is used up",
         retry_after_s=None,
-        window_start=win,
+        window_start=bucket,
     )
 
 
@@ -271,7 +361,7 @@ def prune(engine: Engine, *, before: float) -> int:
     """Delete rate-limit windows and settled reservations older than ``before``; returns rows deleted."""
     w, r = _W, _R
     with engine.begin() as conn:
-        n = conn.execute(w.delete().where(w.c.window_start < window_start(before))).rowcount
+        n = conn.execute(w.delete().where(w.c.window_start < window_first_bucket(before))).rowcount
         n += conn.execute(r.delete().where(r.c.settled_at.is_not(None), r.c.settled_at < before)).rowcount
     return n
 
@@ -292,11 +382,14 @@ def spend(engine: Engine, key: KeyRecord, *, now: float | None = None) -> SpendS
 
 
 def window_usage(engine: Engine, key: KeyRecord, *, now: float | None = None) -> tuple[int, int]:
-    """(requests, tokens) counted for ``key`` in the window containing ``now``."""
+    """(requests, tokens) counted for ``key`` in the sliding window at ``now`` (the buckets of the
+    last ``WINDOW_S + 1`` seconds)."""
     ts = time.time() if now is None else now
     w = _W
     with engine.connect() as conn:
         row = conn.execute(
-            select(w.c.requests, w.c.tokens).where(w.c.key_id == key.id, w.c.window_start == window_start(ts))
-        ).first()
-    return (row.requests, row.tokens) if row else (0, 0)
+            select(func.coalesce(func.sum(w.c.requests), 0), func.coalesce(func.sum(w.c.tokens), 0)).where(
+                w.c.key_id == key.id, w.c.window_start >= window_first_bucket(ts), w.c.window_start <= window_start(ts)
+            )
+        ).one()
+    return int(row[0]), int(row[1])

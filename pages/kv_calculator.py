@@ -57,6 +57,7 @@ with cols[0]:
     kv_dtype_slot = st.empty()
     st.selectbox("Weight dtype", kv.weight_dtype_options(), key="kv_weight_dtype")
     st.selectbox("State dtype (hybrids)", kv.state_dtype_options(), key="kv_state_dtype")
+    st.selectbox("Recurrent state dtype (hybrids)", kv.ssm_dtype_options(), key="kv_ssm_dtype")
 with cols[1]:
     st.subheader("Workload")
     st.number_input("Context length (tokens)", step=1024, key="kv_context_len")
@@ -150,6 +151,8 @@ for start in range(0, len(metrics), 2):  # two per row: the exact byte counts ne
 
 st.subheader("Working")
 st.dataframe(pd.DataFrame(data.breakdown_rows), hide_index=True, width="stretch")
+st.caption("Each part of the cache, its storage format and the engine rule that sets it")
+st.dataframe(pd.DataFrame(data.parts_rows), hide_index=True, width="stretch")
 with st.expander("Formulas with the numbers filled in", expanded=True):
     for line in data.working:
         st.text(line)

@@ -12,6 +12,13 @@ Which mode applies, first match wins:
 
 Failed sign-ins in modes 2 and 3 are throttled in the database (:class:`app.accounts.Accounts`),
 so the wait holds across sessions and dashboard processes.
+
+The gate fails closed. Which mode applies is only known once the account store has answered (an
+unread store may hold accounts), and a signed-in account is re-read on every run; when either
+cannot be read, :class:`SignInUnavailable` is raised and the entry shows :func:`unavailable_page`
+and nothing else, which looks again every few seconds and lets the visitor in (or asks for the
+password) as soon as the database answers. A ``.streamlit/secrets.toml`` that exists but cannot be
+parsed is treated the same way: it may hold ``[auth]`` or ``DASHBOARD_PASSWORD``.
 """
 
 from __future__ import annotations
@@ -21,17 +28,24 @@ import logging
 
 import streamlit as st
 
-from app.accounts import Accounts, User
-from app.config import lookup
+from app.accounts import Accounts, User, store_problem
+from app.config import ConfigError, lookup
 from app.dashboard.identity import LOCAL, SHARED_PASSWORD, Identity, oidc_name, oidc_role
 from app.dashboard.safe_text import inert
-from app.sessions import resume
+from app.sessions import SessionSecretError, resume
 from ui import resources, session_cookie
 from ui.state import AuthState
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ACTOR = SHARED_PASSWORD.name
+RETRY_EVERY_S = 3  # how often the "cannot verify sign-in" page looks at the database again
+NOBODY = Identity("anonymous", "viewer", "none")  # the actor when no one could be verified: writes nothing
+
+
+class SignInUnavailable(Exception):
+    """Who may enter cannot be decided (the account store or the secrets file cannot be read): the
+    dashboard shows :func:`unavailable_page` and nothing else. The message is for the visitor."""
 
 
 def expected_password() -> str | None:
@@ -44,26 +58,41 @@ def check_password(given: str, expected: str) -> bool:
 
 
 def oidc_configured() -> bool:
-    """True when ``.streamlit/secrets.toml`` has an ``[auth]`` table for ``st.login``."""
+    """True when ``.streamlit/secrets.toml`` has an ``[auth]`` table for ``st.login``. No secrets
+    file is the normal case (False); one that cannot be parsed raises :class:`SignInUnavailable`,
+    since it may hold ``[auth]`` or ``DASHBOARD_PASSWORD`` and guessing "none" would open the gate."""
     try:
         return "auth" in st.secrets
-    except Exception:  # noqa: BLE001 - no secrets file
-        return False
+    except FileNotFoundError as exc:  # StreamlitSecretNotFoundError: missing, or unparseable
+        if getattr(exc, "error_id", None) in (None, "no-secrets-found"):
+            return False
+        raise SignInUnavailable(
+            "Cannot verify sign-in: .streamlit/secrets.toml cannot be read. "
+            "Fix the file (the dashboard's log names the error) and reload."
+        ) from exc
 
 
 def accounts() -> Accounts:
     return Accounts(resources.engine())
 
 
+def _store_unavailable(exc: BaseException) -> SignInUnavailable:
+    log.warning("cannot verify sign-in: %s", store_problem(exc))
+    return SignInUnavailable(f"Cannot verify sign-in: {store_problem(exc)}.")
+
+
 def mode() -> str:
-    """oidc | accounts | password | open."""
+    """oidc | accounts | password | open. Raises :class:`SignInUnavailable` when the account store
+    cannot be read: it may hold accounts, so neither "password" nor "open" can be assumed."""
     if oidc_configured():
         return "oidc"
     try:
         if accounts().has_accounts():
             return "accounts"
-    except Exception:  # noqa: BLE001 - a database problem is reported by the page, not by the gate
-        pass
+    except ConfigError:
+        raise  # shown by the page chrome as a configuration error
+    except Exception as exc:
+        raise _store_unavailable(exc) from exc
     if expected_password() is not None:
         return "password"
     return "open"
@@ -100,7 +129,10 @@ def _account_identity(state: AuthState) -> Identity | None:
             return None
         _signed_in(state, user)
         return state.identity
-    user = accounts().get(who.name)
+    try:
+        user = accounts().get(who.name)
+    except Exception as exc:
+        raise _store_unavailable(exc) from exc
     if user is None or state.account_session not in (None, (user.created_at, user.session_epoch)):
         state.identity, state.account_session, state.handoff = None, None, None
         return None
@@ -113,9 +145,11 @@ def _resume_from_cookie() -> User | None:
         return None
     try:
         return resume(session_cookie.tokens(), accounts(), token)
-    except Exception:  # noqa: BLE001 - a database or secret problem: ask for the password instead
+    except SessionSecretError:  # a configured secret that is refused: ask for the password instead
         log.warning("the session cookie could not be checked; showing the sign-in form", exc_info=False)
         return None
+    except Exception as exc:
+        raise _store_unavailable(exc) from exc
 
 
 def _signed_in(state: AuthState, user: User) -> None:
@@ -132,11 +166,6 @@ def keep_session() -> None:
         session_cookie.forget()
     if state.handoff is not None and not session_cookie.deliver(state.handoff):
         state.handoff = None  # collected (or expired): nothing more to do
-
-
-def gate_open() -> bool:
-    """True when this session may see the pages."""
-    return identity() is not None
 
 
 def sign_in_form() -> None:
@@ -159,12 +188,16 @@ def sign_in_form() -> None:
         submitted = st.form_submit_button("Sign in", type="primary", key="sign_in_submit")
     if submitted:
         expected = expected_password()
-        if m == "accounts":
-            result = accounts().sign_in(name, password)
-        elif expected is not None:
-            result = accounts().check_shared_password(password, expected)
-        else:  # the password was removed meanwhile: the gate is open now
-            st.rerun()
+        try:
+            if m == "accounts":
+                result = accounts().sign_in(name, password)
+            elif expected is not None:
+                result = accounts().check_shared_password(password, expected)
+            else:  # the password was removed meanwhile: the gate is open now
+                st.rerun()
+        except Exception as exc:  # noqa: BLE001 - the store stopped answering after the gate read it
+            st.error(str(_store_unavailable(exc)) + " Nobody was signed in; try again in a moment.")
+            return
         if result.ok and result.user is not None:
             if m == "accounts":
                 _signed_in(state, result.user)
@@ -179,19 +212,50 @@ def sign_in_form() -> None:
 
 
 def actor() -> Identity:
-    """Who is making a change: the signed-in identity (the gate guarantees there is one)."""
-    return identity() or Identity("anonymous", "viewer", "none")
+    """Who is making a change: the signed-in identity (the gate guarantees there is one). When it
+    cannot be verified any more (the database stopped answering during the run), a viewer that
+    nothing lets write: the write functions refuse it themselves."""
+    try:
+        return identity() or NOBODY
+    except SignInUnavailable:
+        return NOBODY
+
+
+def unavailable_page(message: str) -> None:
+    """The page shown instead of everything else while sign-in cannot be verified: no sidebar, no
+    page list, no data. It looks at the account store again every :data:`RETRY_EVERY_S` seconds
+    and reruns the whole app once it answers (then the sign-in form, or the pages, are back)."""
+    st.title("Sign-in unavailable")
+    st.error(message, icon="🔒")
+    st.caption(
+        "Nothing is shown until sign-in can be verified. This page checks again every few seconds "
+        "and continues by itself once the database answers."
+    )
+    st.button("Try again", key="sign_in_retry")  # a click is a rerun, and the rerun checks again
+    _wait_for_store()
+
+
+@st.fragment(run_every=RETRY_EVERY_S)
+def _wait_for_store() -> None:
+    try:
+        mode()
+    except SignInUnavailable:
+        return  # still not answering: look again at the next tick
+    st.rerun(scope="app")
 
 
 def sign_out() -> None:
-    if mode() == "oidc":
+    if oidc_configured():
         st.logout()
         return
     state = AuthState.get()
     if state.identity is not None and state.identity.source == "account":
         # Revokes every token of the account (this browser's cookie, other tabs and browsers), then
         # asks this browser to drop its cookie; the revocation holds even if that never arrives.
-        accounts().end_sessions(state.identity.name)
+        try:
+            accounts().end_sessions(state.identity.name)
+        except Exception as exc:  # noqa: BLE001 - this session still signs out; the cookie is dropped
+            log.warning("sign-out could not revoke the account's other sessions: %s", store_problem(exc))
         state.forget_cookie = True
     state.identity, state.account_session, state.handoff = None, None, None
 

@@ -3,10 +3,13 @@ shared sidebar, drawn by the entry (``ui/entry.py``) before ``page.run()``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import streamlit as st
 
 from app.config import ConfigError
 from app.dashboard.fmt import ratio_pct
+from app.dashboard.identity import Identity
 from app.dashboard.log_health import ratio_freshness
 from app.dashboard.safe_text import inert
 from ui import auth, resources
@@ -34,14 +37,44 @@ def sidebar() -> None:
             st.rerun()
 
 
-def setup() -> None:
-    """Configuration check, gate and sidebar; stops the run when locked or misconfigured."""
+@dataclass(frozen=True)
+class Gate:
+    """What this run may show, decided once before the page router is built: the pages (``who``
+    set), the sign-in form, or only a message (a configuration error, or sign-in that cannot be
+    verified)."""
+
+    who: Identity | None = None
+    config_error: str | None = None
+    unavailable: str | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.who is not None
+
+
+def gate() -> Gate:
+    """Decide :class:`Gate` for this run. Fails closed: only an identity verified now opens it."""
     try:
         resources.settings()
     except ConfigError as exc:
-        st.error(f"Configuration error: {inert(exc)}")
+        return Gate(config_error=f"Configuration error: {inert(exc)}")
+    try:
+        return Gate(who=auth.identity())
+    except ConfigError as exc:  # e.g. the database URL is refused when the engine is built
+        return Gate(config_error=f"Configuration error: {inert(exc)}")
+    except auth.SignInUnavailable as exc:
+        return Gate(unavailable=str(exc))
+
+
+def setup(decided: Gate) -> None:
+    """Configuration check, gate and sidebar; stops the run when locked or misconfigured."""
+    if decided.config_error is not None:
+        st.error(decided.config_error)
         st.stop()
-    if not auth.gate_open():
+    if decided.unavailable is not None:
+        auth.unavailable_page(decided.unavailable)
+        st.stop()
+    if not decided.open:
         auth.keep_session()  # e.g. drops the cookie right after a sign-out
         auth.sign_in_form()
         st.stop()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from ui import auth, chrome
+from ui import chrome
 
 PAGES_DIR = Path(__file__).resolve().parent.parent / "pages"
 
@@ -39,8 +39,9 @@ def pages() -> list[st.Page]:
 
 def main() -> None:
     chrome.page_config()
-    page = st.navigation(pages(), position="sidebar" if auth.gate_open() else "hidden")
-    chrome.setup()  # the password gate stops the run here while locked
+    gate = chrome.gate()  # fails closed: no verified identity, no page list
+    page = st.navigation(pages(), position="sidebar" if gate.open else "hidden")
+    chrome.setup(gate)  # the sign-in gate stops the run here while locked
     page.run()
 
 

@@ -223,7 +223,11 @@ def plan(
     per_replica = -(-batch // replicas)
     blocks = None if eng.allocator == "tokens" else block_size
 
-    lay = vllm_alloc.layout(spec, kv_dtype, tp=tp, block_size=block_size) if eng.allocator == "vllm" else None
+    lay = (
+        vllm_alloc.layout(spec, kv_dtype, tp=tp, block_size=block_size, state_dtype=state_dtype)
+        if eng.allocator == "vllm"
+        else None
+    )
     if lay is not None:
         vc = vllm_alloc.capacity(lay, budget, context_len, pp=pp, max_num_batched_tokens=max_num_batched_tokens)
         pool = vc.num_blocks

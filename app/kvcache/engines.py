@@ -1,4 +1,5 @@
-"""Serving engines: which MLA layout each stores and which allocator model its capacity uses.
+"""Serving engines: which MLA layout each stores, its conventions for every other cache part, and
+which allocator model its capacity uses.
 
 * MLA layout. vLLM, SGLang, TensorRT-LLM and transformers >= 5 cache DeepSeek's compressed latent
   (kv_lora_rank + qk_rope_head_dim values per token per layer, one 'head'); transformers 4.x
@@ -7,6 +8,22 @@
 * Allocator. vLLM: its v1 KV-cache manager, modelled exactly in ``vllm_alloc`` (KV-cache groups,
   padding layers, the extra sliding-window block). TensorRT-LLM: whole blocks of block_size tokens
   per layer group. SGLang (page size 1 by default) and transformers: exactly the tokens held.
+* State and indexer conventions (``for_engine``), each rule with its source:
+
+  - transformers 5 (cache_utils.py ``LinearAttentionLayer.lazy_initialization``): the convolution
+    state keeps ``conv_kernel`` columns (not kernel - 1) in the model dtype; the Mamba-1, Mamba-2
+    and gated-DeltaNet mixers hand the cache a float32 recurrent state (measured on the meta device
+    for Jamba, Falcon-H1, Nemotron-H and Qwen3-Next: scripts/kv_ground_truth.py); MiniMax's own
+    ``MiniMaxCache`` keeps the lightning state in the model dtype; ``StaticIndexedLayer`` keeps the
+    DeepSeek-V3.2 indexer keys in the model dtype. The model dtype is the ``kv_dtype`` argument.
+  - vLLM (vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator`` and
+    ``MambaStateDtypeCalculator``): kernel - 1 convolution columns in ``mamba_cache_dtype``
+    (``state_dtype``), the recurrent state in ``mamba_ssm_cache_dtype`` (``ssm_dtype``, "auto" =
+    the conv dtype), except Nemotron-H, whose ``NemotronHForCausalLMConfig`` (models/config.py)
+    makes "auto" the config's ``mamba_ssm_cache_dtype`` or float32. DeepSeek-V3.2: the indexer
+    key is fp8 + a float32 scale per 128 values (models/deepseek_v2.py ``Indexer``, uint8
+    ``MLAAttentionSpec`` of head_size + head_size // 128 x 4), and an fp8 KV dtype selects the
+    ``fp8_ds_mla`` latent (models/config.py ``DeepseekV32ForCausalLM.verify_and_update_config``).
 """
 
 from __future__ import annotations
@@ -14,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from app.kvcache.conventions import MODELLED_ONLY, apply
 from app.kvcache.spec import LayerGroup, ModelSpec
 
 
@@ -69,8 +87,19 @@ def _decompressed(g: LayerGroup) -> LayerGroup:
 
 
 def for_engine(spec: ModelSpec, engine_id: str) -> ModelSpec:
-    """The model's cache as `engine_id` lays it out (only MLA models differ between engines)."""
+    """The model's cache as `engine_id` lays it out: its MLA layout and its conventions for
+    recurrent states and indexer keys (dtypes, convolution columns, byte layouts)."""
     e = engine(engine_id)
+    if engine_id not in ("vllm", "transformers5"):
+        # never a silent wrong number: their state / indexer layouts are not modelled here
+        kinds = sorted({g.kind for g in spec.groups if g.kind in MODELLED_ONLY})
+        if kinds:
+            raise ValueError(
+                f"{e.name}'s layout for {', '.join(kinds)} layers is not modelled; choose vLLM or transformers >= 5"
+            )
+    groups = apply(spec.groups, engine_id, spec.model_type, spec.extras.get("mamba_ssm_cache_dtype"))
+    if groups != spec.groups:  # an attention-only model is the same object for every engine
+        spec = dataclasses.replace(spec, groups=groups)
     if e.mla_layout == "latent" or not spec.group("mla"):
         return spec
     g = spec.group("mla")
@@ -103,3 +132,17 @@ def with_draft(spec: ModelSpec, draft: ModelSpec) -> ModelSpec:
         max_context=min(spec.max_context, draft.max_context),
         params_note=f"{spec.params_note}; + draft {draft.name} {draft.params_total:,}",
     )
+
+
+def with_ssm_dtype(spec: ModelSpec, ssm_dtype: str | None) -> ModelSpec:
+    """`spec` with the recurrent state of every state group kept in `ssm_dtype` (what a user sets
+    as vLLM's mamba_ssm_cache_dtype); None ("auto") leaves the engine's convention."""
+    if ssm_dtype is None or not any(g.state is not None for g in spec.groups):
+        return spec
+    groups = tuple(
+        dataclasses.replace(g, ssm_dtype=ssm_dtype, convention=f"{g.convention}; recurrent state set to {ssm_dtype}")
+        if g.state is not None
+        else g
+        for g in spec.groups
+    )
+    return dataclasses.replace(spec, groups=groups)

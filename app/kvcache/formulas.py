@@ -11,10 +11,16 @@ Per layer group, for one GPU of a tensor-parallel group of size ``tp``:
             by all heads, and replicated (not split) across tensor-parallel GPUs.
 * mla_kv    the MLA layers as transformers 4.x stores them, decompressed: layers x heads x
             (vector_bytes(qk_nope + qk_rope) + vector_bytes(v_head_dim)) per token.
-* states    layers x (conv_channels x (conv_kernel - 1) + heads x head_dim x state_size) values per
-            sequence, independent of seq_len. We count conv_kernel - 1 columns of convolution
-            state, the inputs a causal convolution needs from the past (what vLLM allocates;
-            transformers' eager cache keeps conv_kernel columns, one more than needed).
+* indexer   DeepSeek-V3.2's lightning-indexer keys: layers x vector_bytes(index_head_dim) per token
+            (one single-head key, replicated across TP GPUs); vLLM stores it as fp8 plus a 4-byte
+            scale per 128 values whatever the KV dtype (layout "fp8_scale128").
+* states    layers x (conv_channels x conv_columns x conv bytes + heads x head_dim x state_size x
+            recurrent bytes) per sequence, independent of seq_len. conv_columns defaults to
+            conv_kernel - 1, the inputs a causal convolution needs from the past (what vLLM
+            allocates; transformers 5 keeps conv_kernel columns, set by engines.for_engine). The
+            convolution and recurrent states have their own dtypes (transformers keeps the
+            recurrent state in float32; vLLM's mamba_cache_dtype / mamba_ssm_cache_dtype).
+            Lightning attention (MiniMax) has no convolution: heads x head_dim x head_dim.
 
 kv_heads_per_gpu: tp must divide the KV heads (each GPU holds kv_heads / tp), or be a multiple of
 them, in which case each GPU holds one head and every head is replicated tp / kv_heads times (the
@@ -29,6 +35,7 @@ from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, KV_DTYPES, KvDtype, kv_dtype
 from app.kvcache.spec import KV_HEAD_KINDS, LayerGroup, ModelSpec
 
 STATE_DTYPES = ("bf16", "fp16", "fp32")
+FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")
 
 GROUP_LABELS = {
     "full": "full attention",
@@ -36,9 +43,11 @@ GROUP_LABELS = {
     "chunked": "chunked local attention",
     "mla": "MLA latent",
     "mla_kv": "MLA decompressed K/V",
+    "indexer": "sparse-attention indexer keys",
     "mamba": "Mamba state",
     "mamba2": "Mamba-2 state",
-    "linear_attention": "linear-attention state",
+    "linear_attention": "gated DeltaNet state",
+    "lightning": "lightning-attention state",
 }
 
 
@@ -54,6 +63,9 @@ class GroupBytes:
     bytes_per_sequence: int
     bytes_total: int  # x batch
     formula: str
+    # (part, dtype, bytes per sequence): K/V, latent, indexer keys, conv state, recurrent state
+    parts: tuple[tuple[str, str, int], ...] = ()
+    convention: str = ""  # the engine rule that fixed the layout / dtypes, with its source
 
 
 @dataclass(frozen=True)
@@ -123,15 +135,41 @@ def tokens_held(group: LayerGroup, seq_len: int) -> int:
     """Tokens of one sequence the group keeps: all, the window, or none (constant state)."""
     if group.kind in ("sliding", "chunked"):
         return min(seq_len, group.window or seq_len)
-    if group.kind in ("full", "mla", "mla_kv"):
+    if group.kind in ("full", "mla", "mla_kv", "indexer"):
         return seq_len
     return 0
 
 
+def _ds_mla_bytes(group: LayerGroup) -> int:
+    """vLLM's fp8_ds_mla entry per token per layer: the latent in fp8 plus one float32 scale per
+    128 values, and the RoPE part in bf16 (656 B for DeepSeek-V3.2's 512 + 64; vLLM
+    vllm/model_executor/models/config.py DeepseekV32ForCausalLM.verify_and_update_config selects it,
+    the layout is FlashMLA's sparse fp8 cache)."""
+    return group.kv_lora_rank + 4 * -(-group.kv_lora_rank // 128) + 2 * group.qk_rope_head_dim
+
+
+def _fp8_scale128_bytes(values: int) -> int:
+    """fp8 values plus a float32 scale per 128 (vLLM deepseek_v2.py Indexer: head_dim +
+    head_dim // quant_block_size * 4 bytes, dtype uint8)."""
+    return values + 4 * -(-values // 128)
+
+
 def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
     """Bytes per held token for all layers of an attention group on one GPU, and the working."""
+    rep = " (replicated on every TP GPU)" if tp > 1 else ""
     if group.kind == "mla":
         values = group.kv_lora_rank + group.qk_rope_head_dim
+        if group.layout == "ds_mla" and dtype.name in FP8_NAMES:
+            per_layer = _ds_mla_bytes(group)
+            per_token = group.layers * per_layer
+            text = (
+                f"{group.layers} layers x fp8_ds_mla ({group.kv_lora_rank} fp8 + "
+                f"{-(-group.kv_lora_rank // 128)} x 4 B scales + {group.qk_rope_head_dim} x 2 B RoPE = "
+                f"{per_layer} B) = {per_token:,} B/token" + rep
+            )
+            return per_token, text
+        if group.layout == "ds_mla" and dtype.name not in ("bf16", "fp16", "fp32"):
+            raise ValueError(f"vLLM keeps DeepSeek-V3.2's cache in bf16 or its fp8_ds_mla format, not {dtype.name}")
         per_token = group.layers * dtype.vector_bytes(values)
         text = (
             f"{group.layers} layers x ({group.kv_lora_rank} kv_lora_rank + "
@@ -140,6 +178,15 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
             + (" (latent replicated on every TP GPU)" if tp > 1 else "")
         )
         return per_token, text
+    if group.kind == "indexer":
+        if group.layout == "fp8_scale128":
+            per_layer = _fp8_scale128_bytes(group.head_dim)
+            how = f"{group.head_dim} fp8 + {-(-group.head_dim // 128)} x 4 B scale = {per_layer} B"
+        else:
+            per_layer = dtype.vector_bytes(group.head_dim)
+            how = f"{group.head_dim} values: {dtype.describe_vector(group.head_dim)}"
+        per_token = group.layers * per_layer
+        return per_token, f"{group.layers} layers x 1 key ({how}) = {per_token:,} B/token" + rep
     if group.kind in KV_HEAD_KINDS:
         heads = kv_heads_per_gpu(group.kv_heads, tp)
         per_token = group.layers * heads * (dtype.vector_bytes(group.head_dim) + dtype.vector_bytes(group.v_dim))
@@ -164,11 +211,23 @@ def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, st
     return 0, ""
 
 
+def attention_part(group: LayerGroup, dtype: KvDtype) -> tuple[str, str]:
+    """(part name, storage) of an attention group's per-token entry, for the breakdown."""
+    if group.kind == "indexer":
+        return "indexer keys", "fp8 + fp32 scale per 128" if group.layout == "fp8_scale128" else dtype.name
+    if group.kind == "mla":
+        fp8 = group.layout == "ds_mla" and dtype.name in FP8_NAMES
+        return "MLA latent", "fp8_ds_mla" if fp8 else dtype.name
+    return "K/V", dtype.name
+
+
 def state_values(group: LayerGroup, tp: int = 1) -> tuple[int, int, int]:
-    """(conv channels, conv values, ssm values) per layer per sequence on one GPU."""
+    """(conv channels, conv values, recurrent values) per layer per sequence on one GPU."""
     s = group.state
     assert s is not None
     heads = _shard(s.heads, tp, "state heads/channels")
+    if group.kind == "lightning":
+        return 0, 0, heads * s.head_dim * s.state_size  # no convolution
     if s.groups == 0:
         groups = 0
     elif s.groups % tp == 0:
@@ -178,23 +237,62 @@ def state_values(group: LayerGroup, tp: int = 1) -> tuple[int, int, int]:
     else:
         raise ValueError(f"tensor parallel size {tp} cannot split {s.groups} state groups")
     channels = heads * s.head_dim + 2 * groups * s.group_dim
-    conv = channels * (s.conv_kernel - 1)
+    conv = channels * conv_columns(group)
     ssm = heads * s.head_dim * s.state_size
     return channels, conv, ssm
 
 
-def state_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
-    """Bytes of one sequence's state for all layers of a recurrent group on one GPU."""
+def conv_columns(group: LayerGroup) -> int:
+    assert group.state is not None
+    return group.conv_columns or group.state.conv_kernel - 1
+
+
+def state_dtypes(group: LayerGroup, kv: KvDtype, state_dtype: str, ssm_dtype: str | None) -> tuple[KvDtype, KvDtype]:
+    """(conv dtype, recurrent dtype) of a state group: the engine's convention when it fixes one
+    ("kv" = the model / KV dtype), else the arguments (ssm_dtype None = same as state_dtype, vLLM's
+    mamba_ssm_cache_dtype "auto")."""
+
+    def pick(rule: str, default: str, argument: str | None = None) -> KvDtype:
+        if rule == "kv":
+            return kv
+        if rule.startswith("auto:"):  # the engine's default when the argument is left "auto"
+            return KV_DTYPES[argument or rule.removeprefix("auto:")]
+        return KV_DTYPES[rule or default]
+
+    conv = pick(group.conv_dtype, state_dtype)
+    return conv, pick(group.ssm_dtype, ssm_dtype or conv.name, ssm_dtype)
+
+
+def state_bytes(group: LayerGroup, conv_dt: KvDtype, ssm_dt: KvDtype, tp: int = 1) -> tuple[int, int, str]:
+    """(conv bytes, recurrent bytes) of one sequence for all layers of a recurrent group on one
+    GPU, and the working."""
     channels, conv, ssm = state_values(group, tp)
     s = group.state
     assert s is not None
-    per_layer_values = conv + ssm
-    per_seq = group.layers * dtype.vector_bytes(per_layer_values)
+    conv_b = group.layers * conv_dt.vector_bytes(conv) if conv else 0
+    ssm_b = group.layers * ssm_dt.vector_bytes(ssm)
+    if group.kind == "lightning":
+        heads = s.heads // tp
+        text = (
+            f"{group.layers} layers x state {heads} heads x {s.head_dim} x {s.state_size} = {ssm:,} values"
+            f" x {ssm_dt.bits // 8} B ({ssm_dt.name}) = {ssm_b:,} B/sequence"
+        )
+        return conv_b, ssm_b, text
+    cols = conv_columns(group)
+    col_text = f"({s.conv_kernel} - 1)" if not group.conv_columns else f"{cols} (conv_kernel)"
     text = (
-        f"{group.layers} layers x (conv {channels:,} channels x ({s.conv_kernel} - 1) = {conv:,}"
-        f" + state {ssm:,} values) x {dtype.bits // 8} B = {per_seq:,} B/sequence"
+        f"{group.layers} layers x (conv {channels:,} channels x {col_text} = {conv:,} values x "
+        f"{conv_dt.bits // 8} B ({conv_dt.name}) + recurrent {ssm:,} values x {ssm_dt.bits // 8} B "
+        f"({ssm_dt.name})) = {conv_b + ssm_b:,} B/sequence"
     )
-    return per_seq, text
+    return conv_b, ssm_b, text
+
+
+def _check_state_dtype(name: str, value: str | None, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if value not in STATE_DTYPES:
+        raise ValueError(f"{name} must be one of {', '.join(STATE_DTYPES)}, got {value!r}")
 
 
 def breakdown(
@@ -205,15 +303,17 @@ def breakdown(
     *,
     tp: int = 1,
     state_dtype: str = DEFAULT_STATE_DTYPE,
+    ssm_dtype: str | None = None,
 ) -> KvBreakdown:
-    """Per-group bytes on one GPU of a TP group, with every formula written out."""
+    """Per-group bytes on one GPU of a TP group, with every formula written out. state_dtype is
+    the convolution-state dtype (vLLM's mamba_cache_dtype), ssm_dtype the recurrent state's
+    (mamba_ssm_cache_dtype; None = the same); an engine convention on a group wins over both."""
     _check_count("seq_len", seq_len, 0)
     _check_count("batch", batch, 0)
     _check_count("tensor parallel size", tp, 1)
     kv = kv_dtype(kv_dtype_name)
-    if state_dtype not in STATE_DTYPES:
-        raise ValueError(f"state_dtype must be one of {', '.join(STATE_DTYPES)}, got {state_dtype!r}")
-    sd = KV_DTYPES[state_dtype]
+    _check_state_dtype("state_dtype", state_dtype)
+    _check_state_dtype("ssm_dtype", ssm_dtype, optional=True)
     rows = []
     for g in spec.groups:
         label = (f"{g.owner}: " if g.owner else "") + GROUP_LABELS[g.kind]
@@ -226,14 +326,21 @@ def breakdown(
                 span = "window" if g.kind == "sliding" else "chunk"
                 window = f" (min({seq_len:,}, {span} {g.window:,}))"
             text += f"; x {held:,} tokens{window} = {per_seq:,} B/sequence"
+            part, storage = attention_part(g, kv)
+            parts: tuple[tuple[str, str, int], ...] = ((part, storage, per_seq),)
         else:
             per_token, held = 0, 0
-            per_seq, text = state_bytes(g, sd, tp)
+            conv_dt, ssm_dt = state_dtypes(g, kv, state_dtype, ssm_dtype)
+            conv_b, ssm_b, text = state_bytes(g, conv_dt, ssm_dt, tp)
+            per_seq = conv_b + ssm_b
+            parts = (("recurrent state", ssm_dt.name, ssm_b),)
+            if g.kind != "lightning":
+                parts = (("conv state", conv_dt.name, conv_b), *parts)
         total = per_seq * batch
         text += f"; x {batch} sequences = {total:,} B"
         if g.kind in ("sliding", "chunked"):
             label += f" ({g.window:,})"
-        rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text))
+        rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text, parts, g.convention))
     return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
 
 
@@ -245,13 +352,14 @@ def kv_cache_bytes(
     *,
     tp: int = 1,
     state_dtype: str = DEFAULT_STATE_DTYPE,
+    ssm_dtype: str | None = None,
 ) -> int:
     """Exact bytes to hold the cache of `batch` sequences of `seq_len` tokens.
 
     With tp > 1 this is the cache on ONE GPU of the tensor-parallel group (the figure that has to
     fit); with tp = 1, the whole cache.
     """
-    return breakdown(spec, seq_len, batch, kv_dtype, tp=tp, state_dtype=state_dtype).total
+    return breakdown(spec, seq_len, batch, kv_dtype, tp=tp, state_dtype=state_dtype, ssm_dtype=ssm_dtype).total
 
 
 def naive_bytes(spec: ModelSpec, seq_len: int, batch: int = 1, kv_dtype_name: str = "bf16") -> int:
@@ -281,17 +389,22 @@ class SequenceCost:
 
 
 def sequence_cost(
-    spec: ModelSpec, kv_dtype_name: str = "bf16", *, tp: int = 1, state_dtype: str = DEFAULT_STATE_DTYPE
+    spec: ModelSpec,
+    kv_dtype_name: str = "bf16",
+    *,
+    tp: int = 1,
+    state_dtype: str = DEFAULT_STATE_DTYPE,
+    ssm_dtype: str | None = None,
 ) -> SequenceCost:
     _check_count("tensor parallel size", tp, 1)
     kv = kv_dtype(kv_dtype_name)
-    if state_dtype not in STATE_DTYPES:
-        raise ValueError(f"state_dtype must be one of {', '.join(STATE_DTYPES)}, got {state_dtype!r}")
-    sd = KV_DTYPES[state_dtype]
+    _check_state_dtype("state_dtype", state_dtype)
+    _check_state_dtype("ssm_dtype", ssm_dtype, optional=True)
     groups, state = [], 0
     for g in spec.groups:
         if g.is_attention:
             groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind in ("sliding", "chunked") else None))
         else:
-            state += state_bytes(g, sd, tp)[0]
+            conv_b, ssm_b, _ = state_bytes(g, *state_dtypes(g, kv, state_dtype, ssm_dtype), tp)
+            state += conv_b + ssm_b
     return SequenceCost(tuple(groups), state)

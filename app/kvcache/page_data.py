@@ -32,7 +32,7 @@ from app.kvcache.capacity import (
     staged_cost,
 )
 from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from app.kvcache.engines import ENGINES, for_engine, with_draft
+from app.kvcache.engines import ENGINES, for_engine, with_draft, with_ssm_dtype
 from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
 from app.kvcache.paged import PagedAllocation, paged_allocation
 from app.kvcache.prefix import PrefixSharing, prefix_sharing
@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "kv_dtype": "fp8",
     "weight_dtype": "fp8",
     "state_dtype": "bf16",
+    "ssm_dtype": "auto",
     "context_len": 32768,
     "batch": 8,
     "prefix_len": 0,
@@ -74,6 +75,7 @@ LABELS = {
     "kv_dtype": "KV cache dtype",
     "weight_dtype": "Weight dtype",
     "state_dtype": "State dtype (hybrids)",
+    "ssm_dtype": "Recurrent state dtype (hybrids)",
     "context_len": "Context length (tokens)",
     "batch": "Concurrent sequences",
     "prefix_len": "Shared prefix (tokens)",
@@ -129,6 +131,7 @@ class KvInputs:
     block_size: int
     spec: ModelSpec = field(compare=False)
     source: str = ""
+    ssm_dtype: str = "auto"  # "auto" = the engine's own rule (vLLM: same as the conv state; Nemotron-H fp32)
     engine: str = "vllm"
     pp: int = 1
     max_num_batched_tokens: int = 8192
@@ -160,6 +163,13 @@ def weight_dtype_options() -> list[str]:
 
 def state_dtype_options() -> list[str]:
     return list(STATE_DTYPES)
+
+
+SSM_DTYPES = ("auto", *STATE_DTYPES)
+
+
+def ssm_dtype_options() -> list[str]:
+    return list(SSM_DTYPES)
 
 
 def draft_options() -> dict[str, str]:
@@ -211,6 +221,7 @@ def from_query_params(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[s
         "kv_dtype": KV_DTYPES,
         "weight_dtype": WEIGHT_DTYPES,
         "state_dtype": STATE_DTYPES,
+        "ssm_dtype": SSM_DTYPES,
         "engine": ENGINES,
         "draft_model": draft_options(),
     }
@@ -368,6 +379,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         "kv_dtype": KV_DTYPES,
         "weight_dtype": WEIGHT_DTYPES,
         "state_dtype": STATE_DTYPES,
+        "ssm_dtype": SSM_DTYPES,
         "gpu": catalog.gpus(),
         "engine": ENGINES,
         "draft_model": draft_options(),
@@ -428,9 +440,16 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         engine_id = raw.get("engine", DEFAULTS["engine"])
         if engine_id in ENGINES and "engine" not in errors:
             try:
-                for_engine(spec, engine_id)
+                engine_spec = for_engine(spec, engine_id)
             except ValueError as e:
                 errors["engine"] = str(e).removeprefix("config.json: ")
+            else:
+                kv_name = raw.get("kv_dtype", DEFAULTS["kv_dtype"])
+                if kv_name in KV_DTYPES and "kv_dtype" not in errors:
+                    try:  # an engine may not keep this model in every format (DeepSeek-V3.2 in vLLM)
+                        sequence_cost(engine_spec, kv_name)
+                    except ValueError as e:
+                        errors["kv_dtype"] = f"{str(e)[0].upper()}{str(e)[1:]}."
     if "tp" in ints and "gpu_count" in ints and "pp" in ints and ints["gpu_count"] % (ints["tp"] * ints["pp"]):
         errors["gpu_count"] = (
             f"GPU count ({ints['gpu_count']}) must be a multiple of the tensor parallel size ({ints['tp']}) "
@@ -451,6 +470,7 @@ def validate_inputs(raw: Mapping[str, Any], config_text: str | None = None) -> t
         kv_dtype=raw.get("kv_dtype", DEFAULTS["kv_dtype"]),
         weight_dtype=raw.get("weight_dtype", DEFAULTS["weight_dtype"]),
         state_dtype=raw.get("state_dtype", DEFAULTS["state_dtype"]),
+        ssm_dtype=raw.get("ssm_dtype", DEFAULTS["ssm_dtype"]),
         utilization=utilization,
         reserve_bytes=reserve,
         spec=spec,
@@ -497,6 +517,9 @@ class PageData:
     figures: dict[str, go.Figure]
     export: dict
     gpus_needed: GpusNeeded | None = None  # the fewest GPUs of the chosen kind that would be enough
+    # one row per cache part (K/V, MLA latent, indexer keys, conv state, recurrent state) with its
+    # dtype and the engine rule behind it
+    parts_rows: list[dict] = field(default_factory=list)
 
     def export_json(self) -> str:
         return json.dumps(self.export, indent=2)
@@ -536,7 +559,10 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
     for spec in specs:
         tokens = min(context, spec.max_context)
         for dtype in CATALOG_CHART_DTYPES:
-            total = sequence_cost(spec, dtype).bytes(tokens)
+            try:
+                total = sequence_cost(spec, dtype).bytes(tokens)
+            except ValueError:
+                continue  # a format the engine cannot keep this model in (DeepSeek-V3.2 in int4): no bar
             rows.append(
                 {
                     "label": f"{spec.name} ({spec.attention_label})",
@@ -550,7 +576,8 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
 
 def build_page_data(v: KvInputs) -> PageData:
     """All numbers, tables, figures and exports of one render of the KV-calculator page."""
-    spec = for_engine(v.spec, v.engine)  # the MLA layout the chosen engine stores
+    # the chosen engine's layouts and state dtypes, and the user's recurrent-state dtype if set
+    spec = with_ssm_dtype(for_engine(v.spec, v.engine), None if v.ssm_dtype == "auto" else v.ssm_dtype)
     whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
     per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
     gpu = catalog.gpu(v.gpu)
@@ -745,6 +772,19 @@ def build_page_data(v: KvInputs) -> PageData:
         }
         for g in whole.groups
     ]
+    parts_rows = [
+        {
+            "layers": g.label,
+            "part": part,
+            "dtype": dtype,
+            "B/sequence": size,
+            "bytes": size * v.batch,
+            "readable": fmt_bytes(size * v.batch),
+            "convention": g.convention or f"{ENGINES[v.engine].name}: {ENGINES[v.engine].note}",
+        }
+        for g in whole.groups
+        for part, dtype, size in g.parts
+    ]
     breakdown_rows.append(
         {
             "item": "total",
@@ -844,6 +884,7 @@ def build_page_data(v: KvInputs) -> PageData:
             "kv_dtype",
             "weight_dtype",
             "state_dtype",
+            "ssm_dtype",
             "context_len",
             "batch",
             "prefix_len",
@@ -911,4 +952,5 @@ def build_page_data(v: KvInputs) -> PageData:
         figures,
         export,
         needed,
+        parts_rows,
     )

@@ -33,6 +33,8 @@ def _attention(cfg: dict, kind: str | None, hidden: int, heads: int, kv: int, hd
         q = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
         kv_proj = hidden * (lora + rope) + lora * heads * (nope + v_dim)
         return q + kv_proj + heads * v_dim * hidden
+    if kind == "lightning":  # MiniMax: q, k, v, an output gate and the output projection
+        return 5 * hidden * heads * hd
     if kind in ("full", "sliding", "chunked"):
         return 2 * hidden * heads * hd + 2 * hidden * kv * hd
     return 0
@@ -91,6 +93,8 @@ def estimate(cfg: dict, kinds: list[str | None], hidden: int, heads: int, kv: in
     shared = _i(cfg, "n_shared_experts") * moe_inter + _i(cfg, "shared_expert_intermediate_size")
     if "ffn_dim" in cfg:
         dense_mlp = 2 * hidden * _i(cfg, "ffn_dim")
+    elif cfg.get("model_type") == "nemotron_h":  # relu2 up / down projections, no gate
+        dense_mlp = 2 * hidden * _i(cfg, "intermediate_size", default=4 * hidden)
     else:
         dense_mlp = 3 * hidden * _i(cfg, "intermediate_size", default=4 * hidden)
 

@@ -10,8 +10,21 @@ A model's decoder layers fall into groups that hold the same thing per token or 
                  ``kv_lora_rank + qk_rope_head_dim`` values per token, shared by all heads.
 * ``mla_kv``   - the same layers as an engine that decompresses the latent stores them
                  (transformers 4.x): per head, K of qk_nope + qk_rope values and V of v_head_dim.
-* ``mamba`` / ``mamba2`` / ``linear_attention`` - recurrent layers holding a fixed-size state
-                 (convolution window + SSM / linear-attention state) per sequence.
+* ``indexer``  - DeepSeek-V3.2's lightning-indexer keys: one key of ``index_head_dim`` values per
+                 token per layer, beside the MLA latent of the same layers (sparse attention).
+* ``mamba`` / ``mamba2`` / ``linear_attention`` (gated DeltaNet, Qwen3-Next) - recurrent layers
+                 holding a fixed-size convolution window + recurrent state per sequence.
+* ``lightning`` - MiniMax lightning (linear) attention: one heads x head_dim x head_dim state per
+                 sequence, no convolution.
+
+A layer may hold two parts (Falcon-H1 runs attention and Mamba-2 side by side in every layer: its
+index is in a ``full`` and a ``mamba2`` group). Layers that reuse another layer's K/V (Gemma-3n's
+last ``num_kv_shared_layers``) are in no group: they keep nothing.
+
+Never a silent wrong number: a config naming layer kinds, layer-type values or cache-shaping fields
+(``layer_types``, ``attn_type_list``, ``hybrid_override_pattern``, ``layers_block_type``,
+``num_kv_shared_layers``, ``index_*``, ``mamba_*``, ``ssm_*``, ``linear_*``) this module does not
+understand for the family is refused with a ``ValueError`` naming the field (``_check_understood``).
 
 ``ModelSpec.from_hf_config`` reads a Hugging Face config.json as published (nested ``text_config``,
 implicit per-architecture patterns, hybrids) and raises ``ValueError`` naming the field when a
@@ -21,21 +34,23 @@ decides which layer holds what.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from app.kvcache import conventions
 from app.kvcache import params as _params
 
 _ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
 
-ATTENTION_KINDS = ("full", "sliding", "chunked", "mla", "mla_kv")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla", "mla_kv", "indexer")
 # kinds that store K and V per KV head (the others store one latent per token)
 KV_HEAD_KINDS = ("full", "sliding", "chunked", "mla_kv")
 MAX_LAYERS = 10_000
-STATE_KINDS = ("mamba", "mamba2", "linear_attention")
+STATE_KINDS = ("mamba", "mamba2", "linear_attention", "lightning")
 
 # Names other model families use for the standard fields (GPT-2 / GPT-J / GPT-BigCode: n_embd,
 # n_head, n_layer, n_positions; Falcon: num_kv_heads; RefinedWeb and BLOOM: n_head, n_layer,
@@ -58,10 +73,17 @@ _LAYER_TYPE_KINDS = {
     "attention": "full",
     "sliding_attention": "sliding",
     "chunked_attention": "chunked",
-    "linear_attention": "linear_attention",
+    "linear_attention": "linear_attention",  # refined to lightning for MiniMax (_linear_kind)
     "mamba": "mamba",
     "mamba2": "mamba2",
+    # transformers' names for layers without any cache (DummyLayer in cache_utils)
+    "moe": None,
+    "mlp": None,
 }
+# layers_block_type (vLLM / NVIDIA hybrid configs): same idea, other spellings
+_BLOCK_TYPE_KINDS = {"mamba": "mamba", "attention": "full", "mlp": None, "moe": None}
+# MiniMax attn_type_list: 0 = lightning (linear) attention, 1 = softmax attention
+_ATTN_TYPE_KINDS = {0: "lightning", 1: "full"}
 
 # Nemotron-H hybrid_override_pattern characters: M = Mamba-2 layer, * = attention, - = MLP only,
 # E = MoE only. MLP / MoE layers hold no cache.
@@ -102,6 +124,15 @@ class LayerGroup:
     qk_nope_head_dim: int = 0  # MLA only: what a decompressing engine stores per head in K
     mla_heads: int = 0  # MLA only: attention heads, for the decompressed layout
     owner: str = ""  # "" = the model itself; e.g. "draft Llama 3.2 1B" for a speculative draft
+    # Engine conventions (set by engines.for_engine, empty = the breakdown's arguments):
+    # conv_dtype / ssm_dtype: "kv" = the KV dtype (the model dtype, for engines whose cache follows
+    # it), or a STATE_DTYPES name; conv_columns: convolution-state columns kept (0 = kernel - 1);
+    # layout: a byte layout of the engine's own ("ds_mla", "fp8_scale128", see formulas.token_bytes).
+    conv_dtype: str = ""
+    ssm_dtype: str = ""
+    conv_columns: int = 0
+    layout: str = ""
+    convention: str = ""  # the engine rule behind the above, with its source
 
     @property
     def v_dim(self) -> int:
@@ -134,8 +165,14 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: dict, name: str | None = None) -> ModelSpec:
-        """Parse a Hugging Face config.json (as a dict). Raises ValueError naming a bad field."""
-        return _parse(config, name)
+        """Parse a Hugging Face config.json (as a dict). Raises ValueError naming a bad field.
+
+        The spec carries the default engine's (vLLM's) conventions for state dtypes and indexer
+        layouts, so ``kv_cache_bytes(spec, ...)`` is vLLM's figure; ``engines.for_engine`` gives
+        another engine's."""
+        spec = _parse(config, name)
+        groups = conventions.apply(spec.groups, "vllm", spec.model_type, spec.extras["mamba_ssm_cache_dtype"])
+        return dataclasses.replace(spec, groups=groups)
 
     def group(self, kind: str) -> LayerGroup | None:
         return next((g for g in self.groups if g.kind == kind), None)
@@ -311,26 +348,79 @@ def _first_req(cfg: dict, *keys: str) -> int:
     return value
 
 
+def _typed_list(cfg: dict, name: str, n_layers: int, vocab: dict, index_name: str | None = None) -> list[str | None]:
+    """A per-layer list (layer_types, layers_block_type, attn_type_list) mapped through `vocab`;
+    any value outside it is refused naming the field and the layer."""
+    values = cfg[name]
+    if not isinstance(values, list) or len(values) != n_layers:
+        raise ValueError(f"config.json: '{name}' must list one entry per layer ({n_layers} layers)")
+    out: list[str | None] = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or v not in vocab:
+            supported = ", ".join(str(k) for k in vocab)
+            raise ValueError(f"config.json: {index_name or name}[{i}] is {v!r}; supported: {supported}")
+        out.append(vocab[v])
+    return out
+
+
+def _linear_kind(cfg: dict, model_type: str) -> str:
+    """What a layer_types 'linear_attention' layer is: MiniMax lightning attention, or gated
+    DeltaNet (Qwen3-Next) when the config carries its linear_* fields; anything else is refused."""
+    if model_type.startswith("minimax"):
+        return "lightning"
+    if cfg.get("linear_key_head_dim") is not None or model_type == "qwen3_next":
+        return "linear_attention"
+    raise ValueError(
+        f"config.json: layer_types has 'linear_attention' layers, but model_type {model_type!r} is "
+        "neither MiniMax (lightning attention) nor gated DeltaNet (no linear_key_head_dim): the engine "
+        "does not know their state"
+    )
+
+
 def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | None], int | None]:
     """Kind of every layer (None = no cache) and the sliding window, following the config."""
     window = _opt(cfg, "sliding_window")
     if cfg.get("use_sliding_window") is False:
         window = None  # Qwen2/Qwen3 publish a sliding_window they do not use
 
+    lists = [
+        k
+        for k in ("layer_types", "layers_block_type", "attn_type_list", "hybrid_override_pattern")
+        if cfg.get(k) is not None
+    ]
+    if len(lists) > 1:
+        # two descriptions of the same layers: which one an engine reads differs, so refuse
+        raise ValueError(f"config.json: both '{lists[0]}' and '{lists[1]}' describe the layers; keep one")
+
+    if model_type == "falcon_h1":  # every layer runs attention and Mamba-2 side by side
+        if lists:
+            raise ValueError(f"config.json: '{lists[0]}' in a Falcon-H1 config is not understood")
+        if cfg.get("attn_layer_indices") is not None:
+            raise ValueError(
+                "config.json: 'attn_layer_indices' (Falcon-H1 with attention on some layers only) is not supported"
+            )
+        return ["full"] * n_layers, None
+
     if cfg.get("layer_types") is not None:
-        types = cfg["layer_types"]
-        if not isinstance(types, list) or len(types) != n_layers:
-            raise ValueError(f"config.json: 'layer_types' must list one entry per layer ({n_layers} layers)")
-        kinds: list[str | None] = []
-        for i, t in enumerate(types):
-            if t not in _LAYER_TYPE_KINDS:
-                raise ValueError(f"config.json: layer_types[{i}] is {t!r}; supported: {', '.join(_LAYER_TYPE_KINDS)}")
-            kinds.append(_LAYER_TYPE_KINDS[t])
+        kinds = _typed_list(cfg, "layer_types", n_layers, _LAYER_TYPE_KINDS)
+        if "linear_attention" in kinds:
+            linear = _linear_kind(cfg, model_type)
+            kinds = [linear if k == "linear_attention" else k for k in kinds]
         if "sliding" in kinds and window is None:
             raise ValueError("config.json: 'sliding_window' is missing but layer_types has sliding layers")
         if "chunked" in kinds and cfg.get("attention_chunk_size") is None:
             raise ValueError("config.json: 'attention_chunk_size' is missing but layer_types has chunked layers")
         return kinds, window
+
+    if cfg.get("layers_block_type") is not None:
+        return _typed_list(cfg, "layers_block_type", n_layers, _BLOCK_TYPE_KINDS), None
+
+    if cfg.get("attn_type_list") is not None:  # MiniMax-Text-01 / M1
+        if not model_type.startswith("minimax"):
+            raise ValueError(
+                f"config.json: 'attn_type_list' is MiniMax's; not understood for model_type {model_type!r}"
+            )
+        return _typed_list(cfg, "attn_type_list", n_layers, _ATTN_TYPE_KINDS), None
 
     if cfg.get("attention_chunk_size") is not None:  # Llama 4: chunked local attention
         _req(cfg, "attention_chunk_size")
@@ -362,6 +452,10 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
         kinds = ["full" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)]
         return kinds, None
 
+    if model_type in _PURE_SSM_TYPES:
+        raise ValueError(
+            f"config.json: model_type {model_type!r} is a pure state-space model; the engine does not cover it yet"
+        )
     if window is None:
         return ["full"] * n_layers, None
     pattern = _opt(cfg, "sliding_window_pattern")
@@ -373,7 +467,19 @@ def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | 
     return ["sliding"] * n_layers, window  # Mistral, Phi-3: every layer slides
 
 
-def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
+_PURE_SSM_TYPES = ("mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm")
+
+
+def _mamba_d_head(cfg: dict, inner: int, heads: int) -> int:
+    """Falcon-H1's mamba_d_head may be "auto": d_ssm / n_heads (FalconH1Config)."""
+    if cfg.get("mamba_d_head") == "auto":
+        if inner % heads:
+            raise ValueError(f"config.json: mamba_d_ssm ({inner}) is not divisible by mamba_n_heads ({heads})")
+        return inner // heads
+    return _first_req(cfg, "mamba_head_dim", "mamba_d_head")
+
+
+def _state_dims(cfg: dict, kind: str, hidden: int, ignored: dict[str, str]) -> StateDims:
     if kind == "mamba":
         expand = _first_req(cfg, "mamba_expand", "expand")
         return StateDims(
@@ -384,14 +490,39 @@ def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
         )
     if kind == "mamba2":
         state = _first_req(cfg, "ssm_state_size", "mamba_d_state")
+        heads = _first_req(cfg, "mamba_num_heads", "mamba_n_heads")
+        if cfg.get("mamba_d_ssm") is not None or cfg.get("model_type") == "falcon_h1":
+            # Falcon-H1: the Mamba width is mamba_d_ssm, else mamba_expand x hidden_size (FalconH1Config)
+            if cfg.get("mamba_d_ssm") is not None:
+                inner = _as_int("mamba_d_ssm", cfg["mamba_d_ssm"])
+                if "mamba_expand" in cfg:
+                    ignored["mamba_expand"] = "mamba_d_ssm is given, so the Mamba width does not use mamba_expand"
+            else:
+                inner = _first_req(cfg, "mamba_expand") * hidden
+            head_dim = _mamba_d_head(cfg, inner, heads)
+            if heads * head_dim != inner:
+                raise ValueError(
+                    f"config.json: mamba_n_heads x mamba_d_head ({heads} x {head_dim}) must equal the Mamba "
+                    f"width mamba_d_ssm ({inner}; mamba_expand x hidden_size when mamba_d_ssm is absent)"
+                )
+        else:
+            head_dim = _mamba_d_head(cfg, 0, heads)
+            if "mamba_expand" in cfg:
+                ignored["mamba_expand"] = "the Mamba-2 width is mamba heads x head dim, not mamba_expand x hidden"
         return StateDims(
-            heads=_first_req(cfg, "mamba_num_heads", "mamba_n_heads"),
-            head_dim=_first_req(cfg, "mamba_head_dim", "mamba_d_head"),
+            heads=heads,
+            head_dim=head_dim,
             state_size=state,
             conv_kernel=_first_req(cfg, "conv_kernel", "mamba_d_conv"),
             groups=_first_req(cfg, "n_groups", "mamba_n_groups"),
             group_dim=state,
         )
+    if kind == "lightning":
+        # MiniMax lightning attention: one head_dim x head_dim state per attention head (vLLM
+        # MambaStateShapeCalculator.linear_attention_state_shape; transformers MiniMaxLightningAttention)
+        heads = _req(cfg, "num_attention_heads")
+        head_dim = _opt(cfg, "head_dim") or _req(cfg, "hidden_size") // heads
+        return StateDims(heads=heads, head_dim=head_dim, state_size=head_dim, conv_kernel=1)
     # gated delta net (Qwen3-Next): state is v_heads x k_head_dim x v_head_dim
     k_dim = _req(cfg, "linear_key_head_dim")
     return StateDims(
@@ -402,6 +533,116 @@ def _state_dims(cfg: dict, kind: str, hidden: int) -> StateDims:
         groups=_req(cfg, "linear_num_key_heads"),
         group_dim=k_dim,
     )
+
+
+# Cache-shaping field families (issue 19): every such field in a config must be one this module
+# reads for the layer kinds the config has, or one known not to change the cache (with why).
+_SHAPING_PREFIXES = ("index_", "indexer_", "mamba_", "ssm_", "linear_")
+_SHAPING_NAMES = (
+    "layer_types",
+    "attn_type_list",
+    "hybrid_override_pattern",
+    "layers_block_type",
+    "num_kv_shared_layers",
+)
+# fields read for each kind
+_READ_FOR_KIND = {
+    "mamba": ("mamba_expand", "mamba_d_state", "mamba_d_conv", "ssm_state_size"),
+    "mamba2": (
+        "ssm_state_size",
+        "mamba_d_state",
+        "mamba_num_heads",
+        "mamba_n_heads",
+        "mamba_head_dim",
+        "mamba_d_head",
+        "mamba_d_ssm",
+        "mamba_d_conv",
+        "mamba_n_groups",
+        "mamba_expand",
+    ),
+    "linear_attention": (
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_conv_kernel_dim",
+    ),
+    "indexer": ("index_head_dim",),
+}
+# fields that never change what a layer caches, and why
+NO_CACHE_FIELDS = {
+    "mamba_chunk_size": "chunk length of the prefill scan; the state has the same shape",
+    "mamba_conv_bias": "a bias of the convolution weights, not part of its state",
+    "mamba_proj_bias": "projection bias (weights only)",
+    "mamba_dt_rank": "rank of the dt projection (weights only)",
+    "mamba_rms_norm": "a norm inside the mixer (weights only)",
+    "mamba_norm_before_gate": "order of two operations, no state",
+    "mamba_use_mlp": "an MLP beside the mixer (weights only)",
+    "mamba_hidden_act": "activation function",
+    "mamba_dt_min": "dt initialisation",
+    "mamba_dt_max": "dt initialisation",
+    "mamba_dt_init_floor": "dt initialisation",
+    "mamba_dt_limit": "dt clamp",
+    "mamba_dt_init": "dt initialisation",
+    "mamba_dt_scale": "dt initialisation",
+    "mamba_conv_init": "initialisation",
+    "ssm_multipliers": "scalar multipliers of the SSM inputs (muP), no state",
+    "ssm_in_multiplier": "scalar multiplier (muP)",
+    "ssm_out_multiplier": "scalar multiplier (muP)",
+    "linear_attn_alpha_factor": "MiniMax residual scale",
+    "linear_attn_beta_factor": "MiniMax residual scale",
+    "index_topk": "how many cached tokens the sparse attention reads, not how many are kept",
+    "index_n_heads": "indexer query heads; the cached key is a single head of index_head_dim values",
+    "indexer_rope_interleave": "rotary layout of the indexer key, same size",
+}
+
+
+def _check_understood(cfg: dict, kinds_present: set[str], ignored: dict[str, str]) -> None:
+    read = {f for k in kinds_present for f in _READ_FOR_KIND.get(k, ())}
+    for key in sorted(cfg):
+        shaping = key.startswith(_SHAPING_PREFIXES) or key in _SHAPING_NAMES
+        if not shaping or cfg[key] is None or key in read or key in NO_CACHE_FIELDS or key in ignored:
+            continue
+        if key in _SHAPING_NAMES:
+            continue  # read by _layer_kinds / the KV-sharing rule, which validated it
+        raise ValueError(
+            f"config.json: field '{key}' shapes a cache the engine does not model for this config "
+            f"(layer kinds here: {', '.join(sorted(kinds_present)) or 'none'}); refusing rather than "
+            "computing it as plain attention"
+        )
+
+
+_TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _ssm_cache_dtype(cfg: dict) -> str | None:
+    value = cfg.get("mamba_ssm_cache_dtype")
+    if value is None or value == "auto":
+        return None
+    if value not in _TORCH_DTYPES:
+        raise ValueError(f"config.json: 'mamba_ssm_cache_dtype' {value!r} is not one of {', '.join(_TORCH_DTYPES)}")
+    return _TORCH_DTYPES[value]
+
+
+def _kv_shared(cfg: dict, kinds: list[str | None]) -> tuple[list[str | None], int]:
+    """Gemma-3n: the last num_kv_shared_layers layers reuse the K/V of the last earlier layer of
+    their type and keep none (transformers Gemma3nTextConfig.kv_sharing_modes -> DummyLayer; vLLM
+    gives them no KV-cache spec, gemma3n.py kv_sharing_target_layer_name)."""
+    if cfg.get("num_kv_shared_layers") is None:
+        return kinds, 0
+    shared = _as_int("num_kv_shared_layers", cfg["num_kv_shared_layers"], minimum=0)
+    n = len(kinds)
+    if shared >= n:
+        raise ValueError(f"config.json: 'num_kv_shared_layers' ({shared}) must be below the {n} layers")
+    first = n - shared
+    for i in range(first, n):
+        if kinds[i] is not None and kinds[i] not in kinds[:first]:
+            raise ValueError(
+                f"config.json: 'num_kv_shared_layers': layer {i} ({kinds[i]}) has no earlier layer of its kind to share"
+            )
+        if kinds[i] not in (None, "full", "sliding", "chunked"):
+            raise ValueError(f"config.json: 'num_kv_shared_layers' over {kinds[i]} layers is not understood")
+    return kinds[:first] + [None] * shared, shared
 
 
 def _parse(config: dict, name: str | None) -> ModelSpec:
@@ -415,6 +656,26 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     kinds, window = _layer_kinds(cfg, n_layers, model_type)
     if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
         kinds = ["mamba2" if k == "mamba" else k for k in kinds]
+    # per-layer entries of the layer list that cannot change the cache (the property test in
+    # tests/unit/test_kvcache_never_silent.py accepts an unchanged figure only for these)
+    listed = next((k for k in _SHAPING_NAMES[:4] if cfg.get(k) is not None), None)
+    positions = {f"{listed}[{i}]": "an MLP / MoE-only layer keeps no cache" for i, k in enumerate(kinds) if k is None}
+    kinds, shared = _kv_shared(cfg, kinds)
+    if listed:
+        positions.update(
+            {
+                f"{listed}[{i}]": "a KV-shared layer keeps nothing; its type only names the layer it reuses"
+                for i in range(n_layers - shared, n_layers)
+            }
+        )
+    if shared:
+        notes.append(
+            f"num_kv_shared_layers = {shared}: the last {shared} layers reuse earlier layers' K/V and keep none"
+        )
+    # parallel parts of one layer (Falcon-H1: attention + Mamba-2 in every layer)
+    parallel: list[str | None] = ["mamba2"] * n_layers if model_type == "falcon_h1" else [None] * n_layers
+    if model_type == "falcon_h1":
+        notes.append("Falcon-H1: every layer keeps attention K/V and a Mamba-2 state side by side")
 
     heads = kv_heads = head_dim = 0
     mla = cfg.get("kv_lora_rank") is not None
@@ -437,6 +698,8 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
                 f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
             )
         explicit = _opt(cfg, "head_dim")
+        if explicit is None and cfg.get("attention_head_dim") is not None:
+            explicit = _as_int("attention_head_dim", cfg["attention_head_dim"])  # Nemotron-H's name
         if explicit is not None:
             head_dim = explicit  # Qwen3, Gemma: not hidden_size / heads
         elif hidden % heads:
@@ -452,7 +715,15 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         lora = _req(cfg, "kv_lora_rank")
         rope = _req(cfg, "qk_rope_head_dim")
         kinds = ["mla" if k == "full" else k for k in kinds]
+    indexed = model_type == "deepseek_v32" or cfg.get("index_topk") is not None
+    if indexed:
+        # DeepSeek-V3.2 sparse attention: vLLM's deepseek_v2.py tells V3.2 by hasattr(index_topk)
+        if not mla:
+            raise ValueError("config.json: 'index_topk' (a sparse-attention indexer) without MLA is not understood")
+        index_dim = _req(cfg, "index_head_dim")
+        notes.append(f"lightning indexer: one {index_dim}-value key per token per MLA layer")
 
+    ignored: dict[str, str] = {}
     groups = []
     for kind in dict.fromkeys(k for k in kinds if k is not None):
         idx = tuple(i for i, k in enumerate(kinds) if k == kind)
@@ -471,8 +742,16 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
                     mla_heads=heads,
                 )
             )
+            if indexed:
+                groups.append(LayerGroup("indexer", idx, kv_heads=1, head_dim=index_dim))
         else:
-            groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden)))
+            groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden, ignored)))
+    for kind in dict.fromkeys(k for k in parallel if k is not None):
+        idx = tuple(i for i, k in enumerate(parallel) if k == kind)
+        groups.append(LayerGroup(kind, idx, state=_state_dims(cfg, kind, hidden, ignored)))
+    present = {g.kind for g in groups}
+    _check_understood(cfg, present, ignored)
+    notes.extend(f"{k} not used: {why}" for k, why in sorted(ignored.items()))
 
     total, active = _params.estimate(cfg, kinds, hidden, heads, kv_heads, head_dim)
     return ModelSpec(
@@ -485,5 +764,12 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         groups=tuple(groups),
         params_total=total,
         params_active=active,
-        extras={"vocab_size": cfg.get("vocab_size"), "conventions": tuple(notes)},
+        extras={
+            "vocab_size": cfg.get("vocab_size"),
+            "conventions": tuple(notes),
+            "ignored_fields": dict(ignored),
+            "kv_shared_layers": shared,
+            "ignored_positions": positions,
+            "mamba_ssm_cache_dtype": _ssm_cache_dtype(cfg),
+        },
     )

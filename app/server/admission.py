@@ -48,12 +48,28 @@ class Admission:
         self.metrics = metrics
         self.clock = clock
 
-    async def admit(self, key: KeyRecord, *, est_tokens: int = 0, est_cost_usd: float = 0.0) -> str:
-        """The reservation id, or a :class:`wire.WireError` (429) when a limit or the budget refuses."""
+    async def admit(
+        self,
+        key: KeyRecord,
+        *,
+        est_tokens: int = 0,
+        est_cost_usd: float = 0.0,
+        ceiling_cost_usd: float | None = None,
+    ) -> str:
+        """The reservation id, or a :class:`wire.WireError` (429) when a limit or the budget refuses.
+        ``est_cost_usd`` is the request's worst case, ``ceiling_cost_usd`` its model's (see
+        :func:`db.limits.admit`)."""
         now = self.clock()
         try:
             decision = await anyio.to_thread.run_sync(
-                lambda: limits.admit(self.engine, key, est_tokens=est_tokens, est_cost_usd=est_cost_usd, now=now)
+                lambda: limits.admit(
+                    self.engine,
+                    key,
+                    est_tokens=est_tokens,
+                    est_cost_usd=est_cost_usd,
+                    ceiling_cost_usd=ceiling_cost_usd,
+                    now=now,
+                )
             )
         except SQLAlchemyError as exc:
             # Fail closed: a key with limits or a budget is not served unchecked.
@@ -68,6 +84,16 @@ class Admission:
             self.metrics.observe_key_denial(decision.code)
         if decision.code == limits.BUDGET_EXCEEDED:
             raise wire.budget_exceeded(decision.message + ". Fix: raise it with a new key or wait for the next period.")
+        if decision.code == limits.BUDGET_RESERVED:
+            # Not used up: a retry succeeds once the requests in flight settle (OpenAI's rate-limit
+            # type, so clients retry it, unlike insufficient_quota).
+            raise wire.WireError(
+                429,
+                decision.message + ".",
+                type="requests",
+                code=limits.BUDGET_RESERVED,
+                headers={"Retry-After": str(decision.retry_after_s or 1)},
+            )
         raise wire.rate_limited(
             decision.message + ".", decision.retry_after_s or 1, tokens=decision.code == limits.TOKENS_LIMITED
         )

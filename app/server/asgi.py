@@ -70,7 +70,8 @@ class ChatStreamReply:
 
 
 ChatHandler = Callable[[wire.ChatRequest, Any], Awaitable[Any]]
-Authenticate = Callable[[str | None], Any]  # sync or async; returns a key record or None
+# sync or async: (token) or (token, client=address) -> a key record or None
+Authenticate = Callable[..., Any]
 ReadyCheck = Callable[[], Any]  # sync or async; returns {check name: bool}
 
 
@@ -107,6 +108,8 @@ class GatewayApp:
         self.chat_handler = chat_handler
         self.models = list(models)
         self.authenticate = authenticate
+        # An authenticator taking a second argument gets the client's address (failed-key throttle).
+        self._auth_per_client = _takes_client(authenticate)
         self.ready = ready
         self.metrics = metrics if metrics is not None else GatewayMetrics(models=models)
         self.max_body_bytes = max_body_bytes
@@ -350,10 +353,17 @@ class GatewayApp:
             return None
         token = _bearer(scope)
         try:
-            key = await _maybe_await(self.authenticate(token)) if token else None
+            if not token:
+                key = None
+            elif self._auth_per_client:
+                key = await _maybe_await(self.authenticate(token, _client_address(scope)))
+            else:
+                key = await _maybe_await(self.authenticate(token))
         except wire.WireError as err:
             if err.code == wire.STORE_UNAVAILABLE:
                 self.metrics.observe_key_denial("store_unavailable")
+            elif err.code == "failed_keys_throttled":  # app.server.auth.THROTTLED
+                self.metrics.observe_key_denial(err.code)
             raise
         if key is None:
             self.metrics.observe_key_denial("unauthorized")
@@ -415,6 +425,21 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if k == name:
             return v.decode("latin-1")
     return None
+
+
+def _client_address(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
+def _takes_client(fn: Any) -> bool:
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "client" in params
 
 
 def _bearer(scope: Scope) -> str | None:

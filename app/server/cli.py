@@ -20,8 +20,15 @@ def _engine():
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from app.config import load_settings
     from app.server.serve import serve
+    from app.telemetry.location import check_writable, journal_dir_for
     from core.bounds import parse_int
+
+    # What the workers would refuse (configuration, DATABASE_URL, an unwritable journal), refused
+    # here as one line before the server says it is listening.
+    settings = load_settings()
+    check_writable(journal_dir_for(settings.database_url, settings.telemetry.journal_dir))
 
     graceful_s = parse_int(args.graceful_s, field="--graceful-s", lo=0, hi=MAX_GRACEFUL_S)
     raw = str(args.workers).strip().lower()

@@ -105,10 +105,12 @@ def refusal_class(err: wire.WireError) -> str:
         return "gateway_overloaded"
     if err.status == 401:
         return "key_refused"
+    if err.code == "failed_keys_throttled":
+        return "failed_keys_throttled"
     if err.status == 403:
         return "model_not_allowed"
-    if err.code == "budget_exceeded":
-        return "budget_exceeded"
+    if err.code in ("budget_exceeded", "budget_reserved"):
+        return err.code
     if err.status == 429:
         return "gateway_rate_limited"
     return "gateway_refused"
@@ -182,27 +184,50 @@ class ChatHandler:
 
     # ------------------------------------------------------------------------------ admission
 
-    def _estimate(self, req: wire.ChatRequest) -> tuple[int, float]:
+    def _estimate(self, req: wire.ChatRequest) -> tuple[int, float, float]:
+        """(tokens for tpm, the request's worst-case cost, its model's worst-case cost).
+
+        The worst case counts the request's own output limit (``max_tokens``,
+        ``max_completion_tokens`` or ``max_output_tokens``) times ``n``, or the model's output
+        limit from the catalog when it sets none; the model's worst case always counts the
+        catalog's limit (an upstream may bill past ``max_tokens``: reasoning tokens, providers that
+        ignore it). The prompt is the rough estimate of :func:`estimate_prompt_tokens`. tpm keeps
+        the smaller estimate (``DEFAULT_EST_COMPLETION`` without a ``max_tokens``) so that a key
+        with a modest tpm still serves requests that set no limit; settle corrects it."""
         messages = _prompt_messages(req)
         prompt = estimate_prompt_tokens(messages)
-        completion = 0 if req.api == "embeddings" else req.max_tokens or DEFAULT_EST_COMPLETION
         model = req.model
         if model == "auto":
             model = classify_intent(messages, self.client.settings.intents).model
+        if req.api == "embeddings":
+            asked = ceiling = tpm_completion = 0
+        else:
+            n = req.body.get("n")
+            choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+            try:
+                limit = catalog.output_limit(model)
+            except InvalidRequest:
+                limit = req.max_tokens or DEFAULT_EST_COMPLETION
+            asked = (req.max_tokens or limit) * choices
+            ceiling = max(limit, req.max_tokens or 0) * choices
+            tpm_completion = (req.max_tokens or DEFAULT_EST_COMPLETION) * choices
         try:
-            cost = catalog.cost_usd(model, prompt, 0, completion)
+            cost = catalog.cost_usd(model, prompt, 0, asked)
+            ceiling_cost = catalog.cost_usd(model, prompt, 0, ceiling)
         except InvalidRequest:
-            cost = 0.0
-        return prompt + completion, cost
+            cost = ceiling_cost = 0.0
+        return prompt + tpm_completion, cost, ceiling_cost
 
     async def _admit(self, req: wire.ChatRequest, key: KeyRecord | None) -> _Admitted:
         # A key without limits or budget needs no database write per request.
         if key is None or (key.rpm is None and key.tpm is None and key.budget_micro_usd is None):
             return _Admitted(None)
-        tokens, cost = self._estimate(req)
+        tokens, cost, ceiling = self._estimate(req)
         # The one admission rule (limits, budget, the 429 it answers, the denial metric).
         try:
-            return _Admitted(await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost))
+            return _Admitted(
+                await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost, ceiling_cost_usd=ceiling)
+            )
         except wire.WireError as err:
             self.log_refusal(req.api, req.model, key, err, stream=req.stream)
             raise

@@ -73,7 +73,9 @@ KEY_DENIAL_REASONS = (
     "rate_limit_exceeded",
     "tokens_limit_exceeded",
     "budget_exceeded",
+    "budget_reserved",  # the rest of the budget is held by the key's requests in flight (429, retry)
     "store_unavailable",  # the gateway's own database did not answer (503)
+    "failed_keys_throttled",  # too many invalid keys from one client address (429)
 )
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")

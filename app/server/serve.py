@@ -51,7 +51,10 @@ class PortInUse(ConfigurationError):
 
 
 class ServerMetrics(GatewayMetrics):
-    """GatewayMetrics whose gauges read the gateway's live state at each scrape."""
+    """GatewayMetrics whose gauges read the gateway's live state at each scrape: the canary ratio,
+    the request log's queue and journal, and each provider's circuit breaker (a breaker opens and
+    closes on requests' threads; reading its snapshot at the scrape is what keeps the gauge true
+    without a hook on the hot path)."""
 
     def __init__(self, gateway: Gateway, **kwargs: Any):
         super().__init__(**kwargs)
@@ -61,6 +64,13 @@ class ServerMetrics(GatewayMetrics):
         g = self.gateway
         self.set_canary_ratio(g.ratio.value)
         self.set_log_depths(queue=_depth(g.telemetry, "pending"), journal=_depth(g.telemetry, "journal_depth"))
+        try:
+            breakers = g.client.breaker_states()
+        except Exception as exc:  # noqa: BLE001 - a gauge must never break the scrape
+            log.warning("metrics: breaker states unreadable (%s)", type(exc).__name__)
+            breakers = {}
+        for provider, snapshot in breakers.items():
+            self.set_breaker_state(provider, snapshot.state)
         return super().exposition()
 
 

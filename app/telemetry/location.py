@@ -10,6 +10,12 @@ Inside it, each process holds one numbered slot (``slot-0``, ``slot-1`` ...) und
 segments. A slot's lock dies with its process; the next process to start takes the lowest free slot
 (and replays what is in it), and also adopts every other unlocked slot that still holds records
 (a journal left by a killed process is replayed even when its slot number is not reused).
+
+A directory that cannot be written (a read-only mount, a path through a file, no permission) is
+refused with :class:`JournalUnwritable`, one line naming the directory with a ``Fix:``; there is no
+silent fallback elsewhere, since another process of the same database would not look there and
+what was journaled would never be replayed. ``serve`` checks it (:func:`check_writable`) before it
+announces itself.
 """
 
 from __future__ import annotations
@@ -25,12 +31,38 @@ from typing import IO, Any
 
 from sqlalchemy.engine import make_url
 
+from app.config import ConfigError
 from app.telemetry.journal import Journal
 from app.telemetry.writer import TelemetryWriter
 from core.records import AttemptRecord
 
 LOCK_NAME = "owner.lock"
 MAX_SLOTS = 64
+
+
+class JournalUnwritable(ConfigError):
+    """The journal directory cannot be created or written; the message says what to change."""
+
+    def __init__(self, directory: Path, exc: OSError):
+        reason = exc.strerror or type(exc).__name__
+        super().__init__(
+            f"telemetry journal directory {str(directory)!r} cannot be written ({reason}); "
+            "Fix: make it writable, or set [telemetry] journal_dir in the configuration to a writable directory"
+        )
+
+
+def check_writable(directory: Path | None) -> None:
+    """Create ``directory`` and write (then remove) a probe file in it, or raise
+    :class:`JournalUnwritable`. ``None`` (no journal) passes."""
+    if directory is None:
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise JournalUnwritable(directory, exc) from None
 
 
 def journal_dir_for(database_url: str, configured: str | None = None, cwd: Path | None = None) -> Path | None:
@@ -150,7 +182,10 @@ def open_writer(
         return TelemetryWriter(
             write_batch, queue_size=queue_size, batch_size=batch_size, flush_interval_s=flush_interval_s, **writer_kw
         )
-    claim = claim_journal(directory, fsync_every=batch_size)
+    try:
+        claim = claim_journal(directory, fsync_every=batch_size)
+    except OSError as exc:
+        raise JournalUnwritable(directory, exc) from None
     return TelemetryWriter(
         write_batch,
         queue_size=queue_size,

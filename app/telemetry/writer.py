@@ -180,6 +180,13 @@ class TelemetryWriter:
     def journal(self) -> Journal | None:
         return self._journal
 
+    @property
+    def journal_depth(self) -> int:
+        """Records spilled to the journal and not yet replayed (0 without a journal): the
+        ``gateway_log_journal_depth`` gauge reads this at each scrape."""
+        j = self._journal
+        return j.pending if j is not None else 0
+
     def stats(self) -> WriterStats:
         j = self._journal
         return WriterStats(

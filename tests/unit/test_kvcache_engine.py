@@ -178,7 +178,10 @@ def test_hybrid_override_pattern_mamba2():
     assert [(g.kind, g.layer_indices) for g in spec.groups] == [("mamba2", (0, 2, 5)), ("full", (3,))]
     conv = (128 * 64 + 2 * 8 * 128) * 3
     ssm = 128 * 64 * 128
-    assert kv_cache_bytes(spec, 100) == 3 * (conv + ssm) * 2 + 2 * 8 * 128 * 2 * 100
+    # vLLM (the default engine) keeps Nemotron-H's recurrent state in float32 unless told otherwise
+    # (NemotronHForCausalLMConfig); this test used to count it in bf16, the documented-wrong figure
+    assert kv_cache_bytes(spec, 100) == 3 * (conv * 2 + ssm * 4) + 2 * 8 * 128 * 2 * 100
+    assert kv_cache_bytes(spec, 100, ssm_dtype="bf16") == 3 * (conv + ssm) * 2 + 2 * 8 * 128 * 2 * 100
     # TP 2 halves heads and groups exactly
     assert kv_cache_bytes(spec, 100, tp=2) == kv_cache_bytes(spec, 100) // 2
 
@@ -188,7 +191,7 @@ def test_mamba2_single_group_is_replicated_under_tp():
     group = spec.group("mamba2")
     b = breakdown(spec, 0, 1, tp=4)
     per_gpu = {g.kind: g.bytes_per_sequence for g in b.groups}["mamba2"]
-    assert per_gpu == group.layers * ((32 * 64 + 2 * 1 * 128) * 3 + 32 * 64 * 128) * 2
+    assert per_gpu == group.layers * ((32 * 64 + 2 * 1 * 128) * 3 * 2 + 32 * 64 * 128 * 4)  # fp32 recurrent
 
 
 # --- validation errors ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 Check values from the issue: 1x H100 80 GiB, utilization 0.9, 2 GiB reserve, bf16 weights and KV.
 """
 
+import dataclasses
 from fractions import Fraction
 
 import pytest
@@ -190,8 +191,13 @@ def test_other_engines_use_their_own_allocators():
     assert trt.sequence_bytes == 256 * 16 * 2 * 32 * 8 * 128 * 2  # whole blocks of the window
 
 
-def test_state_hybrids_are_not_forced_into_the_vllm_model():
-    assert layout(catalog.model_spec("jamba-v0.1"), "bf16") is None
+def test_state_hybrids_of_sliding_attention_are_not_forced_into_the_vllm_model():
+    # Jamba used to be refused here; state hybrids with full attention are now modelled
+    # (tests/unit/test_kvcache_vllm_hybrid.py). Sliding + state layers are still not.
+    spec = catalog.model_spec("jamba-v0.1")
+    sliding = dataclasses.replace(spec.group("full"), kind="sliding", window=4096)
+    hybrid = dataclasses.replace(spec, groups=(sliding, spec.group("mamba")))
+    assert layout(hybrid, "bf16") is None
 
 
 def test_draft_with_a_smaller_head_gets_its_own_group_with_a_bigger_block():

@@ -217,7 +217,7 @@ def test_rpm_limit_429_with_retry_after(server, engine, fresh):
     assert codes == [200, 200]
     r = post(server, k, {"model": "gpt-4.1", "messages": HELLO})
     assert r.status_code == 429 and error_of(r)["code"] == "rate_limit_exceeded"
-    assert 1 <= int(r.headers["retry-after"]) <= 60
+    assert 1 <= int(r.headers["retry-after"]) <= 61  # sliding window: 60 s and its one-second bucket
     assert len(fresh.requests_for("direct")) >= 2
 
 

@@ -36,7 +36,8 @@ def test_rate_limit_refusal_is_429_with_retry_after(engine):
         return info.value
 
     err = anyio.run(go)
-    assert (err.status, err.code, err.headers["Retry-After"]) == (429, "rate_limit_exceeded", "45")
+    # Sliding window: the admission at T0+15 counts until T0+76.
+    assert (err.status, err.code, err.headers["Retry-After"]) == (429, "rate_limit_exceeded", "61")
     assert metric(m, "gateway_key_denials_total", reason="rate_limit_exceeded") == 1
 
 
@@ -47,17 +48,25 @@ def test_budget_refusal_and_settlement_update_the_gauge(engine):
 
     async def go():
         rid = await adm.admit(key, est_tokens=100, est_cost_usd=0.9)
-        with pytest.raises(wire.WireError) as info:
+        with pytest.raises(wire.WireError) as held:  # fits once the first settles: retry
             await adm.admit(key, est_cost_usd=0.2)
-        assert info.value.code == "budget_exceeded" and "Retry-After" not in info.value.headers
+        assert (held.value.code, held.value.type, held.value.headers["Retry-After"]) == (
+            "budget_reserved",
+            "requests",
+            "1",
+        )
         assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is True
         assert await adm.settle(key, rid, tokens=40, cost_usd=0.75) is False
+        with pytest.raises(wire.WireError) as info:  # 0.75 spent + 0.3: used up, no retry
+            await adm.admit(key, est_cost_usd=0.3)
+        assert info.value.code == "budget_exceeded" and "Retry-After" not in info.value.headers
 
     anyio.run(go)
     assert spend(engine, key, now=T0).spent_micro_usd == 750_000
     assert window_usage(engine, key, now=T0) == (1, 40)
     assert metric(m, "gateway_key_budget_used_ratio", key_name="b", period="day") == 0.75
     assert metric(m, "gateway_key_denials_total", reason="budget_exceeded") == 1
+    assert metric(m, "gateway_key_denials_total", reason="budget_reserved") == 1
 
 
 def test_settle_survives_cancellation_of_the_request(engine):
@@ -81,3 +90,35 @@ def test_settle_survives_cancellation_of_the_request(engine):
 def test_estimate_prompt_tokens():
     msgs = [{"role": "user", "content": "x" * 40}, {"role": "user", "content": [{"type": "text", "text": "y" * 8}]}]
     assert estimate_prompt_tokens(msgs) == 10 + 2 + 8
+
+
+def test_the_handler_reserves_the_requests_worst_case_and_holds_the_models():
+    """Issue 18 item 7: the estimate admission reserves counts the request's own output limit
+    (any of its three names, times ``n``), or the catalog's output limit when it sets none; the
+    hold is always the model's output limit."""
+    from types import SimpleNamespace
+
+    from app import catalog
+    from app.server.handler import DEFAULT_EST_COMPLETION, ChatHandler
+
+    client = SimpleNamespace(core=SimpleNamespace(forwardable=frozenset()), settings=SimpleNamespace(intents=None))
+    handler = ChatHandler(client, engine=None, driver=object())  # type: ignore[arg-type]
+    msgs = [{"role": "user", "content": "hi"}]
+    prompt = estimate_prompt_tokens(msgs)
+    limit = catalog.output_limit("gpt-4.1")
+    assert limit == 32768
+
+    def est(api: str, body: dict):
+        return handler._estimate(wire.validate_api_request(api, {"model": "gpt-4.1", **body}))
+
+    cost = lambda completion: catalog.cost_usd("gpt-4.1", prompt, 0, completion)  # noqa: E731
+    assert est("chat", {"messages": msgs, "max_tokens": 1}) == (prompt + 1, cost(1), cost(limit))
+    assert est("chat", {"messages": msgs, "max_completion_tokens": 100, "n": 3}) == (
+        prompt + 300,
+        cost(300),
+        cost(3 * limit),
+    )
+    assert est("chat", {"messages": msgs}) == (prompt + DEFAULT_EST_COMPLETION, cost(limit), cost(limit))
+    assert est("responses", {"input": "hi", "max_output_tokens": 7})[1] == catalog.cost_usd(
+        "gpt-4.1", estimate_prompt_tokens([{"role": "user", "content": "hi"}]), 0, 7
+    )

@@ -1,0 +1,189 @@
+"""Never a silent wrong number: every cache-shaping field of every shipped and test config,
+altered (or added where it is absent), is either refused with a message naming it or changes the
+figure. An unchanged figure is accepted only where the engine says why the field cannot matter."""
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.kvcache import ModelSpec, catalog, for_engine, kv_cache_bytes
+from app.kvcache.spec import NO_CACHE_FIELDS
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
+PREFIXES = ("index_", "indexer_", "mamba_", "ssm_", "linear_")
+NAMES = ("layer_types", "attn_type_list", "hybrid_override_pattern", "layers_block_type", "num_kv_shared_layers")
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "max_position_embeddings": 8192,
+}
+CONFIGS = {m.id: m.config for m in catalog.models().values()}
+CONFIGS |= {m["id"]: m["config"] for m in json.loads((FIXTURES / "ground_truth_configs.json").read_text())["models"]}
+CONFIGS["llama-8-layers"] = LLAMA
+SYNONYMS = {"attention": "full_attention"}  # the same layer kind in two vocabularies
+LAYER_VALUES = [
+    "full_attention",
+    "sliding_attention",
+    "linear_attention",
+    "mamba",
+    "attention",
+    "conv",
+    "hybrid",
+    0,
+    1,
+    2,
+]
+
+
+def text(config: dict) -> dict:
+    """The dict holding the text model's fields (a multimodal wrapper's text_config)."""
+    return config["text_config"] if isinstance(config.get("text_config"), dict) else config
+
+
+def shaping(key: str) -> bool:
+    return key.startswith(PREFIXES) or key in NAMES
+
+
+def figure(config: dict) -> tuple[int, ...] | str:
+    try:
+        spec = ModelSpec.from_hf_config(config)
+        return tuple(
+            kv_cache_bytes(for_engine(spec, e), n, 1, "bf16") for e in ("vllm", "transformers5") for n in (1, 4096)
+        )
+    except ValueError as exc:
+        return f"refused: {exc}"
+
+
+def allowed_unchanged(config: dict, key: str, index: int | None) -> bool:
+    spec = ModelSpec.from_hf_config(config)
+    if key in NO_CACHE_FIELDS or key in spec.extras["ignored_fields"]:
+        return True
+    return index is not None and f"{key}[{index}]" in spec.extras["ignored_positions"]
+
+
+FIELDS = sorted((cid, key) for cid, cfg in CONFIGS.items() for key in text(cfg) if shaping(key))
+
+
+def test_every_config_is_accepted_unaltered():
+    for cid, config in CONFIGS.items():
+        assert not isinstance(figure(config), str), cid
+
+
+def test_the_fields_exist_in_the_configs():
+    """The property below really runs over hybrids, MiniMax, Gemma-3n and DeepSeek-V3.2 fields."""
+    keys = {k for _, k in FIELDS}
+    assert {"attn_type_list", "hybrid_override_pattern", "layer_types", "num_kv_shared_layers"} <= keys
+    assert {"index_head_dim", "mamba_d_ssm", "ssm_state_size", "linear_key_head_dim"} <= keys
+
+
+def mutate(value, data):
+    """A different value of the same shape, or None (the field removed)."""
+    if isinstance(value, bool) or value is None:
+        return data.draw(st.sampled_from([None, 1, "x"]))
+    if isinstance(value, int):
+        return data.draw(
+            st.sampled_from([None, value + 1, value * 2, max(value - 1, 0), 3 * value + 7]).filter(lambda v: v != value)
+        )
+    if isinstance(value, str) and len(value) > 1:
+        i = data.draw(st.integers(0, len(value) - 1))
+        c = data.draw(st.sampled_from("M*-EX").filter(lambda c: c != value[i]))
+        return value[:i] + c + value[i + 1 :], i
+    if isinstance(value, list) and value:
+        i = data.draw(st.integers(0, len(value) - 1))
+        new = data.draw(
+            st.sampled_from(LAYER_VALUES).filter(
+                lambda v: SYNONYMS.get(v, v) != SYNONYMS.get(value[i], value[i]) and type(v) is type(value[i])
+            )
+        )
+        return [*value[:i], new, *value[i + 1 :]], i
+    return data.draw(st.sampled_from([None, 0, 2]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_altering_a_field_is_refused_or_changes_the_figure(data):
+    cid, key = data.draw(st.sampled_from(FIELDS))
+    config = copy.deepcopy(CONFIGS[cid])
+    before = figure(config)
+    drawn = mutate(text(config)[key], data)
+    value, index = drawn if isinstance(drawn, tuple) else (drawn, None)
+    if value is None:
+        del text(config)[key]
+    else:
+        text(config)[key] = value
+    after = figure(config)
+    if isinstance(after, str):
+        return  # refused
+    if after == before:
+        assert allowed_unchanged(CONFIGS[cid], key, index), f"{cid}: {key} -> {value!r} changed nothing silently"
+
+
+ADDED = {
+    "num_kv_shared_layers": 2,
+    "index_head_dim": 128,
+    "index_topk_freq": 4,
+    "indexer_types": ["full"],
+    "mamba_d_state": 16,
+    "mamba_num_heads": 64,
+    "ssm_state_size": 128,
+    "linear_key_head_dim": 128,
+    "linear_attn_config": {"num_heads": 4},
+    "attn_type_list": [0, 1] * 4,
+    "layers_block_type": ["mamba", "attention"] * 4,
+    "hybrid_override_pattern": "M*M*M*M*",
+    "layer_types": ["linear_attention"] * 8,
+}
+
+
+@pytest.mark.parametrize(("key", "value"), sorted(ADDED.items()))
+def test_adding_a_field_to_plain_attention_is_refused_or_counted(key, value):
+    before = figure(LLAMA)
+    after = figure({**LLAMA, key: value})
+    assert isinstance(after, str) or after != before
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({**LLAMA, "index_topk_freq": 4}, "index_topk_freq"),
+        ({**LLAMA, "mamba_d_state": 16}, "mamba_d_state"),
+        ({**LLAMA, "linear_attn_config": {"num_heads": 4}}, "linear_attn_config"),
+        ({**LLAMA, "attn_type_list": [0, 1] * 4}, "attn_type_list"),
+        ({**LLAMA, "layer_types": ["full_attention"] * 7 + ["conv"]}, r"layer_types\[7\]"),
+        ({**LLAMA, "layer_types": ["linear_attention"] * 8}, "linear_attention"),
+        ({**LLAMA, "layers_block_type": ["attention"] * 7 + ["xlstm"]}, r"layers_block_type\[7\]"),
+        ({**LLAMA, "num_kv_shared_layers": 8}, "num_kv_shared_layers"),
+        ({**LLAMA, "layer_types": ["full_attention"] * 8, "hybrid_override_pattern": "********"}, "both"),
+        ({**CONFIGS["minimax-m1-80k"], "attn_type_list": [0] * 79 + [2]}, r"attn_type_list\[79\]"),
+        ({**CONFIGS["falcon-h1-7b"], "attn_layer_indices": [0, 1]}, "attn_layer_indices"),
+        ({**CONFIGS["falcon-h1-7b"], "mamba_d_head": 64}, "mamba_d_ssm"),
+        ({**CONFIGS["deepseek-v3.2-exp"], "index_topk_freq": 4}, "index_topk_freq"),
+        (
+            {
+                "model_type": "mamba2",
+                "hidden_size": 4096,
+                "num_hidden_layers": 64,
+                "num_heads": 128,
+                "max_position_embeddings": 8192,
+            },
+            "pure state-space",
+        ),
+    ],
+)
+def test_refusals_name_the_field(config, field):
+    with pytest.raises(ValueError, match=field):
+        ModelSpec.from_hf_config(config)
+
+
+@pytest.mark.parametrize("engine_id", ["sglang", "trtllm", "transformers4"])
+@pytest.mark.parametrize("model_id", ["jamba-v0.1", "qwen3-next-80b-a3b", "minimax-m1-80k", "deepseek-v3.2-exp"])
+def test_engines_without_modelled_state_layouts_refuse(engine_id, model_id):
+    with pytest.raises(ValueError, match="not modelled"):
+        for_engine(catalog.model_spec(model_id), engine_id)

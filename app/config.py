@@ -308,6 +308,20 @@ class ServerConfig(_Strict):
     # Routed requests one server process serves at once; above it, 503 gateway_overloaded with
     # Retry-After (admission before saturation). 0 turns the bound off.
     max_in_flight: int = Field(default=1024, ge=0, le=1_000_000)
+    # Hostile connections (app/server/edge.py). A request head (request line and headers) larger
+    # than max_header_bytes or with more than max_headers header lines: 431, connection closed.
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_headers: int = Field(default=128, ge=8, le=10_000)
+    # A head not complete this long after the connection opened (or its first byte arrived): 408, closed.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    # Open connections per server process, kept below its open-file limit (raised to the hard limit
+    # at start); at the bound the connection idle longest is closed to make room.
+    max_connections: int = Field(default=8192, ge=16, le=1_000_000)
+    # Keep-alive: idle seconds between requests (above the 5 s after which clients such as httpx and
+    # the openai SDK drop an idle connection, so they, not the server, close it first) and requests
+    # per connection before it is closed (0: no bound).
+    keep_alive_s: float = Field(default=15.0, gt=0, le=3600)
+    max_requests_per_connection: int = Field(default=1000, ge=0, le=1_000_000_000)
 
 
 # How long a local-account sign-in survives reloads and new tabs (the session cookie's lifetime):

@@ -340,7 +340,7 @@ class AsyncRoutingClient:
                         response = await self._send(plan, attempt, core.deadline(plan, attempt))
                     answer = core.read(plan, attempt, response)
                 except asyncio.CancelledError:
-                    core.record(plan, attempt, failure=Failure("cancelled", "the caller went away"))
+                    core.record(plan, attempt, failure=core.cancelled("the caller went away"))
                     raise
                 except Exception as exc:  # noqa: BLE001 - failed() re-raises what is not an upstream fault
                     attempt = await self._advance(steps, core.failed(plan, attempt, exc))

@@ -260,6 +260,9 @@ class RoutingCore:
         self.offers = chat_offers(settings.providers)
         # Caller headers some provider may receive (the union of the allow-lists), read once.
         self.forwardable = frozenset(h for p in settings.providers.values() for h in p.forward_headers)
+        # Set by a server whose shutdown grace period ran out: what it cuts from then on is logged
+        # "shutdown", not "cancelled" (which says the caller went away).
+        self.shutting_down = False
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
         self._id_prefix = os.urandom(8).hex()
         self._ids = itertools.count(1)
@@ -336,7 +339,7 @@ class RoutingCore:
         if temperature is not None and (
             isinstance(temperature, bool)
             or not isinstance(temperature, (int, float))
-            or not 0.0 <= float(temperature) <= 2.0
+            or not 0.0 <= temperature <= 2.0  # compared as it is: float() of a huge int overflows
         ):
             raise InvalidRequest("temperature must be between 0 and 2")
         for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
@@ -925,8 +928,18 @@ class RoutingCore:
         )
 
     # -- stream outcomes -----------------------------------------------------------------------
+    def begin_shutdown(self) -> None:
+        self.shutting_down = True
+
+    def cancelled(self, why: str) -> Failure:
+        """The failure of an attempt stopped before its end: the caller's doing (``why``), or the
+        server's own shutdown."""
+        if self.shutting_down:
+            return Failure("shutdown", "the gateway shut down before the answer was complete")
+        return Failure("cancelled", why)
+
     def stream_cancelled(self, plan: Plan, attempt: Attempt, acc: StreamAccount, why: str) -> None:
-        self.record(plan, attempt, failure=Failure("cancelled", why), **acc.record_kw())
+        self.record(plan, attempt, failure=self.cancelled(why), **acc.record_kw())
 
     def stream_failed(self, plan: Plan, attempt: Attempt, acc: StreamAccount, exc: Exception) -> Failure:
         """A streamed attempt failed. Before anything reached the caller: the failure for the

@@ -7,6 +7,8 @@ validated; the upstream judges the rest.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,6 +96,12 @@ def _repaired(s: str) -> str:
         return s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+# The longest integer JSON text can carry here: Python's int/str conversion limit (4,300 digits by
+# default; 0 means none). Numbers short enough by their bit length are never converted to check.
+_MAX_INT_DIGITS = sys.get_int_max_str_digits()
+_SURE_INT_BITS = int((_MAX_INT_DIGITS - 1) * math.log2(10)) if _MAX_INT_DIGITS else 1 << 62
+
+
 def encodable(value: Any, depth: int = 0) -> Any:
     """``value`` (a parsed JSON body) with every lone surrogate, in keys and strings at any depth,
     replaced by U+FFFD: text that is not valid Unicode cannot be sent as UTF-8, so it is repaired
@@ -106,7 +114,19 @@ def encodable(value: Any, depth: int = 0) -> Any:
         return {_repaired(k) if isinstance(k, str) else k: encodable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
         return [encodable(v, depth + 1) for v in value]
+    if type(value) is int and value.bit_length() > _SURE_INT_BITS and not _convertible(value):
+        # json.dumps would fail on it with Python's own "Exceeds the limit (4300 digits) for integer
+        # string conversion"; no API parameter takes such a number.
+        raise InvalidRequest(f"a number in the request has more than {_MAX_INT_DIGITS:,} digits")
     return value
+
+
+def _convertible(value: int) -> bool:
+    try:
+        str(value)
+    except ValueError:
+        return False
+    return True
 
 
 def input_messages(api: str, body: Mapping[str, Any]) -> list[dict]:

@@ -180,6 +180,9 @@ class GatewayApp:
         except wire.WireError as err:
             self._refused(api, None, None, err)
             raise
+        content_type = _header(scope, b"content-type")
+        if not wire.is_json_content_type(content_type):  # as OpenAI: a form post is not JSON
+            raise wire.unsupported_content_type(content_type)
         raw = await self._read_body(scope, receive)
         body = wire.parse_json_body(raw, max_body_bytes=self.max_body_bytes)
         req = wire.validate_api_request(api, body)

@@ -2,14 +2,20 @@
 :class:`ChatHandler` injected into :class:`GatewayApp`, served by uvicorn.
 
 Shutdown: on SIGTERM or Ctrl-C uvicorn stops accepting connections and lets in-flight requests
-finish (up to ``graceful_s``); then :meth:`Gateway.close` flushes the request log.
+finish (up to ``graceful_s``); what is still running then is cut and logged ``shutdown`` (not
+``cancelled``: nobody stopped reading); then :meth:`Gateway.close` flushes the request log.
+
+Connections are bounded at the edge (:mod:`app.server.edge`): header size and count, a header read
+timeout, connections per process, keep-alive; the open-file limit is raised to the hard limit first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import Iterable
@@ -17,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
+import uvicorn
 from sqlalchemy import text
 
 from app.config import ProviderNotConfigured, resolve_api_key
 from app.gateway import Gateway, build_gateway
+from app.server import edge
 from app.server.asgi import GatewayApp
 from app.server.auth import KeyAuthenticator
 from app.server.defaults import DEFAULT_GRACEFUL_S, DEFAULT_HOST, DEFAULT_PORT
@@ -184,6 +192,9 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int
     SIGTERM or Ctrl-C here drains all of them."""
     sock = check_port(host, port)
     shown = f"[{host}]" if ":" in host else host
+    before, after = edge.raise_open_file_limit()  # before the fork: every worker inherits it
+    if after != before:
+        print(f"open files: soft limit raised from {before:,} to {after:,} (the hard limit)", flush=True)
     if workers <= 1:
         print(f"gateway server on http://{shown}:{port}/v1 (Ctrl-C stops it)", flush=True)
         _serve_on(sock, graceful_s, worker=0)
@@ -238,11 +249,20 @@ def _prefork(sock: socket.socket, graceful_s: int, workers: int) -> int:
 
 
 def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
-    import uvicorn
-
     server = build_server(worker=worker)
+    settings = server.gateway.settings.server
+    limits = edge.EdgeLimits.from_config(settings, open_files=resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    if limits.max_connections < settings.max_connections and worker == 0:
+        log.warning(
+            "at most %d connections per server process (max_connections = %d does not fit in the open-file "
+            "limit of %d). Fix: raise the limit (ulimit -n, LimitNOFILE= in systemd)",
+            limits.max_connections,
+            settings.max_connections,
+            resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        )
     config = uvicorn.Config(
         server.app,
+        http=edge.protocol_class(limits),  # uvicorn's httptools protocol, bounded
         log_level="warning",
         access_log=False,
         proxy_headers=False,
@@ -251,7 +271,7 @@ def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
         server_header=False,
         date_header=False,
     )
-    userver = uvicorn.Server(config)
+    userver = _Server(config, on_cut=server.handler.client.core.begin_shutdown)
     # uvicorn handles SIGTERM itself (graceful shutdown), then re-raises it with the handler it found
     # installed. This one turns it into a normal exit, so the finally below flushes the log (the
     # default handler would kill the process first).
@@ -267,3 +287,21 @@ def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(0)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the gateway the moment its grace period ran out: uvicorn then
+    cancels the requests still running, and the attempts cut that way are logged ``shutdown``."""
+
+    def __init__(self, config: Any, *, on_cut: Any):
+        super().__init__(config)
+        self.on_cut = on_cut
+
+    async def _wait_tasks_to_complete(self) -> None:
+        # uvicorn awaits this under wait_for(timeout_graceful_shutdown): the cancellation that ends
+        # it is the grace period running out, just before uvicorn cancels the request tasks.
+        try:
+            await super()._wait_tasks_to_complete()
+        except asyncio.CancelledError:
+            self.on_cut()
+            raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,34 @@ def route_not_found(method: str, path: str) -> WireError:
 def method_not_allowed(method: str, path: str) -> WireError:
     # 405 is not in the SDK's status table, but some clients probe; answer in the same shape.
     return WireError(405, f"Method {method} is not allowed for {path}.", type="invalid_request_error")
+
+
+def unsupported_content_type(given: str | None) -> WireError:
+    """415 for a routed API's body that is not declared JSON. OpenAI refuses these too, with this
+    code (it answers 400); 415 is HTTP's status for it, and no client retries either."""
+    shown = "no Content-Type" if given is None else f"Content-Type: {given[:100]}"
+    return WireError(
+        415,
+        f"This API accepts only 'application/json' request bodies, but the request has {shown}. "
+        "Fix: send the header 'Content-Type: application/json'.",
+        type="invalid_request_error",
+        code="unsupported_content_type",
+    )
+
+
+def is_json_content_type(value: str | None) -> bool:
+    """``application/json``, in any case, with parameters allowed; a charset other than UTF-8
+    is not (the body is read as UTF-8, as JSON must be)."""
+    if value is None:
+        return False
+    media, _, params = value.partition(";")
+    if media.strip().lower() != "application/json":
+        return False
+    for param in params.split(";"):
+        name, _, v = param.partition("=")
+        if name.strip().lower() == "charset" and v.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
 
 
 def body_too_large(limit: int) -> WireError:
@@ -338,6 +367,11 @@ def parse_json_body(raw: bytes, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES)
     except RecursionError:
         raise bad_request("The JSON body is nested too deeply.") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's own limit, not a JSON syntax error
+            raise bad_request(
+                f"A number in the JSON body has more than {sys.get_int_max_str_digits():,} digits; "
+                "no parameter takes one that large."
+            ) from None
         raise bad_request(f"We could not parse the JSON body of your request: {exc}.") from None
     if not isinstance(parsed, dict):
         raise bad_request(f"The request body must be a JSON object, got {type(parsed).__name__}.")

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,16 +94,25 @@ def env_for(config_path: Path, database_url: str) -> dict[str, str]:
 
 
 def start(
-    config_path: Path, database_url: str, *, port: int | None = None, wait_s: float = 60.0, args: tuple[str, ...] = ()
+    config_path: Path,
+    database_url: str,
+    *,
+    port: int | None = None,
+    wait_s: float = 60.0,
+    args: tuple[str, ...] = (),
+    preexec_fn: Callable[[], None] | None = None,
+    stdout: int | None = subprocess.DEVNULL,
 ) -> ServeProcess:
+    """``preexec_fn`` runs in the child before ``serve`` starts (e.g. lowering its open-file limit)."""
     port = port or free_port()
     env = env_for(config_path, database_url)
     proc = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port), *args],
         cwd=REPO,
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=stdout,
         stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
     )
     sp = ServeProcess(proc, port, env)
     deadline = time.monotonic() + wait_s

@@ -183,7 +183,9 @@ def test_auth_errors(server, key):
 
 def test_request_errors_400_404_413(server, key):
     r = httpx2.post(
-        f"{server.base_url}/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {key}"}
+        f"{server.base_url}/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
     assert r.status_code == 400 and error_of(r)["type"] == "invalid_request_error"
     r = post(server, key, {"model": "gpt-4.1", "messages": []})
@@ -378,8 +380,9 @@ def test_sigterm_lets_in_flight_requests_finish_and_flushes_the_log(upstream, tm
 
 def test_sigterm_cuts_a_stream_that_outlives_the_grace_period_and_logs_it(upstream, tmp_path):
     """A stream still open when the grace period (here 1 s) ends is cut: the upstream connection is
-    closed, the client's stream ends, the attempt is logged ``cancelled`` and the log is flushed
-    before the process exits 0."""
+    closed, the client's stream ends, the attempt is logged ``shutdown`` (issue 18: it was
+    ``cancelled``, "the caller stopped reading", though the caller was still reading) and the log
+    is flushed before the process exits 0."""
     cfg = tmp_path / "gateway.toml"
     cfg.write_text(sp.chaos_config(upstream.url))
     db_url = f"sqlite:///{tmp_path / 'gw.db'}"
@@ -406,9 +409,11 @@ def test_sigterm_cuts_a_stream_that_outlives_the_grace_period_and_logs_it(upstre
     assert "data: [DONE]" not in lines  # the cut answer is not passed off as complete
     with engine.connect() as conn:
         logged = conn.execute(
-            select(RequestLog.error_class, RequestLog.final).where(RequestLog.key_name == "cut")
+            select(RequestLog.error_class, RequestLog.error_message, RequestLog.final).where(
+                RequestLog.key_name == "cut"
+            )
         ).all()
-    assert [tuple(r) for r in logged] == [("cancelled", True)]
+    assert [tuple(r) for r in logged] == [("shutdown", "the gateway shut down before the answer was complete", True)]
 
 
 def test_graceful_s_is_bounded(server):

@@ -196,7 +196,7 @@ def test_error_statuses_over_raw_http():
         raise RuntimeError("secret prompt text in an exception")
 
     async def go():
-        auth = {"Authorization": f"Bearer {GOOD}"}
+        auth = {"Authorization": f"Bearer {GOOD}", "Content-Type": "application/json"}
         async with raw(make_app(max_body_bytes=200)) as http:
             r = await http.post("/v1/chat/completions", content=b"{}", headers={})
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"

@@ -25,14 +25,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.telemetry.location import check_writable, journal_dir_for
     from core.bounds import parse_int
 
-    # What the workers would refuse (configuration, DATABASE_URL, an unwritable journal), refused
-    # here as one line before the server says it is listening.
-    settings = load_settings()
-    check_writable(journal_dir_for(settings.database_url, settings.telemetry.journal_dir))
-
+    # The command line first (a typo there is named before anything is read), then what the
+    # workers would refuse (configuration, DATABASE_URL, an unwritable journal), as one line
+    # before the server says it is listening.
     graceful_s = parse_int(args.graceful_s, field="--graceful-s", lo=0, hi=MAX_GRACEFUL_S)
     raw = str(args.workers).strip().lower()
     workers = (os.cpu_count() or 1) if raw == "auto" else parse_int(raw, field="--workers", lo=1, hi=MAX_WORKERS)
+    settings = load_settings()
+    check_writable(journal_dir_for(settings.database_url, settings.telemetry.journal_dir))
     return serve(args.host, args.port, graceful_s=graceful_s, workers=workers)
 
 

@@ -12,7 +12,8 @@ and added latency before, during and after a 30 s database stall, rows lost and 
 ``BENCH_SOAK_STALL_S`` shortens it), scale (30 M request-log rows in a PostgreSQL cluster of its own:
 each page's data render time, the insert on a fresh database, prune, bytes per million rows;
 ``BENCH_SCALE_ROWS`` chooses fewer; not part of a run of all suites), prune-sqlite (how long each of
-SQLite's prune batches holds the write lock over 5 M rows; by name only too). Each row says what was
+SQLite's prune batches holds the write lock over 5 M rows; by name only too), upstream-clients
+(CPU per upstream call of the HTTP clients the server could use, side by side; by name only). Each row says what was
 measured, its n and its spread; the machine is a shared 2-core box, so read medians with their spread.
 """
 
@@ -35,6 +36,7 @@ SUITES = {
     "soak": "benchmarks.soak_bench",
     "scale": "benchmarks.scale_bench",
     "prune-sqlite": "benchmarks.prune_sqlite_bench",
+    "upstream-clients": "benchmarks.upstream_clients_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"
@@ -42,7 +44,9 @@ RESULTS = Path(__file__).parent / "results.json"
 
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
-    chosen = [ALIASES.get(n, n) for n in argv] or [n for n in SUITES if n not in ("scale", "prune-sqlite")]
+    chosen = [ALIASES.get(n, n) for n in argv] or [
+        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients")
+    ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:
         print(f"unknown suite(s): {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)

@@ -403,6 +403,22 @@ def _measure(target: Target, samples: Samples, work: Path) -> None:
             samples.add(target.name, "stream_total", statistics.median(totals))
 
 
+def _drain(target: Target, quiet_share: float = 0.06, bound_s: float = 15.0) -> None:
+    """Wait (bounded) until ``target`` has finished the requests wrk left in flight, before it is
+    paused: a server stopped with requests in flight finds their deadlines passed when it resumes,
+    and the timeouts it then logs (rightly) open its breakers for the next round. Idle = under
+    ``quiet_share`` of a core over 0.2 s."""
+    pids = target.pids()
+    if not pids:
+        return
+    until = time.monotonic() + bound_s
+    while time.monotonic() < until:
+        before = _cpu_s(pids)
+        time.sleep(0.2)  # sampling the CPU counters, bounded by bound_s
+        if _cpu_s(pids) - before < quiet_share * 0.2:
+            return
+
+
 @contextmanager
 def _paused_all_but(measured: Target, targets: list[Target]) -> Iterator[None]:
     frozen = [p for t in targets if t.name != measured.name for p in t.pids()]
@@ -509,6 +525,7 @@ def run() -> list[dict]:
             for t in order:
                 with _paused_all_but(t, targets):
                     _measure(t, samples, tmp)
+                    _drain(t)
             samples.rounds_done = r + 1
             _save_state(targets, samples)
         rss = {t.name: _rss_mib(t.proc.pid) for t in targets if t.proc is not None}

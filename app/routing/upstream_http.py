@@ -1,20 +1,21 @@
-"""The async driver's HTTP client for real (``http(s)://``) upstreams: aiohttp, without the SDK.
+"""The async driver's HTTP client for real (``http(s)://``) upstreams, without the SDK:
+:class:`~app.routing.http1.Http1Pool` (keep-alive HTTP/1.1 on httptools).
 
 Measured side by side in one process against nginx returning a fixed completion (2 cores shared;
-``python -m benchmarks proxy`` explains the method), CPU per request of the client alone:
+``python -m benchmarks upstream-clients``), CPU per request of the client alone, 64 at once:
 
-| client                                    | c=16     | c=64     | c=256    |
-|-------------------------------------------|----------|----------|----------|
-| openai SDK ``AsyncOpenAI.post`` on httpx2 | 2.37 ms  | 1.93 ms  | 3.45 ms  |
-| httpx2 ``AsyncClient`` directly           | 1.38 ms  | 1.89 ms  | 1.99 ms  |
-| httpx2, pool limits raised to c           | 1.33 ms  | 1.98 ms  | 3.32 ms  |
-| aiohttp ``ClientSession`` (C parser)      | 0.19 ms  | 0.25 ms  | 0.28 ms  |
+| client                                    | CPU per request |
+|-------------------------------------------|-----------------|
+| openai SDK ``AsyncOpenAI.post`` on httpx2 | 1.93 ms         |
+| httpx2 ``AsyncClient`` directly           | 1.89 ms         |
+| aiohttp ``ClientSession`` (C parser)      | 0.12 ms         |
+| pyreqwest (Rust reqwest, its own thread)  | 0.055 ms        |
+| :mod:`app.routing.http1` (httptools)      | 0.014 ms        |
 
 httpcore2's pool checks every idle connection's socket on each request
-(``_assign_requests_to_connections``), so its cost grows with the pool; the SDK adds request
-construction on top. aiohttp's connector hands out a connection in constant time and parses with
-its C parser. The simulator and tests' injected transports keep the SDK on httpx2
-(:mod:`app.routing.async_client`).
+(``_assign_requests_to_connections``) and the SDK adds request construction on top; aiohttp builds
+a URL object, a header multidict and a request object per call. The simulator and tests' injected
+transports keep the SDK on httpx2 (:mod:`app.routing.async_client`).
 
 It is a drop-in for what the driver asked of the SDK, failure for failure, so classification,
 deadlines and limits are exactly as before:
@@ -37,12 +38,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import httpx2
 import openai
 from openai._streaming import SSEDecoder
 
 from app.routing.body_limit import ResponseTooLarge
+from app.routing.http1 import Http1Pool, Http1Response
 from core import fastjson
 
 __all__ = ["HttpUpstream", "UpstreamAnswer", "UpstreamStream"]
@@ -53,20 +54,6 @@ READ_CHUNK = 64 * 1024
 def _too_large(limit: int, declared: int | None = None) -> ResponseTooLarge:
     got = f"declared {declared:,} bytes" if declared is not None else "more than that"
     return ResponseTooLarge(f"upstream response larger than the limit of {limit:,} bytes ({got})")
-
-
-def _transport_error(exc: aiohttp.ClientError) -> httpx2.TransportError:
-    """The httpx2 exception the SDK's transport would have raised for ``exc``."""
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return httpx2.ConnectTimeout(text)
-    if isinstance(exc, aiohttp.ServerTimeoutError):
-        return httpx2.ReadTimeout(text)
-    if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.InvalidURL):
-        return httpx2.ConnectError(text)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
-        return httpx2.RemoteProtocolError(text)
-    return httpx2.ReadError(text)
 
 
 class UpstreamAnswer:
@@ -84,7 +71,7 @@ class UpstreamStream:
     """A streamed 2xx answer: ``async with``, then ``async for`` the events' JSON objects, as the
     SDK's ``AsyncStream[object]``; ``.response.headers`` for the upstream's headers."""
 
-    def __init__(self, upstream: HttpUpstream, response: aiohttp.ClientResponse, url: str):
+    def __init__(self, upstream: HttpUpstream, response: Http1Response, url: str):
         self._upstream = upstream
         self._response = response
         self._url = url
@@ -98,8 +85,8 @@ class UpstreamStream:
         await self.aclose()
 
     async def aclose(self) -> None:
-        # Not read to its end (the caller left, a failure): aiohttp closes the connection.
-        self._response.release()
+        # Not read to its end (the caller left, a failure): the connection is closed, never reused.
+        self._response.close()
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
@@ -107,24 +94,17 @@ class UpstreamStream:
     async def _bytes(self) -> AsyncIterator[bytes]:
         limit = self._upstream.max_response_bytes
         total = 0
-        content = self._response.content
-        try:
-            while True:
-                chunk = await content.readany()
-                if not chunk:
-                    return
-                total += len(chunk)
-                if total > limit:
-                    # The part within the limit goes on (whatever size the socket reads came in,
-                    # exactly ``limit`` bytes are delivered), then the stream fails.
-                    fits = chunk[: len(chunk) - (total - limit)]
-                    if fits:
-                        yield fits
-                    self._response.close()
-                    raise _too_large(limit)
-                yield chunk
-        except aiohttp.ClientError as exc:
-            raise _transport_error(exc) from exc
+        async for chunk in self._response.iter_bytes():
+            total += len(chunk)
+            if total > limit:
+                # The part within the limit goes on (whatever size the socket reads came in,
+                # exactly ``limit`` bytes are delivered), then the stream fails.
+                fits = chunk[: len(chunk) - (total - limit)]
+                if fits:
+                    yield fits
+                self._response.close()
+                raise _too_large(limit)
+            yield chunk
 
     async def _events(self) -> AsyncIterator[Any]:
         async for sse in SSEDecoder().aiter_bytes(self._bytes()):
@@ -139,7 +119,7 @@ class UpstreamStream:
             if isinstance(data, Mapping) and data.get("error"):
                 raise _stream_error(data, self._url)
             yield data
-        self._response.release()
+        self._response.release()  # after [DONE]: reused if the body ended there, else closed
 
 
 def _stream_error(data: Mapping[str, Any], url: str) -> openai.APIError:
@@ -171,21 +151,11 @@ class HttpUpstream:
         headers["Content-Type"] = "application/json"
         headers["Authorization"] = f"Bearer {sdk.api_key}"  # the SDK adds it per request (bearer_auth)
         self._headers = headers
-        self._limit = limit
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:  # on the event loop (aiohttp binds to the running loop)
-            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers, cookie_jar=aiohttp.DummyCookieJar()
-            )
-        return self._session
+        self._limit = limit  # the server's ProviderPool holds the number of connections to this
+        self._pool = Http1Pool(self.base_url, headers)
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._pool.aclose()
 
     async def post(
         self,
@@ -198,57 +168,34 @@ class HttpUpstream:
     ) -> UpstreamAnswer | UpstreamStream:
         url = f"{self.base_url}/{path.lstrip('/')}"
         # As the SDK's httpx2 timeout: each connect and each read within the attempt's timeout.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
-        try:
-            response = await self._client().post(
-                url,
-                data=fastjson.dumps(body),
-                headers=headers or None,
-                timeout=timeout,
-                allow_redirects=False,
-            )
-        except aiohttp.ClientError as exc:
-            raise _transport_error(exc) from exc
+        response = await self._pool.post(path, fastjson.dumps(body), headers or None, timeout_s)
         try:
             declared = response.content_length
             if declared is not None and declared > self.max_response_bytes:
                 response.close()
                 raise _too_large(self.max_response_bytes, declared)
-            if response.status >= 300:
+            if response.status_code >= 300:
                 raise await self._status_error(response, url)
             if stream:
                 return UpstreamStream(self, response, url)
             content = await self._read(response)
-            return UpstreamAnswer(response.status, response.headers, content)
-        except aiohttp.ClientError as exc:
-            response.close()
-            raise _transport_error(exc) from exc
+            return UpstreamAnswer(response.status_code, response.headers, content)
         except BaseException:
             response.close()
             raise
 
-    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
-        if response.content_length is not None:  # within the limit (checked): the parser reads no more
-            return await response.read()
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            chunk = await response.content.readany()
-            if not chunk:
-                response.release()
-                return b"".join(parts)
-            total += len(chunk)
-            if total > self.max_response_bytes:
-                response.close()
-                raise _too_large(self.max_response_bytes)
-            parts.append(chunk)
+    async def _read(self, response: Http1Response) -> bytes:
+        try:
+            return await response.read(self.max_response_bytes)
+        except OverflowError:
+            raise _too_large(self.max_response_bytes) from None
 
-    async def _status_error(self, response: aiohttp.ClientResponse, url: str) -> openai.APIStatusError:
+    async def _status_error(self, response: Http1Response, url: str) -> openai.APIStatusError:
         """The SDK's exception for this non-2xx response, built by the SDK from its bytes."""
         content = await self._read(response)
         rebuilt = httpx2.Response(
-            response.status,
-            headers=list(response.headers.items()),
+            response.status_code,
+            headers=response.raw_headers,
             content=content,
             request=httpx2.Request("POST", url),
         )

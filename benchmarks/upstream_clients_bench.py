@@ -1,0 +1,180 @@
+"""``python -m benchmarks upstream-clients``: the HTTP clients the server could reach its upstreams
+with, side by side (issue 16: "measure the upstream HTTP client candidates and pick on numbers").
+
+One process per candidate and concurrency (uvloop, as the server runs), ``BENCH_CLIENT_CALLS``
+(default 6000) POSTs of a chat body to nginx returning a fixed completion
+(:mod:`benchmarks.nginx_upstream`), 16, 64 and 256 at once, the body read whole; CPU time of the
+process (every thread: pyreqwest runs its own) per call. ``BENCH_CLIENT_ROUNDS`` (default 3)
+interleaved rounds, the order rotating; medians with their spread.
+
+Candidates: ``http1`` (:mod:`app.routing.http1`, what the server uses), ``httpx2`` (an
+``AsyncClient``, pool raised to the concurrency), ``aiohttp`` (3.14.5, the client before) and
+``pyreqwest`` (0.15.1, Rust's reqwest). The last two are not dependencies of the product: they are
+installed on the first run into ``benchmarks/_work/clients-venv`` (with this checkout's httpx2,
+httptools and uvloop pins), where every candidate runs, so all share one interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import nginx_upstream
+from benchmarks.harness import row, say
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / "benchmarks" / "_work" / "clients-venv"
+PYTHON = VENV / "bin" / "python"
+PEERS = ["aiohttp==3.14.5", "pyreqwest==0.15.1"]
+CANDIDATES = ("http1", "httpx2", "aiohttp", "pyreqwest")
+LEVELS = (16, 64, 256)
+CALLS = int(os.environ.get("BENCH_CLIENT_CALLS", "6000"))
+ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))
+MODEL = "gpt-4.1"
+
+# The measured program: argv = candidate, concurrency, calls, url. Prints the CPU ms per call.
+PROGRAM = r"""
+import asyncio, json, resource, sys
+import uvloop
+name, conc, calls, url = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+BODY = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "Say hello."}]}).encode()
+HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer bench"}
+base, path = url.rsplit("/v1/", 1)
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+async def make():
+    if name == "http1":
+        # The module alone (it needs only httptools and httpx2), not the app package around it.
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("http1", "app/routing/http1.py")
+        http1 = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(http1)
+        pool = http1.Http1Pool(base + "/v1", HEADERS)
+        async def call():
+            r = await pool.post(path, BODY, None, 30)
+            assert r.status_code == 200 and await r.read(1 << 20)
+        return call
+    if name == "httpx2":
+        import httpx2
+        limits = httpx2.Limits(max_connections=conc, max_keepalive_connections=conc)
+        c = httpx2.AsyncClient(limits=limits, headers=HEADERS)
+        async def call():
+            r = await c.post(url, content=BODY)
+            assert r.status_code == 200 and r.content
+        return call
+    if name == "aiohttp":
+        import aiohttp
+        s = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, ttl_dns_cache=300),
+            headers=HEADERS, cookie_jar=aiohttp.DummyCookieJar())
+        to = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=30)
+        async def call():
+            r = await s.post(url, data=BODY, timeout=to, allow_redirects=False)
+            assert r.status == 200 and await r.read()
+        return call
+    if name == "pyreqwest":
+        from pyreqwest.client import ClientBuilder
+        c = await ClientBuilder().max_connections(1024).default_headers(HEADERS).build().__aenter__()
+        async def call():
+            r = await c.post(url).body_bytes(BODY).build().send()
+            assert r.status == 200 and await r.bytes()
+        return call
+    raise SystemExit(f"unknown candidate {name}")
+
+async def main():
+    call = await make()
+    for _ in range(200):
+        await call()
+    left = calls
+    async def worker():
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await call()
+    c0 = cpu()
+    await asyncio.gather(*[worker() for _ in range(conc)])
+    print(json.dumps({"cpu_ms": 1000 * (cpu() - c0) / calls}))
+
+uvloop.run(main())
+"""
+
+
+def _pin(name: str) -> str:
+    text = (REPO / "requirements.txt").read_text()
+    m = re.search(rf"^{name}==([^\s\\]+)", text, re.M)
+    return f"{name}=={m.group(1)}" if m else name
+
+
+def ensure_venv() -> str | None:
+    """Create the candidates' virtualenv once; the reason when it cannot be made."""
+    if PYTHON.exists():
+        return None
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
+        pkgs = [*PEERS, _pin("httpx2"), _pin("httptools"), _pin("uvloop")]
+        subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", *pkgs], check=True, capture_output=True)
+    except subprocess.CalledProcessError as exc:
+        return f"cannot install {', '.join(PEERS)}: {(exc.stderr or b'').decode(errors='replace')[-300:]}"
+    return None
+
+
+def _once(name: str, conc: int, url: str) -> float:
+    done = subprocess.run(
+        [str(PYTHON), "-c", PROGRAM, name, str(conc), str(CALLS), url],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} at {conc}: {done.stderr.strip()[-300:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["cpu_ms"])
+
+
+def run() -> list[dict]:
+    why = nginx_upstream.available() or ensure_venv()
+    if why:
+        say(f"  upstream-clients benchmark NOT run: {why}")
+        return [{**row("upstream-clients benchmark not run", 0.0, "n/a"), "value": None, "note": why}]
+    from benchmarks.proxy_bench import _free_port
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-clients-"))
+    nginx = nginx_upstream.start(tmp, _free_port(), _free_port(), model=MODEL, chunks=10)
+    samples: dict[tuple[str, int], list[float]] = {}
+    try:
+        url = f"{nginx.upstream}/holysheep/v1/chat/completions"
+        for r in range(ROUNDS):
+            order = CANDIDATES[r % len(CANDIDATES) :] + CANDIDATES[: r % len(CANDIDATES)]
+            say(f"  round {r + 1}/{ROUNDS}: {', '.join(order)}")
+            for name in order:
+                for conc in LEVELS:
+                    samples.setdefault((name, conc), []).append(_once(name, conc, url))
+    finally:
+        nginx.stop()
+    rows = []
+    for name in CANDIDATES:
+        for conc in LEVELS:
+            xs = samples[(name, conc)]
+            rows.append(
+                row(
+                    f"{name}: CPU ms per upstream call at {conc} at once",
+                    statistics.median(xs),
+                    "ms",
+                    n=len(xs),
+                    spread=f"rounds {', '.join(f'{x:.3f}' for x in xs)}",
+                    measured=f"{CALLS} POSTs to nginx on loopback in one uvloop process, body read; CPU of the "
+                    "process (all threads) / calls; median over interleaved rounds",
+                )
+            )
+    return rows

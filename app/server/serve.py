@@ -168,29 +168,38 @@ def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKE
     return Server(gateway, app, handler)
 
 
-def check_port(host: str, port: int) -> socket.socket:
+def check_port(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """Bind now, so a taken port is one clear error instead of a uvicorn traceback; uvicorn then
-    serves on this very socket (no window for another process to take it)."""
+    serves on this very socket (no window for another process to take it). ``reuse_port``: one of
+    the workers' sockets on a shared port (``SO_REUSEPORT``: the kernel spreads new connections
+    evenly over the listening ones)."""
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and
     # without it every response written in two parts waits 40 ms for a delayed ACK (Nagle).
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError:
         sock.close()
         raise PortInUse(host, port) from None
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int = GRACEFUL_S, workers: int = 1) -> int:
-    """Serve until SIGTERM or Ctrl-C; the exit status. With ``workers`` > 1 the port is bound once
-    here and that socket shared by forked worker processes (pre-fork, as gunicorn does), each
-    building its own gateway (upstream pool, telemetry writer, breakers) on the one database;
-    SIGTERM or Ctrl-C here drains all of them."""
-    sock = check_port(host, port)
+    """Serve until SIGTERM or Ctrl-C; the exit status. With ``workers`` > 1 the port is held here
+    and each forked worker process listens on it with a socket of its own (``SO_REUSEPORT``, so the
+    kernel balances connections across them; where it is missing, one shared socket, pre-fork as
+    gunicorn does), each building its own gateway (upstream pool, telemetry writer, breakers) on
+    the one database; SIGTERM or Ctrl-C here drains all of them."""
+    shared = workers > 1 and not hasattr(socket, "SO_REUSEPORT")
+    # The parent's socket of a reuse-port group is bound but never listens: it holds the port and
+    # names a taken port once, and the kernel hands it no connection.
+    sock = check_port(host, port, reuse_port=workers > 1 and not shared, listen=workers <= 1 or shared)
     shown = f"[{host}]" if ":" in host else host
     before, after = edge.raise_open_file_limit()  # before the fork: every worker inherits it
     if after != before:
@@ -200,10 +209,11 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, graceful_s: int
         _serve_on(sock, graceful_s, worker=0)
         return 0
     print(f"gateway server on http://{shown}:{port}/v1, {workers} workers (Ctrl-C stops them)", flush=True)
-    return _prefork(sock, graceful_s, workers)
+    own = None if shared else (host, sock.getsockname()[1])
+    return _prefork(sock, graceful_s, workers, own_socket=own)
 
 
-def _prefork(sock: socket.socket, graceful_s: int, workers: int) -> int:
+def _prefork(sock: socket.socket, graceful_s: int, workers: int, *, own_socket: tuple[str, int] | None) -> int:
     """Fork the workers (nothing else is built in this process before, so no thread or connection is
     copied), forward SIGTERM/SIGINT to them as SIGTERM (their graceful drain), wait for all."""
     pids: list[int] = []
@@ -212,6 +222,9 @@ def _prefork(sock: socket.socket, graceful_s: int, workers: int) -> int:
         if pid == 0:  # the worker
             code = 0
             try:
+                if own_socket is not None:  # its own listening socket in the port's reuse-port group
+                    sock.close()
+                    sock = check_port(*own_socket, reuse_port=True)
                 _serve_on(sock, graceful_s, worker=n)
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1

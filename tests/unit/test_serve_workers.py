@@ -72,6 +72,20 @@ def test_two_workers_share_the_port_and_drain_on_sigterm(two_workers):
     assert ok == 9  # every answered request, from both workers, flushed before they exited
 
 
+def test_every_new_connection_is_answered_and_spread_over_both_workers(two_workers):
+    """Each worker listens on a socket of its own in the port's SO_REUSEPORT group, and the
+    parent's socket (bound, holding the port) never listens: a connection the kernel gave to a
+    socket nobody accepts on would hang here until the timeout."""
+    server, _ = two_workers
+    counts: dict[str, int] = {}
+    for _ in range(100):
+        with httpx2.Client(base_url=server.url, timeout=5) as fresh:
+            w = worker_of(fresh.get("/metrics").text)
+        counts[w] = counts.get(w, 0) + 1
+    assert sum(counts.values()) == 100
+    assert len(counts) == 2 and min(counts.values()) >= 15, counts  # the kernel's hash, not one busy accept loop
+
+
 def test_workers_is_bounded(tmp_path):
     env = sp.env_for(tmp_path / "none.toml", f"sqlite:///{tmp_path / 'x.db'}")
     for bad in ("0", "65", "two", "1e400"):

@@ -122,6 +122,55 @@ def _error_response(status: int, message: str, code: str, type_: str = "invalid_
     return head + body
 
 
+class CoalescingTransport:
+    """A connection's transport whose writes within one event-loop step go out as one: uvicorn
+    writes a response's head and its body separately, which is two ``send()`` calls and, with
+    ``TCP_NODELAY``, two packets; together they are one (the proxy path's commonest answer is a
+    small head plus a small body). Closing sends what is pending first; everything else is the
+    transport's own."""
+
+    __slots__ = ("_loop", "_pending", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._pending is None:
+            self._pending = [data]
+            self._loop.call_soon(self._flush)
+        else:
+            self._pending.append(data)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending and not self._transport.is_closing():
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending or ())
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = None
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of the module docstring. Use
     :func:`protocol_class`: each server gets a subclass holding its limits and its idle set."""
@@ -146,6 +195,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Every write of this connection (heads, bodies, refusals) goes through it; flow control
+        # (pause/resume reading) stays on the transport itself.
+        self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
         self._arm_head_timer()
         if len(self.connections) > self.limits.max_connections and not self._make_room():
             self._refuse(

@@ -66,6 +66,9 @@ class GroupBytes:
     # (part, dtype, bytes per sequence): K/V, latent, indexer keys, conv state, recurrent state
     parts: tuple[tuple[str, str, int], ...] = ()
     convention: str = ""  # the engine rule that fixed the layout / dtypes, with its source
+    # (part, dtype, bytes) kept once for the whole cache whatever the batch (transformers' fp8
+    # scales), already in bytes_total
+    cache_parts: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,9 +157,36 @@ def _fp8_scale128_bytes(values: int) -> int:
     return values + 4 * -(-values // 128)
 
 
+MODEL_DTYPES = ("bf16", "fp16", "fp32")
+TF5_FP8 = ("fp8", "fp8_e4m3")  # Fp8QuantizedLayer.fp8_dtype is float8_e4m3fn
+TF5_SCALE_BYTES = 8  # per layer: one float32 scale for its K tensor, one for its V tensor
+
+
+def _check_tf5_dtype(group: LayerGroup, dtype: KvDtype) -> None:
+    """transformers 5 keeps K/V in the model dtype (StaticCache) or, for full-attention-only models,
+    as QuantizedCache(backend="fp8") does (cache_utils.py Fp8QuantizedLayer); its quanto / hqq
+    int caches (a model-dtype residual window plus group-wise scales) are not modelled."""
+    if dtype.name in MODEL_DTYPES:
+        return
+    if group.layout == "tf5_fp8" and dtype.name in TF5_FP8:
+        return
+    if group.layout == "tf5_fp8" or dtype.name not in FP8_NAMES:
+        raise ValueError(
+            f"transformers 5 keeps no {dtype.name} KV cache modelled here: bf16 / fp16 / fp32 (StaticCache) or, "
+            "for full-attention models, fp8 e4m3 (QuantizedCache(backend='fp8'))"
+        )
+    raise ValueError(
+        f"transformers 5 cannot keep this model's KV cache in {dtype.name}: its fp8 cache, "
+        "QuantizedCache(backend='fp8'), takes only models whose layer_types are all full_attention, and this one "
+        f"has {GROUP_LABELS[group.kind]} layers; choose bf16, fp16 or fp32"
+    )
+
+
 def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
     """Bytes per held token for all layers of an attention group on one GPU, and the working."""
     rep = " (replicated on every TP GPU)" if tp > 1 else ""
+    if group.layout in ("tf5_fp8", "tf5_static"):
+        _check_tf5_dtype(group, dtype)
     if group.kind == "mla":
         values = group.kv_lora_rank + group.qk_rope_head_dim
         if group.layout == "ds_mla" and dtype.name in FP8_NAMES:
@@ -254,6 +284,12 @@ def state_dtypes(group: LayerGroup, kv: KvDtype, state_dtype: str, ssm_dtype: st
 
     def pick(rule: str, default: str, argument: str | None = None) -> KvDtype:
         if rule == "kv":
+            # the state follows the model dtype (transformers 5), which no quantized format is
+            if kv.name not in MODEL_DTYPES:
+                raise ValueError(
+                    f"this engine keeps the {GROUP_LABELS[group.kind]} in the model dtype, which cannot be "
+                    f"{kv.name}; choose bf16, fp16 or fp32 as the KV dtype"
+                )
             return kv
         if rule.startswith("auto:"):  # the engine's default when the argument is left "auto"
             return KV_DTYPES[argument or rule.removeprefix("auto:")]
@@ -317,6 +353,7 @@ def breakdown(
     rows = []
     for g in spec.groups:
         label = (f"{g.owner}: " if g.owner else "") + GROUP_LABELS[g.kind]
+        cache_parts: tuple[tuple[str, str, int], ...] = ()
         if g.is_attention:
             per_token, text = token_bytes(g, kv, tp)
             held = tokens_held(g, seq_len)
@@ -328,6 +365,12 @@ def breakdown(
             text += f"; x {held:,} tokens{window} = {per_seq:,} B/sequence"
             part, storage = attention_part(g, kv)
             parts: tuple[tuple[str, str, int], ...] = ((part, storage, per_seq),)
+            if g.layout == "tf5_fp8" and kv.name in TF5_FP8 and seq_len and batch:
+                # Fp8QuantizedLayer: a float32 scale per K and per V tensor of each layer, the
+                # tensors holding the whole batch (cache_utils.py Fp8QuantizedLayer._quantize)
+                scales = TF5_SCALE_BYTES * g.layers
+                cache_parts = (("fp8 scales", "fp32", scales),)
+                text += f"; + {g.layers} layers x 2 float32 scales (K, V) = {scales:,} B for the whole cache"
         else:
             per_token, held = 0, 0
             conv_dt, ssm_dt = state_dtypes(g, kv, state_dtype, ssm_dtype)
@@ -336,11 +379,13 @@ def breakdown(
             parts = (("recurrent state", ssm_dt.name, ssm_b),)
             if g.kind != "lightning":
                 parts = (("conv state", conv_dt.name, conv_b), *parts)
-        total = per_seq * batch
-        text += f"; x {batch} sequences = {total:,} B"
+        total = per_seq * batch + sum(size for _, _, size in cache_parts)
+        text += f"; x {batch} sequences" + (" + the scales" if cache_parts else "") + f" = {total:,} B"
         if g.kind in ("sliding", "chunked"):
             label += f" ({g.window:,})"
-        rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text, parts, g.convention))
+        rows.append(
+            GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text, parts, g.convention, cache_parts)
+        )
     return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
 
 

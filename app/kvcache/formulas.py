@@ -22,6 +22,10 @@ Per layer group, for one GPU of a tensor-parallel group of size ``tp``:
             recurrent state in float32; vLLM's mamba_cache_dtype / mamba_ssm_cache_dtype).
             Lightning attention (MiniMax) has no convolution: heads x head_dim x head_dim.
 
+transformers 5's fp8 cache (layout "tf5_fp8", QuantizedCache(backend="fp8")) adds one float32 scale
+per K and per V tensor of each layer, 8 B per layer kept once for the whole cache (``cache_parts``
+of the breakdown, ``per_cache`` of a SequenceCost), whatever the batch and length.
+
 kv_heads_per_gpu: tp must divide the KV heads (each GPU holds kv_heads / tp), or be a multiple of
 them, in which case each GPU holds one head and every head is replicated tp / kv_heads times (the
 vLLM rule). Everything is integer arithmetic; see dtypes for per-vector packing and scale bytes.
@@ -421,6 +425,8 @@ class SequenceCost:
 
     token_groups: tuple[tuple[int, int | None], ...]
     state: int
+    # bytes kept once for the whole cache whatever the batch (transformers' fp8 scales), not per sequence
+    per_cache: int = 0
 
     def bytes(self, seq_len: int, block_size: int | None = None) -> int:
         """Bytes of one sequence of seq_len tokens; with block_size, whole blocks per group."""
@@ -445,11 +451,13 @@ def sequence_cost(
     kv = kv_dtype(kv_dtype_name)
     _check_state_dtype("state_dtype", state_dtype)
     _check_state_dtype("ssm_dtype", ssm_dtype, optional=True)
-    groups, state = [], 0
+    groups, state, per_cache = [], 0, 0
     for g in spec.groups:
         if g.is_attention:
             groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind in ("sliding", "chunked") else None))
+            if g.layout == "tf5_fp8" and kv.name in TF5_FP8:
+                per_cache += TF5_SCALE_BYTES * g.layers
         else:
             conv_b, ssm_b, _ = state_bytes(g, *state_dtypes(g, kv, state_dtype, ssm_dtype), tp)
             state += conv_b + ssm_b
-    return SequenceCost(tuple(groups), state)
+    return SequenceCost(tuple(groups), state, per_cache)

@@ -127,7 +127,8 @@ class LayerGroup:
     # Engine conventions (set by engines.for_engine, empty = the breakdown's arguments):
     # conv_dtype / ssm_dtype: "kv" = the KV dtype (the model dtype, for engines whose cache follows
     # it), or a STATE_DTYPES name; conv_columns: convolution-state columns kept (0 = kernel - 1);
-    # layout: a byte layout of the engine's own ("ds_mla", "fp8_scale128", see formulas.token_bytes).
+    # layout: a byte layout of the engine's own ("ds_mla", "fp8_scale128"; transformers 5's
+    # "tf5_fp8" = fp8 with per-tensor scales, "tf5_static" = model dtypes only; formulas.token_bytes).
     conv_dtype: str = ""
     ssm_dtype: str = ""
     conv_columns: int = 0

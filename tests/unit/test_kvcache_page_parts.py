@@ -113,3 +113,12 @@ def test_the_attention_only_families_render_and_add_up(model, engine):
     )
     assert sum(r["bytes"] for r in data.parts_rows) == data.breakdown_rows[-1]["bytes"] == data.whole.total
     assert data.whole.total > 0
+
+
+def test_transformers_fp8_scales_come_off_the_capacity_budget():
+    """The plan counts the scales once: the batch's bytes are the total the breakdown gives."""
+    data = data_for(
+        model="qwen3-8b", engine="transformers5", kv_dtype="fp8", context_len=8192, batch=5, gpu_count=1, tp=1
+    )
+    assert data.capacity.batch_bytes == data.whole.total == 5 * 36 * 2 * 8 * 128 * 8192 + 36 * 8
+    assert data.capacity.max_len_sequence_bytes == 36 * 2 * 8 * 128 * data.capacity.max_len + 36 * 8

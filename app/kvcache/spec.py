@@ -386,21 +386,28 @@ def _layer_kinds(
     or chunk size no layer uses is recorded in `ignored` when an explicit layer list says so, and
     refused when the layers come from a rule that never reads it (never computed as if unused)."""
     kinds, window = _kinds_and_window(cfg, n_layers, model_type)
-    explicit = cfg.get("layer_types") is not None or bool(cfg.get("no_rope_layers"))
+    # the field that placed the layers, when it says per layer which kind each is
+    if cfg.get("layer_types") is not None:
+        listed = "layer_types"
+    elif cfg.get("no_rope_layers"):
+        listed = "no_rope_layers"
+    elif cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        listed = "max_window_layers"  # Qwen2: the window applies from that layer on
+    else:
+        listed = ""
     unused = []
-    if cfg.get("use_sliding_window") is not False and cfg.get("sliding_window") is not None and window is None:
+    if cfg.get("use_sliding_window") is not False and cfg.get("sliding_window") is not None and "sliding" not in kinds:
         unused.append(("sliding_window", "sliding"))
     if cfg.get("attention_chunk_size") is not None and "chunked" not in kinds:
         unused.append(("attention_chunk_size", "chunked"))
     for key, kind in unused:
-        if not explicit:
+        if not listed:
             raise ValueError(
                 f"config.json: '{key}' is set, but this config's layers come from a rule that has no {kind} "
                 "layers; the engine does not know how this family applies it, so it refuses rather than "
                 "ignoring it"
             )
-        listed = "layer_types" if cfg.get("layer_types") is not None else "no_rope_layers"
-        ignored[key] = f"the layer list ({listed}) has no {kind} layer"
+        ignored[key] = f"{listed} leaves no {kind} layer"
     return kinds, window
 
 

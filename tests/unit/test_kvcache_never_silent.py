@@ -217,6 +217,9 @@ def test_adding_a_field_to_plain_attention_is_refused_or_counted(key, value):
         ({**CONFIGS["falcon-h1-7b"], "attn_layer_indices": [0, 1]}, "attn_layer_indices"),
         ({**CONFIGS["falcon-h1-7b"], "mamba_d_head": 64}, "mamba_d_ssm"),
         ({**CONFIGS["deepseek-v3.2-exp"], "index_topk_freq": 4}, "index_topk_freq"),
+        # a window no layer rule of the family reads (Jamba's attention layers come from attn_layer_period)
+        ({**CONFIGS["jamba-v0.1"], "sliding_window": 4096}, "sliding_window"),
+        ({**CONFIGS["qwen2.5-7b"], "use_sliding_window": 1}, "use_sliding_window"),
         (
             {"model_type": "rwkv", "hidden_size": 4096, "num_hidden_layers": 32, "max_position_embeddings": 8192},
             "pure state-space",
@@ -254,3 +257,16 @@ def test_refusals_name_the_field(config, field):
 def test_engines_without_modelled_state_layouts_refuse(engine_id, model_id):
     with pytest.raises(ValueError, match="not modelled"):
         for_engine(catalog.model_spec(model_id), engine_id)
+
+
+def test_fields_the_family_does_not_read_are_said_unused():
+    """Cohere2 computes head_dim as hidden / heads (Cohere2Config, vLLM commandr.py); a window is
+    unused when layer_types has no sliding layer, and with use_sliding_window false (Qwen2)."""
+    command_a = {**CONFIGS["command-a"], "head_dim": 64}
+    assert figure(command_a) == figure(CONFIGS["command-a"])
+    assert "head_dim" in ModelSpec.from_hf_config(command_a).extras["ignored_fields"]
+    m2 = {**CONFIGS["minimax-m2"], "sliding_window": 4096}  # attn_type_list: every layer full
+    assert isinstance(figure(m2), str) and "sliding_window" in figure(m2)
+    olmo = {**CONFIGS["olmo-3-7b-instruct"], "layer_types": ["full_attention"] * 32}
+    assert "sliding_window" in ModelSpec.from_hf_config(olmo).extras["ignored_fields"]
+    assert "sliding_window" in ModelSpec.from_hf_config(CONFIGS["qwen2.5-7b"]).extras["ignored_fields"]

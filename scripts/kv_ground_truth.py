@@ -5,7 +5,8 @@ torch and transformers 5.x:
 
     python3.11 -m venv /work/wt/kv-gt-venv
     /work/wt/kv-gt-venv/bin/pip install torch==2.13.0 transformers==5.23.0
-    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py
+    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py [model-id ...]
+    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py --variants
 
 For every published config in tests/fixtures/kvcache/ground_truth_configs.json it builds the whole
 model on the meta device (no weights, no memory), makes ``StaticCache(config, max_cache_len=L)``,
@@ -32,6 +33,9 @@ from transformers.cache_utils import QuantizedCache
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "fixtures" / "kvcache" / "ground_truth_configs.json"
 OUT = ROOT / "tests" / "fixtures" / "kvcache" / "transformers5_truth.json"
+# small synthetic configs, one per family default / field rule the engine applies (--variants)
+VARIANTS = ROOT / "tests" / "fixtures" / "kvcache" / "ground_truth_variants.json"
+VARIANTS_OUT = ROOT / "tests" / "fixtures" / "kvcache" / "transformers5_variants_truth.json"
 LENGTHS = (1, 4096, 32768, 131072)
 PROMPT = 8  # tokens prefilled; the static layers hold max_cache_len whatever the prompt length
 # bookkeeping tensors (positions, counters) are not cache contents
@@ -217,5 +221,30 @@ def main(only: list[str]) -> None:
     OUT.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
 
+def main_variants() -> None:
+    """The bytes StaticCache keeps for each synthetic variant config (transformers' own defaults fill
+    what the config leaves out), at the file's seq_len."""
+    doc = json.loads(VARIANTS.read_text(encoding="utf-8"))
+    results = {}
+    for entry in doc["variants"]:
+        raw = dict(entry["config"])
+        config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        case = measure(config, model, doc["seq_len"])
+        results[entry["id"]] = {"checks": entry["checks"], **case}
+        print(entry["id"], case["bytes"], flush=True)
+    out = {
+        "_about": "Written by scripts/kv_ground_truth.py --variants from ground_truth_variants.json; do not edit.",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "variants": results,
+    }
+    VARIANTS_OUT.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--variants"]:
+        main_variants()
+    else:
+        main(sys.argv[1:])

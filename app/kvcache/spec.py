@@ -790,11 +790,6 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
                 f"config.json: num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})"
             )
         explicit = _opt(cfg, "head_dim")
-        if model_type == "cohere2" and explicit is not None:
-            # Cohere2Config.__post_init__ sets head_dim = hidden_size // num_attention_heads whatever
-            # the file says (configuration_cohere2.py), and vLLM's commandr.py CohereAttention does too
-            ignored["head_dim"] = "Cohere2 computes head_dim as hidden_size // num_attention_heads"
-            explicit = None
         if explicit is None and cfg.get("attention_head_dim") is not None:
             explicit = _as_int("attention_head_dim", cfg["attention_head_dim"])  # Nemotron-H's name
         if explicit is not None:

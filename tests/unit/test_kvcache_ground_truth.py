@@ -167,3 +167,18 @@ def test_fp8_is_refused_where_transformers_refuses_it(model_id):
 def test_transformers_formats_not_modelled_are_refused(kv_dtype):
     with pytest.raises(ValueError, match=kv_dtype):
         kv_cache_bytes(spec_of("llama-3.1-8b"), 4096, 1, kv_dtype)
+
+
+VARIANTS = json.loads((FIXTURES / "ground_truth_variants.json").read_text())
+VARIANT_TRUTH = json.loads((FIXTURES / "transformers5_variants_truth.json").read_text())["variants"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS["variants"], ids=[v["id"] for v in VARIANTS["variants"]])
+def test_family_defaults_and_field_rules_match_transformers(variant):
+    """Small synthetic configs, one per config-class default or field rule the engine applies for
+    these families (a published file that leaves the field out): measured in transformers by the
+    same script (--variants), every tensor its StaticCache keeps."""
+    spec = for_engine(ModelSpec.from_hf_config(variant["config"]), "transformers5")
+    truth = VARIANT_TRUTH[variant["id"]]
+    assert truth["seq_len"] == VARIANTS["seq_len"]
+    assert kv_cache_bytes(spec, truth["seq_len"], 1, "bf16") == truth["bytes"]

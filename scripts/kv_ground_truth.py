@@ -5,7 +5,8 @@ torch and transformers 5.x:
 
     python3.11 -m venv /work/wt/kv-gt-venv
     /work/wt/kv-gt-venv/bin/pip install torch==2.13.0 transformers==5.23.0
-    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py
+    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py [model-id ...]
+    /work/wt/kv-gt-venv/bin/python scripts/kv_ground_truth.py --variants
 
 For every published config in tests/fixtures/kvcache/ground_truth_configs.json it builds the whole
 model on the meta device (no weights, no memory), makes ``StaticCache(config, max_cache_len=L)``,
@@ -32,6 +33,9 @@ from transformers.cache_utils import QuantizedCache
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "fixtures" / "kvcache" / "ground_truth_configs.json"
 OUT = ROOT / "tests" / "fixtures" / "kvcache" / "transformers5_truth.json"
+# small synthetic configs, one per family default / field rule the engine applies (--variants)
+VARIANTS = ROOT / "tests" / "fixtures" / "kvcache" / "ground_truth_variants.json"
+VARIANTS_OUT = ROOT / "tests" / "fixtures" / "kvcache" / "transformers5_variants_truth.json"
 LENGTHS = (1, 4096, 32768, 131072)
 PROMPT = 8  # tokens prefilled; the static layers hold max_cache_len whatever the prompt length
 # bookkeeping tensors (positions, counters) are not cache contents
@@ -50,6 +54,9 @@ def hf_config(entry: dict) -> transformers.PretrainedConfig:
         raw["model_type"] = "minimax"
         raw["layer_types"] = types
     model_type = raw.pop("model_type")
+    if model_type == "kimi_k2":
+        # remote-code config on DeepSeek-V3's architecture (its architectures entry is DeepseekV3ForCausalLM)
+        model_type = "deepseek_v3"
     raw.pop("architectures", None)
     # gpt-oss ships MXFP4 weights; the weight format does not shape the cache, and on the meta device
     # there are no weights to quantize
@@ -91,6 +98,33 @@ def cache_tensors(cache: object) -> list[tuple[int, str, tuple[int, ...], str, i
     return out
 
 
+# Fp8QuantizedLayer keeps (fp8 tensor, float32 scale) pairs; the scale is a 0-dim tensor
+_PAIR_LABELS = {"_quantized_keys": ("keys", "keys_scale"), "_quantized_values": ("values", "values_scale")}
+
+
+def held_tensors(layer: object) -> list[tuple[str, torch.Tensor]]:
+    """(label, tensor) of every tensor a quantized cache layer holds, of any rank, walking tuples, lists
+    and dicts, so a scale or any tensor the layer adds is counted; empty placeholders (0 bytes) too."""
+    out: list[tuple[str, torch.Tensor]] = []
+
+    def walk(label: str, value: object) -> None:
+        if isinstance(value, torch.Tensor):
+            if value.numel():
+                out.append((label, value))
+        elif isinstance(value, (tuple, list)):
+            names = _PAIR_LABELS.get(label)
+            for i, item in enumerate(value):
+                walk(names[i] if names and i < len(names) else f"{label}[{i}]", item)
+        elif isinstance(value, dict):
+            for k, item in value.items():
+                walk(f"{label}[{k}]", item)
+
+    for name, value in vars(layer).items():
+        if name not in SKIP:
+            walk(name, value)
+    return out
+
+
 def measure(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_len: int) -> dict:
     cache = StaticCache(config=config, max_cache_len=seq_len)
     kind = "StaticCache(config, max_cache_len=L) after an 8-token prefill"
@@ -128,8 +162,9 @@ def measure(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_l
 def measure_fp8(config: transformers.PretrainedConfig, model: torch.nn.Module, seq_len: int) -> dict | str:
     """transformers has no fp8 StaticCache; its fp8 cache is QuantizedCache(backend="fp8"), a dynamic
     cache of Fp8QuantizedLayer (float8_e4m3fn K/V plus one float32 scale per K and per V tensor,
-    cache_utils.py) that only takes full-attention models. Prefill seq_len tokens and sum what it keeps,
-    the scales included; the refusal's message when the model is not full attention only."""
+    cache_utils.py) that only takes full-attention models. Prefill seq_len tokens and sum every tensor
+    each layer holds (held_tensors: the fp8 K/V, their scales, and anything else a later version adds);
+    the refusal's message when the model is not full attention only."""
     try:
         cache = QuantizedCache(backend="fp8", config=config)
     except ValueError as exc:
@@ -142,14 +177,9 @@ def measure_fp8(config: transformers.PretrainedConfig, model: torch.nn.Module, s
         return f"the {seq_len}-token prefill failed on the meta device: {exc}"
     parts: dict[str, int] = {}
     for layer in cache.layers:
-        for name in ("_quantized_keys", "_quantized_values"):
-            quantized, scale = getattr(layer, name)
-            for label, t in (
-                (name.removeprefix("_quantized_"), quantized),
-                (f"{name.removeprefix('_quantized_')}_scale", scale),
-            ):
-                key = f"{label} {str(t.dtype).removeprefix('torch.')}"
-                parts[key] = parts.get(key, 0) + t.numel() * t.element_size()
+        for label, t in held_tensors(layer):
+            key = f"{label} {str(t.dtype).removeprefix('torch.')}"
+            parts[key] = parts.get(key, 0) + t.numel() * t.element_size()
     return {"seq_len": seq_len, "bytes": sum(parts.values()), "parts": parts}
 
 
@@ -191,5 +221,30 @@ def main(only: list[str]) -> None:
     OUT.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
 
+def main_variants() -> None:
+    """The bytes StaticCache keeps for each synthetic variant config (transformers' own defaults fill
+    what the config leaves out), at the file's seq_len."""
+    doc = json.loads(VARIANTS.read_text(encoding="utf-8"))
+    results = {}
+    for entry in doc["variants"]:
+        raw = dict(entry["config"])
+        config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        case = measure(config, model, doc["seq_len"])
+        results[entry["id"]] = {"checks": entry["checks"], **case}
+        print(entry["id"], case["bytes"], flush=True)
+    out = {
+        "_about": "Written by scripts/kv_ground_truth.py --variants from ground_truth_variants.json; do not edit.",
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "variants": results,
+    }
+    VARIANTS_OUT.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--variants"]:
+        main_variants()
+    else:
+        main(sys.argv[1:])

@@ -159,6 +159,11 @@ class StagedCost:
     def bytes(self, seq_len: int, block_size: int | None = None) -> int:
         return max(c.bytes(seq_len, block_size) for c in self.stages)
 
+    @property
+    def per_cache(self) -> int:
+        """Bytes the fullest stage keeps once whatever the batch (transformers' fp8 scales)."""
+        return max(c.per_cache for c in self.stages)
+
 
 def stage_spec(spec: ModelSpec, layers: range) -> ModelSpec:
     """The part of the model one pipeline stage holds."""
@@ -228,6 +233,7 @@ def plan(
         if eng.allocator == "vllm"
         else None
     )
+    fixed = 0  # bytes kept once whatever the batch (transformers' fp8 scales; none in vLLM's pool)
     if lay is not None:
         vc = vllm_alloc.capacity(lay, budget, context_len, pp=pp, max_num_batched_tokens=max_num_batched_tokens)
         pool = vc.num_blocks
@@ -243,10 +249,12 @@ def plan(
     else:
         vc = None
         cost = staged_cost(spec, kv_dtype, tp=tp, pp=pp, state_dtype=state_dtype)
+        # what the cache keeps once whatever the batch comes off the budget before any sequence
+        fixed = cost.per_cache
         per_seq = cost.bytes(context_len, blocks)
-        max_len_bytes = cost.bytes(max_len, blocks)
-        concurrency = max_sequences(budget, per_seq) * replicas
-        best_len = max_context(cost, budget, per_replica, max_len, blocks)  # type: ignore[arg-type]
+        max_len_bytes = cost.bytes(max_len, blocks) + fixed
+        concurrency = max_sequences(budget - fixed, per_seq) * replicas
+        best_len = max_context(cost, budget - fixed, per_replica, max_len, blocks)  # type: ignore[arg-type]
     return CapacityPlan(
         gpu_name=gpu.name,
         gpu_count=gpu_count,
@@ -263,7 +271,7 @@ def plan(
         batch=batch,
         batch_per_replica=per_replica,
         sequence_bytes=per_seq,
-        batch_bytes=per_replica * per_seq,
+        batch_bytes=per_replica * per_seq + (fixed if per_replica else 0),
         max_concurrency=concurrency,
         max_context_at_batch=best_len,
         max_len=max_len,

@@ -31,6 +31,8 @@ class CatalogModel(BaseModel):
     params_active: int | None = Field(default=None, gt=0)
     params_source: str
     config: dict
+    # how the config was obtained when it is not a verbatim copy of `source` (reconstructed fields)
+    source_note: str = ""
 
     @model_validator(mode="after")
     def _active_not_above_total(self) -> CatalogModel:

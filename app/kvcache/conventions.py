@@ -19,6 +19,19 @@ _TF5_STATE = (
 )
 _TF5_LIGHTNING = "transformers 5: MiniMaxCache keeps the lightning state in the model dtype (modeling_minimax.py)"
 _TF5_INDEXER = "transformers 5: StaticIndexedLayer keeps the indexer keys in the model dtype (cache_utils.py)"
+# transformers has no fp8 StaticCache: its fp8 cache is QuantizedCache(backend="fp8"), whose
+# Fp8QuantizedLayer keeps the K/V as float8_e4m3fn plus one float32 scale (a 0-dim tensor frozen at
+# the first update) per K and per V tensor of each layer, whatever the batch and length
+# (cache_utils.py Fp8QuantizedLayer._quantize / update; measured, scripts/kv_ground_truth.py), and
+# QuantizedCache.__init__ refuses a model whose layer_types are not all full_attention
+_TF5_FP8 = (
+    "transformers 5: StaticCache K/V in the model dtype; fp8 = QuantizedCache(backend='fp8'): float8_e4m3fn K/V "
+    "+ one float32 scale per K and per V tensor of each layer (cache_utils.py Fp8QuantizedLayer)"
+)
+_TF5_STATIC = (
+    "transformers 5: StaticCache K/V in the model dtype; no fp8 cache for this model (QuantizedCache takes "
+    "full-attention-only models, cache_utils.py QuantizedCache.__init__)"
+)
 _VLLM_STATE = (
     "vLLM: conv_kernel - 1 conv columns in mamba_cache_dtype, recurrent state in mamba_ssm_cache_dtype "
     "(mamba_utils.py MambaStateShapeCalculator / MambaStateDtypeCalculator)"
@@ -40,6 +53,8 @@ def apply(groups: tuple[Any, ...], engine_id: str, model_type: str, ssm_cache_dt
     ssm_cache_dtype is the config's mamba_ssm_cache_dtype (vLLM reads it for Nemotron-H)."""
     out = []
     indexed = any(g.kind == "indexer" for g in groups)
+    # transformers' QuantizedCache takes the model only when every layer is full attention (MLA is)
+    tf5_quantizable = all(g.kind in ("full", "mla") for g in groups)
     for g in groups:
         # start from no convention, so for_engine(for_engine(s, a), b) is for_engine(s, b)
         g = dataclasses.replace(g, conv_dtype="", ssm_dtype="", conv_columns=0, layout="", convention="")
@@ -52,7 +67,11 @@ def apply(groups: tuple[Any, ...], engine_id: str, model_type: str, ssm_cache_dt
             elif g.kind == "lightning":
                 g = dataclasses.replace(g, ssm_dtype="kv", convention=_TF5_LIGHTNING)
             elif g.kind == "indexer":
-                g = dataclasses.replace(g, convention=_TF5_INDEXER)
+                g = dataclasses.replace(g, layout="tf5_static", convention=_TF5_INDEXER)
+            elif tf5_quantizable:  # full / MLA only: fp8 is QuantizedCache's, with its scales
+                g = dataclasses.replace(g, layout="tf5_fp8", convention=_TF5_FP8)
+            elif g.kind in ("full", "sliding", "chunked", "mla"):
+                g = dataclasses.replace(g, layout="tf5_static", convention=_TF5_STATIC)
         elif engine_id == "vllm":
             if g.kind in ("mamba", "mamba2", "linear_attention"):
                 if model_type == "nemotron_h":

@@ -17,10 +17,12 @@ which allocator model its capacity uses.
     ``MiniMaxCache`` keeps the lightning state in the model dtype; ``StaticIndexedLayer`` keeps the
     DeepSeek-V3.2 indexer keys in the model dtype. The model dtype is the ``kv_dtype`` argument.
     An fp8 ``kv_dtype`` is what ``QuantizedCache(backend="fp8")`` keeps (cache_utils.py
-    ``Fp8QuantizedLayer``; transformers has no fp8 ``StaticCache``): the same fp8 K/V, matched to
-    the byte, plus one float32 scale per K and per V tensor of each layer (8 B per layer for the
-    whole batch), which this per-sequence figure leaves out. That cache refuses every model that
-    is not full attention only (``QuantizedCache.__init__``).
+    ``Fp8QuantizedLayer``; transformers has no fp8 ``StaticCache``): float8_e4m3fn K/V plus one
+    float32 scale per K and per V tensor of each layer, 8 B per layer kept once for the whole
+    batch (a breakdown ``cache_parts`` entry, in the total; layout "tf5_fp8"). That cache refuses
+    every model that is not full attention only (``QuantizedCache.__init__``), and so does the
+    engine for those (layout "tf5_static": bf16 / fp16 / fp32 only); the quanto / hqq int caches
+    are not modelled and refused.
   - vLLM (vllm/model_executor/layers/mamba/mamba_utils.py ``MambaStateShapeCalculator`` and
     ``MambaStateDtypeCalculator``): kernel - 1 convolution columns in ``mamba_cache_dtype``
     (``state_dtype``), the recurrent state in ``mamba_ssm_cache_dtype`` (``ssm_dtype``, "auto" =

@@ -22,6 +22,10 @@ Per layer group, for one GPU of a tensor-parallel group of size ``tp``:
             recurrent state in float32; vLLM's mamba_cache_dtype / mamba_ssm_cache_dtype).
             Lightning attention (MiniMax) has no convolution: heads x head_dim x head_dim.
 
+transformers 5's fp8 cache (layout "tf5_fp8", QuantizedCache(backend="fp8")) adds one float32 scale
+per K and per V tensor of each layer, 8 B per layer kept once for the whole cache (``cache_parts``
+of the breakdown, ``per_cache`` of a SequenceCost), whatever the batch and length.
+
 kv_heads_per_gpu: tp must divide the KV heads (each GPU holds kv_heads / tp), or be a multiple of
 them, in which case each GPU holds one head and every head is replicated tp / kv_heads times (the
 vLLM rule). Everything is integer arithmetic; see dtypes for per-vector packing and scale bytes.
@@ -66,6 +70,9 @@ class GroupBytes:
     # (part, dtype, bytes per sequence): K/V, latent, indexer keys, conv state, recurrent state
     parts: tuple[tuple[str, str, int], ...] = ()
     convention: str = ""  # the engine rule that fixed the layout / dtypes, with its source
+    # (part, dtype, bytes) kept once for the whole cache whatever the batch (transformers' fp8
+    # scales), already in bytes_total
+    cache_parts: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,9 +161,36 @@ def _fp8_scale128_bytes(values: int) -> int:
     return values + 4 * -(-values // 128)
 
 
+MODEL_DTYPES = ("bf16", "fp16", "fp32")
+TF5_FP8 = ("fp8", "fp8_e4m3")  # Fp8QuantizedLayer.fp8_dtype is float8_e4m3fn
+TF5_SCALE_BYTES = 8  # per layer: one float32 scale for its K tensor, one for its V tensor
+
+
+def _check_tf5_dtype(group: LayerGroup, dtype: KvDtype) -> None:
+    """transformers 5 keeps K/V in the model dtype (StaticCache) or, for full-attention-only models,
+    as QuantizedCache(backend="fp8") does (cache_utils.py Fp8QuantizedLayer); its quanto / hqq
+    int caches (a model-dtype residual window plus group-wise scales) are not modelled."""
+    if dtype.name in MODEL_DTYPES:
+        return
+    if group.layout == "tf5_fp8" and dtype.name in TF5_FP8:
+        return
+    if group.layout == "tf5_fp8" or dtype.name not in FP8_NAMES:
+        raise ValueError(
+            f"transformers 5 keeps no {dtype.name} KV cache modelled here: bf16 / fp16 / fp32 (StaticCache) or, "
+            "for full-attention models, fp8 e4m3 (QuantizedCache(backend='fp8'))"
+        )
+    raise ValueError(
+        f"transformers 5 cannot keep this model's KV cache in {dtype.name}: its fp8 cache, "
+        "QuantizedCache(backend='fp8'), takes only models whose layer_types are all full_attention, and this one "
+        f"has {GROUP_LABELS[group.kind]} layers; choose bf16, fp16 or fp32"
+    )
+
+
 def token_bytes(group: LayerGroup, dtype: KvDtype, tp: int = 1) -> tuple[int, str]:
     """Bytes per held token for all layers of an attention group on one GPU, and the working."""
     rep = " (replicated on every TP GPU)" if tp > 1 else ""
+    if group.layout in ("tf5_fp8", "tf5_static"):
+        _check_tf5_dtype(group, dtype)
     if group.kind == "mla":
         values = group.kv_lora_rank + group.qk_rope_head_dim
         if group.layout == "ds_mla" and dtype.name in FP8_NAMES:
@@ -254,6 +288,12 @@ def state_dtypes(group: LayerGroup, kv: KvDtype, state_dtype: str, ssm_dtype: st
 
     def pick(rule: str, default: str, argument: str | None = None) -> KvDtype:
         if rule == "kv":
+            # the state follows the model dtype (transformers 5), which no quantized format is
+            if kv.name not in MODEL_DTYPES:
+                raise ValueError(
+                    f"this engine keeps the {GROUP_LABELS[group.kind]} in the model dtype, which cannot be "
+                    f"{kv.name}; choose bf16, fp16 or fp32 as the KV dtype"
+                )
             return kv
         if rule.startswith("auto:"):  # the engine's default when the argument is left "auto"
             return KV_DTYPES[argument or rule.removeprefix("auto:")]
@@ -317,6 +357,7 @@ def breakdown(
     rows = []
     for g in spec.groups:
         label = (f"{g.owner}: " if g.owner else "") + GROUP_LABELS[g.kind]
+        cache_parts: tuple[tuple[str, str, int], ...] = ()
         if g.is_attention:
             per_token, text = token_bytes(g, kv, tp)
             held = tokens_held(g, seq_len)
@@ -328,6 +369,12 @@ def breakdown(
             text += f"; x {held:,} tokens{window} = {per_seq:,} B/sequence"
             part, storage = attention_part(g, kv)
             parts: tuple[tuple[str, str, int], ...] = ((part, storage, per_seq),)
+            if g.layout == "tf5_fp8" and kv.name in TF5_FP8 and seq_len and batch:
+                # Fp8QuantizedLayer: a float32 scale per K and per V tensor of each layer, the
+                # tensors holding the whole batch (cache_utils.py Fp8QuantizedLayer._quantize)
+                scales = TF5_SCALE_BYTES * g.layers
+                cache_parts = (("fp8 scales", "fp32", scales),)
+                text += f"; + {g.layers} layers x 2 float32 scales (K, V) = {scales:,} B for the whole cache"
         else:
             per_token, held = 0, 0
             conv_dt, ssm_dt = state_dtypes(g, kv, state_dtype, ssm_dtype)
@@ -336,11 +383,13 @@ def breakdown(
             parts = (("recurrent state", ssm_dt.name, ssm_b),)
             if g.kind != "lightning":
                 parts = (("conv state", conv_dt.name, conv_b), *parts)
-        total = per_seq * batch
-        text += f"; x {batch} sequences = {total:,} B"
+        total = per_seq * batch + sum(size for _, _, size in cache_parts)
+        text += f"; x {batch} sequences" + (" + the scales" if cache_parts else "") + f" = {total:,} B"
         if g.kind in ("sliding", "chunked"):
             label += f" ({g.window:,})"
-        rows.append(GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text, parts, g.convention))
+        rows.append(
+            GroupBytes(g.kind, label, g.layers, held, per_token, per_seq, total, text, parts, g.convention, cache_parts)
+        )
     return KvBreakdown(seq_len, batch, kv.name, state_dtype, tp, tuple(rows))
 
 
@@ -376,6 +425,8 @@ class SequenceCost:
 
     token_groups: tuple[tuple[int, int | None], ...]
     state: int
+    # bytes kept once for the whole cache whatever the batch (transformers' fp8 scales), not per sequence
+    per_cache: int = 0
 
     def bytes(self, seq_len: int, block_size: int | None = None) -> int:
         """Bytes of one sequence of seq_len tokens; with block_size, whole blocks per group."""
@@ -400,11 +451,13 @@ def sequence_cost(
     kv = kv_dtype(kv_dtype_name)
     _check_state_dtype("state_dtype", state_dtype)
     _check_state_dtype("ssm_dtype", ssm_dtype, optional=True)
-    groups, state = [], 0
+    groups, state, per_cache = [], 0, 0
     for g in spec.groups:
         if g.is_attention:
             groups.append((token_bytes(g, kv, tp)[0], g.window if g.kind in ("sliding", "chunked") else None))
+            if g.layout == "tf5_fp8" and kv.name in TF5_FP8:
+                per_cache += TF5_SCALE_BYTES * g.layers
         else:
             conv_b, ssm_b, _ = state_bytes(g, *state_dtypes(g, kv, state_dtype, ssm_dtype), tp)
             state += conv_b + ssm_b
-    return SequenceCost(tuple(groups), state)
+    return SequenceCost(tuple(groups), state, per_cache)

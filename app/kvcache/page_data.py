@@ -784,6 +784,18 @@ def build_page_data(v: KvInputs) -> PageData:
         }
         for g in whole.groups
         for part, dtype, size in g.parts
+    ] + [
+        {  # kept once for the whole cache (transformers' fp8 scales), not per sequence
+            "layers": g.label,
+            "part": f"{part} (whole cache)",
+            "dtype": dtype,
+            "B/sequence": 0,
+            "bytes": size,
+            "readable": fmt_bytes(size),
+            "convention": g.convention,
+        }
+        for g in whole.groups
+        for part, dtype, size in g.cache_parts
     ]
     breakdown_rows.append(
         {

@@ -127,7 +127,8 @@ class LayerGroup:
     # Engine conventions (set by engines.for_engine, empty = the breakdown's arguments):
     # conv_dtype / ssm_dtype: "kv" = the KV dtype (the model dtype, for engines whose cache follows
     # it), or a STATE_DTYPES name; conv_columns: convolution-state columns kept (0 = kernel - 1);
-    # layout: a byte layout of the engine's own ("ds_mla", "fp8_scale128", see formulas.token_bytes).
+    # layout: a byte layout of the engine's own ("ds_mla", "fp8_scale128"; transformers 5's
+    # "tf5_fp8" = fp8 with per-tensor scales, "tf5_static" = model dtypes only; formulas.token_bytes).
     conv_dtype: str = ""
     ssm_dtype: str = ""
     conv_columns: int = 0
@@ -269,6 +270,7 @@ _NOTED_DEFAULTS = frozenset(
         "num_attention_heads",
         "sliding_window_pattern",
         "sliding_window",
+        "attention_chunk_size",
         "multi_query",
         "new_decoder_architecture",
     }
@@ -377,8 +379,42 @@ def _linear_kind(cfg: dict, model_type: str) -> str:
     )
 
 
-def _layer_kinds(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | None], int | None]:
-    """Kind of every layer (None = no cache) and the sliding window, following the config."""
+def _layer_kinds(
+    cfg: dict, n_layers: int, model_type: str, ignored: dict[str, str]
+) -> tuple[list[str | None], int | None]:
+    """Kind of every layer (None = no cache) and the sliding window, following the config. A window
+    or chunk size no layer uses is recorded in `ignored` when an explicit layer list says so, and
+    refused when the layers come from a rule that never reads it (never computed as if unused)."""
+    kinds, window = _kinds_and_window(cfg, n_layers, model_type)
+    # the field that placed the layers, when it says per layer which kind each is
+    if cfg.get("layer_types") is not None:
+        listed = "layer_types"
+    elif cfg.get("no_rope_layers"):
+        listed = "no_rope_layers"
+    elif cfg.get("use_sliding_window") is True and cfg.get("max_window_layers") is not None:
+        listed = "max_window_layers"  # Qwen2: the window applies from that layer on
+    else:
+        listed = ""
+    unused = []
+    if cfg.get("use_sliding_window") is not False and cfg.get("sliding_window") is not None and "sliding" not in kinds:
+        unused.append(("sliding_window", "sliding"))
+    if cfg.get("attention_chunk_size") is not None and "chunked" not in kinds:
+        unused.append(("attention_chunk_size", "chunked"))
+    for key, kind in unused:
+        if not listed:
+            raise ValueError(
+                f"config.json: '{key}' is set, but this config's layers come from a rule that has no {kind} "
+                "layers; the engine does not know how this family applies it, so it refuses rather than "
+                "ignoring it"
+            )
+        ignored[key] = f"{listed} leaves no {kind} layer"
+    return kinds, window
+
+
+def _kinds_and_window(cfg: dict, n_layers: int, model_type: str) -> tuple[list[str | None], int | None]:
+    use = cfg.get("use_sliding_window")
+    if use is not None and not isinstance(use, bool):
+        raise ValueError(f"config.json: 'use_sliding_window' must be true or false, got {use!r}")
     window = _opt(cfg, "sliding_window")
     if cfg.get("use_sliding_window") is False:
         window = None  # Qwen2/Qwen3 publish a sliding_window they do not use
@@ -699,7 +735,8 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         )
     else:
         max_ctx = _req(cfg, "max_position_embeddings")
-    kinds, window = _layer_kinds(cfg, n_layers, model_type)
+    ignored: dict[str, str] = {}
+    kinds, window = _layer_kinds(cfg, n_layers, model_type, ignored)
     if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
         kinds = ["mamba2" if k == "mamba" else k for k in kinds]
     # per-layer entries of the layer list that cannot change the cache (the property test in
@@ -723,6 +760,15 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     if model_type == "falcon_h1":
         notes.append("Falcon-H1: every layer keeps attention K/V and a Mamba-2 state side by side")
 
+    if cfg.get("use_sliding_window") is not None and cfg.get("sliding_window") is None:
+        ignored["use_sliding_window"] = "sliding_window is null: there is no window to turn on or off"
+    if cfg.get("use_sliding_window") is False:
+        for key in ("sliding_window", "max_window_layers"):
+            if cfg.get(key) is not None:
+                ignored[key] = (
+                    "use_sliding_window is false: every layer is full attention (transformers Qwen2Config / "
+                    "Qwen3Config drop the window, vLLM reads their layer_types)"
+                )
     heads = kv_heads = head_dim = 0
     mla = cfg.get("kv_lora_rank") is not None
     if any(k in ATTENTION_KINDS for k in kinds):
@@ -769,7 +815,6 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
         index_dim = _req(cfg, "index_head_dim")
         notes.append(f"lightning indexer: one {index_dim}-value key per token per MLA layer")
 
-    ignored: dict[str, str] = {}
     groups = []
     for kind in dict.fromkeys(k for k in kinds if k is not None):
         idx = tuple(i for i, k in enumerate(kinds) if k == kind)

@@ -74,6 +74,22 @@ def hand_bytes(model_id: str, L: int) -> int:
         return 64 * (5120 * (4 - 1) + 5120 * 16) * BF16
     if model_id == "mamba-codestral-7b":  # 64 Mamba-2 mixers: conv 8192 + 2 x 8 x 128, 128 heads x 64 x 128
         return 64 * ((8192 + 2 * 8 * 128) * (4 - 1) + 128 * 64 * 128) * BF16
+    # attention-only families of issue 19 (vLLM's figure; the chunk / window caps the tokens held)
+    if model_id == "llama-4-scout":  # 36 chunked (8192) + 12 NoPE global layers, 8 KV heads of 128
+        per_layer = 2 * 8 * 128 * BF16
+        return 36 * per_layer * min(L, 8192) + 12 * per_layer * L
+    if model_id == "command-a":  # 48 sliding (4096) + 16 global layers, 8 KV heads of 128
+        per_layer = 2 * 8 * 128 * BF16
+        return 48 * per_layer * min(L, 4096) + 16 * per_layer * L
+    if model_id == "olmo-3-7b-instruct":  # 24 sliding (4096) + 8 full layers, 32 KV heads (no GQA)
+        per_layer = 2 * 32 * 128 * BF16
+        return 24 * per_layer * min(L, 4096) + 8 * per_layer * L
+    if model_id == "glm-4.5":  # 92 layers, 8 KV heads of head_dim 128 (not 5120 / 96)
+        return 92 * 2 * 8 * 128 * BF16 * L
+    if model_id == "kimi-k2-instruct":  # DeepSeek-V3's MLA: 512 + 64 values per token per layer
+        return 61 * (512 + 64) * BF16 * L
+    if model_id == "minimax-m2":  # 62 full-attention layers, 8 KV heads of 128
+        return 62 * 2 * 8 * 128 * BF16 * L
     raise AssertionError(f"no hand computation for {model_id}")
 
 
@@ -136,6 +152,9 @@ def test_gpu_presets():
 WEIGHTS_NOT_ESTIMATED = {
     "gemma-3n-e4b": "per-layer embeddings (262144 x 35 x 256) and AltUp/LAuReL weights are not estimated",
     "falcon-h1-7b": "only the rounded 7B of the name was checked as a published count",
+    "olmo-3-7b-instruct": "only the rounded 7B of the name was checked as a published count",
+    "kimi-k2-instruct": "the model card gives the rounded 1T; no exact published count was checked",
+    "llama-4-scout": "the published 109B includes the vision encoder, which the text config does not describe",
 }
 
 

@@ -30,8 +30,14 @@ def test_deepseek_v3_latent_vs_transformers_4_decompressed():
 
 
 def test_engines_do_not_change_non_mla_models():
+    """Only transformers 5 marks the layers of an attention-only model: its fp8 cache is
+    QuantizedCache's (fp8 K/V plus per-tensor scales); the K/V bytes in bf16 are everyone's."""
     spec = catalog.model_spec("llama-3.1-8b")
-    assert all(for_engine(spec, e) is spec for e in ENGINES)
+    assert all(for_engine(spec, e) is spec for e in ENGINES if e != "transformers5")
+    t5 = for_engine(spec, "transformers5")
+    assert {g.layout for g in t5.groups} == {"tf5_fp8"} and "Fp8QuantizedLayer" in t5.groups[0].convention
+    assert kv_cache_bytes(t5, 4096) == kv_cache_bytes(spec, 4096)
+    assert kv_cache_bytes(t5, 4096, 1, "fp8") == kv_cache_bytes(spec, 4096, 1, "fp8") + 8 * spec.num_layers
 
 
 def test_decompressed_layout_needs_its_fields():

@@ -42,6 +42,15 @@ def test_every_family_of_the_issue_is_measured():
         "nemotron-h-8b",
         "qwen3-next-80b-a3b",
         "jamba-v0.1",
+        # the attention-only families the issue lists as exact
+        "gpt-oss-20b",
+        "llama-4-scout",
+        "command-a",
+        "olmo-3-7b-instruct",
+        "glm-4.5",
+        "kimi-k2-instruct",
+        "minimax-m2",
+        "qwen3-235b-a22b",
     } <= set(TRUTH["models"])
     assert TRUTH["transformers"].startswith("5.")
 
@@ -102,7 +111,9 @@ FP8 = [(mid, case) for mid, entry in TRUTH["models"].items() for case in entry.g
 def test_fp8_is_measured_for_the_full_attention_families():
     """transformers has no fp8 StaticCache: its fp8 cache is QuantizedCache(backend="fp8"), which
     takes full-attention models only (cache_utils.py QuantizedCache.__init__) and refuses the rest."""
-    assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "mixtral-8x7b", "opt-13b"} <= {m for m, _ in FP8}
+    assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v3", "mixtral-8x7b", "opt-13b", "glm-4.5", "kimi-k2-instruct"} <= {
+        m for m, _ in FP8
+    }
     assert all(("fp8" in e) != ("fp8_refused" in e) for e in TRUTH["models"].values())
     for model_id, entry in TRUTH["models"].items():
         kinds = {g.kind for g in spec_of(model_id).groups}
@@ -113,13 +124,61 @@ def test_fp8_is_measured_for_the_full_attention_families():
 
 
 @pytest.mark.parametrize(("model_id", "case"), FP8, ids=[f"{m}-fp8-L{c['seq_len']}" for m, c in FP8])
-def test_fp8_keys_and_values_match_transformers_to_the_byte(model_id, case):
-    """The float8_e4m3fn K/V (or MLA latent) it keeps is ours to the byte; beside them it keeps one
-    float32 scale per K and per V tensor of each layer (8 B per layer for the whole batch), which the
-    engine's per-sequence figure leaves out: asserted here so the gap is known, not hidden."""
-    parts = case["parts"]
-    kv = parts["keys float8_e4m3fn"] + parts["values float8_e4m3fn"]
-    spec = spec_of(model_id)
-    assert kv_cache_bytes(spec, case["seq_len"], 1, "fp8") == kv
-    assert parts["keys_scale float32"] + parts["values_scale float32"] == 8 * spec.num_layers
-    assert case["bytes"] == kv + 8 * spec.num_layers
+def test_fp8_matches_transformers_to_the_byte(model_id, case):
+    """Every tensor QuantizedCache(backend="fp8") keeps, summed by the script: the float8_e4m3fn K/V
+    (or MLA latent) per sequence, and one float32 scale per K and per V tensor of each layer, kept
+    once for the whole cache (cache_utils.py Fp8QuantizedLayer)."""
+    assert kv_cache_bytes(spec_of(model_id), case["seq_len"], 1, "fp8") == case["bytes"]
+    expected: dict[tuple[str, str], int] = {}
+    for key, size in case["parts"].items():
+        name, dtype = key.rsplit(" ", 1)
+        part = "fp8 scales" if name.endswith("_scale") else "cache"
+        dtype = {"float8_e4m3fn": "fp8", "float32": "fp32"}[dtype]
+        expected[part, dtype] = expected.get((part, dtype), 0) + size
+    ours: dict[tuple[str, str], int] = {}
+    for row in breakdown(spec_of(model_id), case["seq_len"], 1, "fp8").groups:
+        for part, dtype, size in (*row.parts, *row.cache_parts):
+            key = ("cache" if part in ("K/V", "MLA latent") else part, dtype)
+            ours[key] = ours.get(key, 0) + size
+    assert ours == expected
+
+
+def test_fp8_scales_are_kept_once_whatever_the_batch():
+    """The scale is per tensor and a layer's K tensor holds the whole batch: 8 B per layer once,
+    the fp8 K/V once per sequence."""
+    spec = spec_of("llama-3.1-8b")
+    one = kv_cache_bytes(spec, 4096, 1, "fp8")
+    assert kv_cache_bytes(spec, 4096, 3, "fp8") == 3 * (one - 8 * 32) + 8 * 32
+    assert kv_cache_bytes(spec, 0, 1, "fp8") == kv_cache_bytes(spec, 4096, 0, "fp8") == 0
+
+
+REFUSED = sorted(mid for mid, entry in TRUTH["models"].items() if "fp8_refused" in entry)
+
+
+@pytest.mark.parametrize("model_id", REFUSED)
+def test_fp8_is_refused_where_transformers_refuses_it(model_id):
+    """transformers' QuantizedCache refuses these (the fixture records its message): so does the
+    engine, naming the layer kind, instead of an fp8 figure transformers cannot give."""
+    with pytest.raises(ValueError, match=r"layer_types|model dtype"):
+        kv_cache_bytes(spec_of(model_id), 4096, 1, "fp8")
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e5m2", "int8", "int4"])
+def test_transformers_formats_not_modelled_are_refused(kv_dtype):
+    with pytest.raises(ValueError, match=kv_dtype):
+        kv_cache_bytes(spec_of("llama-3.1-8b"), 4096, 1, kv_dtype)
+
+
+VARIANTS = json.loads((FIXTURES / "ground_truth_variants.json").read_text())
+VARIANT_TRUTH = json.loads((FIXTURES / "transformers5_variants_truth.json").read_text())["variants"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS["variants"], ids=[v["id"] for v in VARIANTS["variants"]])
+def test_family_defaults_and_field_rules_match_transformers(variant):
+    """Small synthetic configs, one per config-class default or field rule the engine applies for
+    these families (a published file that leaves the field out): measured in transformers by the
+    same script (--variants), every tensor its StaticCache keeps."""
+    spec = for_engine(ModelSpec.from_hf_config(variant["config"]), "transformers5")
+    truth = VARIANT_TRUTH[variant["id"]]
+    assert truth["seq_len"] == VARIANTS["seq_len"]
+    assert kv_cache_bytes(spec, truth["seq_len"], 1, "bf16") == truth["bytes"]

@@ -16,6 +16,24 @@ from app.kvcache.spec import NO_CACHE_FIELDS
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 PREFIXES = ("index_", "indexer_", "mamba_", "ssm_", "linear_")
 NAMES = ("layer_types", "attn_type_list", "hybrid_override_pattern", "layers_block_type", "num_kv_shared_layers")
+# the fields that shape an attention-only cache: heads, widths, windows, chunks, MLA ranks, patterns
+ATTENTION_FIELDS = (
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "head_dim",
+    "sliding_window",
+    "sliding_window_pattern",
+    "use_sliding_window",
+    "max_window_layers",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "no_rope_layer_interval",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+)
+# beyond every window and chunk of the configs (Llama 4's 8192), so a sliding or chunked layer
+# turned full (or back) shows
+LENGTHS = (1, 4096, 131072)
 LLAMA = {
     "model_type": "llama",
     "hidden_size": 4096,
@@ -48,24 +66,38 @@ def text(config: dict) -> dict:
 
 
 def shaping(key: str) -> bool:
-    return key.startswith(PREFIXES) or key in NAMES
+    return key.startswith(PREFIXES) or key in NAMES or key in ATTENTION_FIELDS
 
 
 def figure(config: dict) -> tuple[int, ...] | str:
     try:
         spec = ModelSpec.from_hf_config(config)
         return tuple(
-            kv_cache_bytes(for_engine(spec, e), n, 1, "bf16") for e in ("vllm", "transformers5") for n in (1, 4096)
+            kv_cache_bytes(for_engine(spec, e), n, 1, "bf16") for e in ("vllm", "transformers5") for n in LENGTHS
         )
     except ValueError as exc:
         return f"refused: {exc}"
 
 
-def allowed_unchanged(config: dict, key: str, index: int | None) -> bool:
-    spec = ModelSpec.from_hf_config(config)
-    if key in NO_CACHE_FIELDS or key in spec.extras["ignored_fields"]:
-        return True
-    return index is not None and f"{key}[{index}]" in spec.extras["ignored_positions"]
+def allowed_unchanged(config: dict, key: str, index: int | None, altered: dict | None = None) -> bool:
+    """The engine says why the field cannot matter: a no-cache field, or one it lists as unused in
+    the published config or in the altered one (a window set where use_sliding_window is false)."""
+    for cfg in (config, altered) if altered is not None else (config,):
+        spec = ModelSpec.from_hf_config(cfg)
+        if key in NO_CACHE_FIELDS or key in spec.extras["ignored_fields"]:
+            return True
+        if index is not None and f"{key}[{index}]" in spec.extras["ignored_positions"]:
+            return True
+    return False
+
+
+# the family defaults the engine fills in for a field the file leaves out (config classes' values)
+ARCH_DEFAULTS = json.loads((Path(__file__).resolve().parents[2] / "app/data/kvcache/arch_defaults.json").read_text())
+
+
+def family_default(config: dict, key: str) -> object:
+    entry = ARCH_DEFAULTS.get(str(text(config).get("model_type")), {})
+    return entry.get("defaults", {}).get(key, "no default")
 
 
 FIELDS = sorted((cid, key) for cid, cfg in CONFIGS.items() for key in text(cfg) if shaping(key))
@@ -81,6 +113,11 @@ def test_the_fields_exist_in_the_configs():
     keys = {k for _, k in FIELDS}
     assert {"attn_type_list", "hybrid_override_pattern", "layer_types", "num_kv_shared_layers"} <= keys
     assert {"index_head_dim", "mamba_d_ssm", "ssm_state_size", "linear_key_head_dim"} <= keys
+    # and over the attention-only families': Llama 4's chunks, Command-A's pattern, Kimi-K2's MLA
+    assert {"attention_chunk_size", "no_rope_layers", "sliding_window_pattern", "kv_lora_rank"} <= keys
+    assert {"llama-4-scout", "command-a", "olmo-3-7b-instruct", "glm-4.5", "kimi-k2-instruct", "minimax-m2"} <= {
+        c for c, _ in FIELDS
+    }
 
 
 def mutate(value, data):
@@ -106,7 +143,7 @@ def mutate(value, data):
     return data.draw(st.sampled_from([None, 0, 2]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_altering_a_field_is_refused_or_changes_the_figure(data):
     cid, key = data.draw(st.sampled_from(FIELDS))
@@ -114,6 +151,10 @@ def test_altering_a_field_is_refused_or_changes_the_figure(data):
     before = figure(config)
     drawn = mutate(text(config)[key], data)
     value, index = drawn if isinstance(drawn, tuple) else (drawn, None)
+    if value is None and text(config)[key] is None:
+        # an explicit null removed: the same config, or one a family default fills (a change either
+        # way is right), so nothing to assert
+        return
     if value is None:
         del text(config)[key]
     else:
@@ -121,6 +162,17 @@ def test_altering_a_field_is_refused_or_changes_the_figure(data):
     after = figure(config)
     if isinstance(after, str):
         return  # refused
+    original = text(CONFIGS[cid])[key]
+    if after == before and allowed_unchanged(CONFIGS[cid], key, index, config):
+        return
+    if after == before and value is None and family_default(CONFIGS[cid], key) == original:
+        return  # removed, the family's default (its config class's) is the published value
+    if after == before and value is None and isinstance(original, int) and not isinstance(original, bool):
+        # removed, it takes a default equal to the published value (head_dim = hidden / heads): the
+        # field is read, not ignored, when another value of it is refused or changes the figure
+        text(config)[key] = 2 * original + 1
+        assert figure(config) != before, f"{cid}: {key} is ignored (another value changed nothing)"
+        return
     if after == before:
         assert allowed_unchanged(CONFIGS[cid], key, index), f"{cid}: {key} -> {value!r} changed nothing silently"
 
@@ -165,6 +217,9 @@ def test_adding_a_field_to_plain_attention_is_refused_or_counted(key, value):
         ({**CONFIGS["falcon-h1-7b"], "attn_layer_indices": [0, 1]}, "attn_layer_indices"),
         ({**CONFIGS["falcon-h1-7b"], "mamba_d_head": 64}, "mamba_d_ssm"),
         ({**CONFIGS["deepseek-v3.2-exp"], "index_topk_freq": 4}, "index_topk_freq"),
+        # a window no layer rule of the family reads (Jamba's attention layers come from attn_layer_period)
+        ({**CONFIGS["jamba-v0.1"], "sliding_window": 4096}, "sliding_window"),
+        ({**CONFIGS["qwen2.5-7b"], "use_sliding_window": 1}, "use_sliding_window"),
         (
             {"model_type": "rwkv", "hidden_size": 4096, "num_hidden_layers": 32, "max_position_embeddings": 8192},
             "pure state-space",
@@ -202,3 +257,17 @@ def test_refusals_name_the_field(config, field):
 def test_engines_without_modelled_state_layouts_refuse(engine_id, model_id):
     with pytest.raises(ValueError, match="not modelled"):
         for_engine(catalog.model_spec(model_id), engine_id)
+
+
+def test_fields_the_family_does_not_read_are_said_unused():
+    """A window is unused when layer_types has no sliding layer, and with use_sliding_window false
+    (Qwen2); refused when the family's layer rule never reads one. Cohere2's head_dim is read:
+    transformers 5.23 sizes the cache by it even where it is not hidden / heads (measured on a
+    small Cohere2 config, head_dim 32 of hidden 256 / 4 heads)."""
+    command_a = {**CONFIGS["command-a"], "head_dim": 64}
+    assert figure(command_a) != figure(CONFIGS["command-a"])
+    m2 = {**CONFIGS["minimax-m2"], "sliding_window": 4096}  # attn_type_list: every layer full
+    assert isinstance(figure(m2), str) and "sliding_window" in figure(m2)
+    olmo = {**CONFIGS["olmo-3-7b-instruct"], "layer_types": ["full_attention"] * 32}
+    assert "sliding_window" in ModelSpec.from_hf_config(olmo).extras["ignored_fields"]
+    assert "sliding_window" in ModelSpec.from_hf_config(CONFIGS["qwen2.5-7b"]).extras["ignored_fields"]

@@ -76,3 +76,49 @@ def test_every_new_family_renders_and_its_parts_add_up(model, engine):
     )
     assert sum(r["bytes"] for r in data.parts_rows) == data.breakdown_rows[-1]["bytes"] == data.whole.total
     assert all(r["convention"] for r in data.parts_rows)
+
+
+def test_transformers_fp8_shows_its_scales_once_for_the_whole_cache():
+    """QuantizedCache(backend="fp8"): fp8 K/V per sequence, plus 2 float32 scales per layer kept
+    once whatever the batch; the parts still add up to the total."""
+    data = data_for(
+        model="llama-3.1-8b", engine="transformers5", kv_dtype="fp8", context_len=4096, batch=3, gpu_count=1, tp=1
+    )
+    rows = parts(data)
+    assert rows["full attention", "K/V"] == ("fp8", 32 * 2 * 8 * 128 * 4096)
+    scales = next(r for r in data.parts_rows if r["part"].startswith("fp8 scales"))
+    assert (scales["dtype"], scales["bytes"]) == ("fp32", 32 * 8)
+    assert "Fp8QuantizedLayer" in scales["convention"]
+    assert sum(r["bytes"] for r in data.parts_rows) == data.breakdown_rows[-1]["bytes"] == data.whole.total
+    assert data.whole.total == 3 * 32 * 2 * 8 * 128 * 4096 + 32 * 8
+
+
+@pytest.mark.parametrize(("model", "kv_dtype"), [("command-a", "fp8"), ("llama-4-scout", "fp8"), ("glm-4.5", "int4")])
+def test_transformers_formats_it_cannot_keep_are_an_error_on_the_kv_dtype_field(model, kv_dtype):
+    inputs, errors = kv.validate_inputs(
+        {**kv.DEFAULTS, "model": model, "engine": "transformers5", "gpu_count": 8, "tp": 8, "kv_dtype": kv_dtype}
+    )
+    assert inputs is None and "transformers 5" in errors["kv_dtype"].lower()
+    # the fp8 refusal names what transformers checks: the layer types
+    assert ("layer_types" in errors["kv_dtype"]) == (kv_dtype == "fp8")
+
+
+@pytest.mark.parametrize(
+    "model", ["llama-4-scout", "command-a", "olmo-3-7b-instruct", "glm-4.5", "kimi-k2-instruct", "minimax-m2"]
+)
+@pytest.mark.parametrize("engine", ["vllm", "transformers5"])
+def test_the_attention_only_families_render_and_add_up(model, engine):
+    data = data_for(
+        model=model, engine=engine, kv_dtype="bf16", weight_dtype="fp8", context_len=32768, gpu_count=8, tp=8
+    )
+    assert sum(r["bytes"] for r in data.parts_rows) == data.breakdown_rows[-1]["bytes"] == data.whole.total
+    assert data.whole.total > 0
+
+
+def test_transformers_fp8_scales_come_off_the_capacity_budget():
+    """The plan counts the scales once: the batch's bytes are the total the breakdown gives."""
+    data = data_for(
+        model="qwen3-8b", engine="transformers5", kv_dtype="fp8", context_len=8192, batch=5, gpu_count=1, tp=1
+    )
+    assert data.capacity.batch_bytes == data.whole.total == 5 * 36 * 2 * 8 * 128 * 8192 + 36 * 8
+    assert data.capacity.max_len_sequence_bytes == 36 * 2 * 8 * 128 * data.capacity.max_len + 36 * 8

@@ -4,6 +4,7 @@ errors, streaming, headers, and a real uvicorn server for client-disconnect canc
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 
@@ -371,3 +372,22 @@ def test_real_server_with_the_sdk():
             assert r.choices[0].message.content == "cba"
             chunks = list(client.chat.completions.create(model="gpt-4.1", messages=HELLO, stream=True))
             assert "".join(c.choices[0].delta.content or "" for c in chunks) == "ih"
+
+
+def test_request_ids_are_uuid_shaped_unique_and_differ_in_a_forked_worker():
+    import os
+
+    from app.server.asgi import _new_request_id
+
+    ids = {_new_request_id() for _ in range(1000)}
+    assert len(ids) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", i) for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a worker of serve --workers N: its own prefix
+        os.write(write, _new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.close(write)
+    assert child[:16] != _new_request_id()[:16]

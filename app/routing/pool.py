@@ -17,7 +17,9 @@ are read by the server's ``/metrics`` at each scrape.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -44,10 +46,12 @@ class ProviderPool:
         self.provider = provider
         self.limit = limit
         self.timeout_s = timeout_s
-        self._free = asyncio.Semaphore(limit)
         self.in_use = 0
         self.waiting = 0
         self.exhausted = 0  # waits that ran out (each one a 503 to its caller)
+        # Waiters in arrival order; a released slot is handed to the first still waiting (FIFO,
+        # so a burst cannot starve an early waiter), without in_use ever dropping in between.
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     @asynccontextmanager
     async def slot(self, max_wait_s: float | None = None) -> AsyncIterator[None]:
@@ -59,22 +63,35 @@ class ProviderPool:
 
     async def acquire(self, max_wait_s: float | None = None) -> None:
         """Take a slot, waiting at most ``pool_timeout_s`` (or ``max_wait_s`` when shorter)."""
-        if not self._free.locked():
-            await self._free.acquire()  # a free slot: taken without a timer
-            self.in_use += 1
+        if self.in_use < self.limit and not self._waiters:
+            self.in_use += 1  # a free slot: taken at once, no timer, no await
             return
         wait = self.timeout_s if max_wait_s is None else max(0.0, min(self.timeout_s, max_wait_s))
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(granted)
         self.waiting += 1
         try:
             async with asyncio.timeout(wait):
-                await self._free.acquire()
-        except TimeoutError:
-            self.exhausted += 1
-            raise PoolSaturated(self.provider, self.limit, wait) from None
+                await granted
+        except BaseException as exc:
+            if granted.done() and not granted.cancelled():
+                self.release()  # handed a slot just as the wait ended: pass it on
+            else:
+                granted.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(granted)
+            if isinstance(exc, TimeoutError):
+                self.exhausted += 1
+                raise PoolSaturated(self.provider, self.limit, wait) from None
+            raise
         finally:
             self.waiting -= 1
-        self.in_use += 1
+        # in_use was kept for this waiter by release()
 
     def release(self) -> None:
+        while self._waiters:
+            granted = self._waiters.popleft()
+            if not granted.done():
+                granted.set_result(None)  # the slot goes straight to the first waiter
+                return
         self.in_use -= 1
-        self._free.release()

@@ -41,7 +41,7 @@ test: $(VENV)/.dev
 	bash scripts/test.sh
 
 unit: $(VENV)/.dev
-	$(PY) -m pytest -m "not e2e" -n 2 --dist loadfile
+	$(PY) -m pytest -m "not e2e" -n 2 --dist worksteal
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks

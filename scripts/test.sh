@@ -48,7 +48,11 @@ export REQUIRE_POSTGRES=1
 # Two runs: Playwright's sync API keeps an asyncio loop running in the worker's main thread for the
 # whole session, which would break the asyncio tests of the server if they shared a worker with it.
 status=0
-.venv/bin/python -m pytest -n 2 --dist loadfile -m "not e2e" "$@" || status=$?
+# worksteal, not loadfile: a worker that runs out of tests takes over the queue of the other, so
+# one file of minutes (real serve processes, a throwaway PostgreSQL) no longer ends the run alone.
+# Module-scoped fixtures (one serve process for a file's tests) still hold: a stolen test starts
+# its own copy of the fixture on the other worker.
+.venv/bin/python -m pytest -n 2 --dist worksteal -m "not e2e" "$@" || status=$?
 # The browser tests in one process: two Streamlit servers and two Chromiums at once on two cores made
 # their waits flaky.
 .venv/bin/python -m pytest -m e2e "$@" || status=$?

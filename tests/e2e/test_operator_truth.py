@@ -321,23 +321,31 @@ def _visit_everywhere_text_is_shown(page, server) -> None:
             page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on
 
 
-def test_a_stored_reason_never_loads_an_image(tmp_path, new_page, pixel):
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory):
+    """A server of this module's own on the default configuration, for the two tests below that
+    need one the shared server's other tests never touched: a stored reason of their own, and a log
+    with no streamed request. Neither test's traffic changes what the other looks at (the reason
+    test sends no request; the TTFT test's loadgen leaves the canary reason alone)."""
+    s = start_server(tmp_path_factory.mktemp("plain"))
+    yield s
+    stop_server(s)
+
+
+def test_a_stored_reason_never_loads_an_image(plain_server, new_page, pixel):
     evil = f"![x]({pixel.url}/reason-pixel) <img src={pixel.url}/reason-img> :red[alarm]"
-    s = start_server(tmp_path / "pixel")
-    try:
-        set_ = s.cli("canary", "set", "0.3", "--reason", evil, "--actor", f"![a]({pixel.url}/actor-pixel)")
-        assert set_.returncode == 0, set_.stderr
-        page = new_page()
-        _visit_everywhere_text_is_shown(page, s)
-        open_page(page, s, "canary")
-        expect(page.get_by_test_id("stMainBlockContainer")).to_contain_text("reason-pixel")
-        assert f"![x]({pixel.url}/reason-pixel)" in seen_text(page.get_by_test_id("stMainBlockContainer"))
-        screenshot(page, "canary-inert-reason")
-        assert pixel.hits == []
-        assert page.locator(f'img[src^="{pixel.url}"]').count() == 0
-        assert page.locator(f'a[href^="{pixel.url}"]').count() == 0
-    finally:
-        stop_server(s)
+    s = plain_server
+    set_ = s.cli("canary", "set", "0.3", "--reason", evil, "--actor", f"![a]({pixel.url}/actor-pixel)")
+    assert set_.returncode == 0, set_.stderr
+    page = new_page()
+    _visit_everywhere_text_is_shown(page, s)
+    open_page(page, s, "canary")
+    expect(page.get_by_test_id("stMainBlockContainer")).to_contain_text("reason-pixel")
+    assert f"![x]({pixel.url}/reason-pixel)" in seen_text(page.get_by_test_id("stMainBlockContainer"))
+    screenshot(page, "canary-inert-reason")
+    assert pixel.hits == []
+    assert page.locator(f'img[src^="{pixel.url}"]').count() == 0
+    assert page.locator(f'a[href^="{pixel.url}"]').count() == 0
 
 
 def test_an_upstream_error_message_never_loads_an_image(tmp_path, new_page, pixel):
@@ -385,21 +393,18 @@ default_model = "gpt-4.1"
             stop_server(s)
 
 
-def test_the_ttft_note_fits_inside_its_chart(tmp_path, new_page):
+def test_the_ttft_note_fits_inside_its_chart(plain_server, new_page, tmp_path):
     """Non-streamed traffic only: the time-to-first-token chart shows a note instead of lines; the
     note is wrapped so that it stays inside the half-width chart (it ran off both sides)."""
-    s = start_server(tmp_path / "ttft")
-    try:
-        run = s.cli("loadgen", "--rps", "5", "--duration", "1", "--seed", "1", "--quiet")
-        assert run.returncode == 0, run.stderr
-        page = new_page()
-        open_page(page, s, "monitor")
-        chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")
-        note = chart.locator(".annotation-text")
-        expect(note).to_contain_text("No streamed requests", timeout=20_000)
-        c, n = chart.bounding_box(), note.bounding_box()
-        assert c["x"] <= n["x"] and n["x"] + n["width"] <= c["x"] + c["width"], (c, n)
-        chart.screenshot(path=str(tmp_path / "ttft-note.png"))
-        screenshot(page, "monitor-ttft-note")
-    finally:
-        stop_server(s)
+    s = plain_server
+    run = s.cli("loadgen", "--rps", "5", "--duration", "1", "--seed", "1", "--quiet")
+    assert run.returncode == 0, run.stderr
+    page = new_page()
+    open_page(page, s, "monitor")
+    chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")
+    note = chart.locator(".annotation-text")
+    expect(note).to_contain_text("No streamed requests", timeout=20_000)
+    c, n = chart.bounding_box(), note.bounding_box()
+    assert c["x"] <= n["x"] and n["x"] + n["width"] <= c["x"] + c["width"], (c, n)
+    chart.screenshot(path=str(tmp_path / "ttft-note.png"))
+    screenshot(page, "monitor-ttft-note")

@@ -14,7 +14,7 @@ import pytest
 from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server
 from playwright.sync_api import expect
 
-from tests.support import pg_cluster
+from tests.support.throwaway_pg import ThrowawayPostgres
 
 PASSWORD = "pw-of-alice-123"
 REFUSAL = "Cannot verify sign-in: the database is not answering."
@@ -22,16 +22,13 @@ REFUSAL = "Cannot verify sign-in: the database is not answering."
 
 @pytest.fixture(scope="module")
 def cluster():
-    if (why := pg_cluster.available()) is not None:
-        pytest.skip(why)
-    c = pg_cluster.PgCluster()
-    yield c
-    c.remove()
+    with ThrowawayPostgres() as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
 def pg_server(tmp_path_factory, cluster):
-    s = start_server(tmp_path_factory.mktemp("fails-closed"), extra_env={"DATABASE_URL": cluster.url})
+    s = start_server(tmp_path_factory.mktemp("fails-closed"), extra_env={"DATABASE_URL": cluster.url()})
     add = s.cli("users", "add", "alice", "--role", "admin", "--password-stdin", input=f"{PASSWORD}\n")
     assert add.returncode == 0, add.stderr
     yield s

@@ -1,15 +1,18 @@
-"""A PostgreSQL cluster of a test's own, and a TCP forwarder in front of it that the test can cut
-("the database stops answering") and restore, without touching the shared cluster.
+"""A PostgreSQL cluster of a test's own, which the test may stop and start again, without touching
+the shared cluster. For "the database stops answering" while it keeps running, put a
+:class:`tests.support.db_switch.DbSwitch` in front of it:
 
-    with ThrowawayPostgres() as pg, Forwarder(pg.port) as fwd:
-        url = pg.url(port=fwd.port)       # what the gateway gets
+    with ThrowawayPostgres() as pg:
+        switch = DbSwitch("127.0.0.1", pg.port)
+        url = pg.url(port=switch.port)    # what the gateway gets
         ...
-        fwd.cut()                         # every connection closed, new ones refused
-        fwd.restore()
+        switch.off()                      # every connection closed, new ones refused
+        switch.on()
+        pg.stop(); pg.start()             # or the server itself stopped and started again
 
 The cluster runs as the ``postgres`` user (initdb refuses root), on a free loopback port with its
 socket in its own directory, trust authentication, and is stopped and removed at exit. Skips the
-test when the PostgreSQL 15 binaries or ``runuser`` are missing.
+test when the PostgreSQL 15 binaries, ``runuser`` or root are missing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -48,100 +50,30 @@ class ThrowawayPostgres:
 
     def __enter__(self) -> ThrowawayPostgres:
         shutil.chown(self.dir, "postgres", "postgres")
-        data = self.dir / "data"
-        r = self._as_postgres(str(BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+        r = self._as_postgres(str(BIN / "initdb"), "-D", str(self.dir / "data"), "-A", "trust", "-U", "postgres")
         assert r.returncode == 0, r.stderr
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-        r = self._as_postgres(
-            str(BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(self.dir / "log"), "-w", "start"
-        )
-        assert r.returncode == 0, r.stderr + (self.dir / "log").read_text(errors="replace")
+        self.start()
         r = self._as_postgres(str(BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "gateway")
         assert r.returncode == 0, r.stderr
         return self
+
+    def start(self) -> None:
+        """Start the server (again), waiting until it accepts connections."""
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        r = self._as_postgres(
+            str(BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-o", opts, "-l", str(self.dir / "log"), "-w", "start"
+        )
+        assert r.returncode == 0, r.stderr + (self.dir / "log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown: open sessions are ended), keeping its data for :meth:`start`."""
+        r = self._as_postgres(str(BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "-w", "stop")
+        assert r.returncode == 0, r.stderr
 
     def url(self, port: int | None = None) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{port or self.port}/gateway"
 
     def __exit__(self, *exc: object) -> None:
+        # Whether or not it is running (a test may have stopped it): stop it if it is, then remove it.
         self._as_postgres(str(BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "-w", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Forwarder:
-    """127.0.0.1:``port`` -> 127.0.0.1:``target``, one thread pair per connection."""
-
-    def __init__(self, target: int):
-        self.target = target
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._open = True
-        self._conns: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._stop = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    def __enter__(self) -> Forwarder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop = True
-        self.cut()
-        self._listener.close()
-        self._thread.join(timeout=5)
-
-    def cut(self) -> None:
-        """Close every forwarded connection; refuse new ones until :meth:`restore`."""
-        with self._lock:
-            self._open = False
-            for s in list(self._conns):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()
-            self._conns.clear()
-
-    def restore(self) -> None:
-        with self._lock:
-            self._open = True
-
-    def _accept(self) -> None:
-        self._listener.settimeout(0.2)
-        while not self._stop:
-            try:
-                client, _ = self._listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                if not self._open:
-                    client.close()
-                    continue
-                try:
-                    upstream = socket.create_connection(("127.0.0.1", self.target), timeout=5)
-                except OSError:
-                    client.close()
-                    continue
-                upstream.settimeout(None)
-                self._conns.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.close()
-                except OSError:
-                    pass
-            with self._lock:
-                self._conns.discard(src)
-                self._conns.discard(dst)

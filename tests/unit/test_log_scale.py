@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select as io_select
 import subprocess
 import sys
 import threading
@@ -77,13 +78,13 @@ def test_rollup_cells_are_upserted_in_key_order_whatever_the_arrival_order() -> 
 
 
 _WRITER = r"""
-import json, random, sys, time
+import json, random, sys
 from sqlalchemy.exc import DBAPIError
 from core.records import AttemptRecord
 from db.engine import create_db_engine
 from db.requests import insert_batch
 
-url, seed, batches, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+url, seed, batches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 engine = create_db_engine(url)
 rng = random.Random(seed)
 cells = [(m, p, model) for m in range(25) for p in ("p1", "p2", "p3") for model in ("m1", "m2", "m3", "m4")]
@@ -99,8 +100,9 @@ for b in range(batches):
                       status="ok", latency_ms=5.0)
         for k, (m, p, model) in enumerate(order)
     ])
-while time.time() < start:
-    time.sleep(0.005)
+engine.connect().close()  # connected before the start too: the race is in the upserts
+print("ready", flush=True)
+sys.stdin.readline()  # the start, the same moment for all four (the test writes it once all are ready)
 deadlocks = other = written = 0
 for recs in todo:
     while True:
@@ -127,11 +129,12 @@ def test_four_writer_processes_never_deadlock_on_postgres(pg_url: str) -> None:
     order, at the same moment. With the cells upserted in arrival order instead, this run hits
     ``deadlock detected`` within seconds (checked when the sort went in)."""
     get_engine(pg_url)  # migrate once, before the writers start
-    batches, start = 60, time.time() + 10.0
+    batches = 60
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _WRITER, pg_url, str(seed), str(batches), str(start)],
+            [sys.executable, "-c", _WRITER, pg_url, str(seed), str(batches)],
             cwd=REPO,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -140,6 +143,16 @@ def test_four_writer_processes_never_deadlock_on_postgres(pg_url: str) -> None:
     ]
     results = []
     try:
+        # Started together once every writer has built its batches and connected (it says "ready"),
+        # not at a fixed time guessed to be late enough for four interpreters on a loaded machine.
+        for p in procs:
+            assert p.stdout is not None
+            readable, _, _ = io_select.select([p.stdout], [], [], 120)  # a bound on a writer's start-up
+            assert readable and p.stdout.readline() == "ready\n", p.communicate(timeout=60)
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
         for p in procs:
             out, err = p.communicate(timeout=300)
             assert p.returncode == 0, err

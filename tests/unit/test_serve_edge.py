@@ -27,9 +27,13 @@ def serve(tmp_path, server_table: str = "", **kw) -> sp.ServeProcess:
     return sp.start(cfg, f"sqlite:///{tmp_path / 'gw.db'}", **kw)
 
 
-@pytest.fixture()
-def server(tmp_path):
-    proc = serve(tmp_path, "header_timeout_s = 1\nmax_headers = 20\nmax_requests_per_connection = 3\n")
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One process for every test of the limits below: each test opens connections of its own and
+    the server keeps no state between them, so a fresh process per test only cost start-ups."""
+    proc = serve(
+        tmp_path_factory.mktemp("edge"), "header_timeout_s = 1\nmax_headers = 20\nmax_requests_per_connection = 3\n"
+    )
     try:
         yield proc
     finally:
@@ -259,16 +263,14 @@ def test_slowloris_under_a_low_open_file_limit_does_not_stop_healthz(tmp_path):
 # ---------------------------------------------------------------------------------------- API bodies
 
 
-@pytest.fixture()
-def keyed(tmp_path):
-    proc = serve(tmp_path)
-    out = sp.cli(proc.env, "keys", "create", "--name", "edge", "--json")
+@pytest.fixture(scope="module")
+def keyed(server):
+    """The module's server with a key (the head limits above do not touch these one-request
+    connections)."""
+    out = sp.cli(server.env, "keys", "create", "--name", "edge", "--json")
     assert out.returncode == 0, out.stderr
-    proc.key = json.loads(out.stdout)["key"]  # type: ignore[attr-defined]
-    try:
-        yield proc
-    finally:
-        proc.terminate()
+    server.key = json.loads(out.stdout)["key"]  # type: ignore[attr-defined]
+    return server
 
 
 def test_a_body_not_declared_json_is_refused_415_as_openai_does(keyed):

@@ -123,25 +123,30 @@ def _error_response(status: int, message: str, code: str, type_: str = "invalid_
 
 
 class CoalescingTransport:
-    """A connection's transport whose writes within one event-loop step go out as one: uvicorn
-    writes a response's head and its body separately, which is two ``send()`` calls and, with
+    """A connection's transport that sends a response's head together with the first write after
+    it: uvicorn writes the head and the body separately, which is two ``send()`` calls and, with
     ``TCP_NODELAY``, two packets; together they are one (the proxy path's commonest answer is a
-    small head plus a small body). Closing sends what is pending first; everything else is the
-    transport's own."""
+    small head plus a small body). Only the head waits, and only until the next write or the end
+    of this event-loop step (a stream's first event is never held back behind later ones); every
+    other write goes straight out. Closing sends what is pending first."""
 
     __slots__ = ("_loop", "_pending", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
         self._transport = transport
         self._loop = loop
-        self._pending: list[bytes] | None = None
+        self._pending: bytes | None = None
 
     def write(self, data: bytes) -> None:
-        if self._pending is None:
-            self._pending = [data]
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._transport.write(pending + data)
+        elif data[:9] == b"HTTP/1.1 ":  # a response head: wait for its body
+            self._pending = bytes(data)
             self._loop.call_soon(self._flush)
         else:
-            self._pending.append(data)
+            self._transport.write(data)
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -149,11 +154,11 @@ class CoalescingTransport:
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, None
-        if pending and not self._transport.is_closing():
-            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        if pending is not None and not self._transport.is_closing():
+            self._transport.write(pending)
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(p) for p in self._pending or ())
+        return self._transport.get_write_buffer_size() + len(self._pending or b"")
 
     def write_eof(self) -> None:
         self._flush()

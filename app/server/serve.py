@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import resource
@@ -284,6 +285,7 @@ def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
         server_header=False,
         date_header=False,
     )
+    _tune_gc()
     userver = _Server(config, on_cut=server.handler.client.core.begin_shutdown)
     # uvicorn handles SIGTERM itself (graceful shutdown), then re-raises it with the handler it found
     # installed. This one turns it into a normal exit, so the finally below flushes the log (the
@@ -296,6 +298,21 @@ def _serve_on(sock: socket.socket, graceful_s: int, *, worker: int) -> None:
         server.gateway.close()  # flushes the request log after the in-flight requests finished
         sock.close()
         log.info("gateway server stopped; request log flushed")
+
+
+GC_GEN0 = 20_000  # allocations between young collections (CPython's default: 700 until 3.12)
+
+
+def _tune_gc() -> None:
+    """Once the process is built: everything alive now (modules, config, the catalog, pools) is
+    moved out of the collector's sight (``gc.freeze``), and young collections run every
+    ``GC_GEN0`` allocations instead of 700. With 256 requests in flight each of CPython's frequent
+    collections walked every live request's objects: server CPU per request grew 30 % from 16 to
+    256 connections. Cycles are still collected, just in larger, rarer batches."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0, gen1, gen2)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:

@@ -91,3 +91,19 @@ def test_workers_is_bounded(tmp_path):
     for bad in ("0", "65", "two", "1e400"):
         r = sp.cli(env, "serve", "--workers", bad)
         assert r.returncode != 0 and "--workers" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_server_process_tunes_the_collector_once_built():
+    import gc
+
+    from app.server.serve import GC_GEN0, _tune_gc
+
+    before = gc.get_threshold()
+    try:
+        _tune_gc()
+        assert gc.get_threshold()[0] == GC_GEN0 > before[0]
+        assert gc.get_freeze_count() > 0  # what was alive at start-up is out of the collector's walks
+        assert gc.get_threshold()[1:] == before[1:]
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

@@ -7,10 +7,10 @@ Measured side by side in one process against nginx returning a fixed completion 
 | client                                    | CPU per request |
 |-------------------------------------------|-----------------|
 | openai SDK ``AsyncOpenAI.post`` on httpx2 | 1.93 ms         |
-| httpx2 ``AsyncClient`` directly           | 1.89 ms         |
-| aiohttp ``ClientSession`` (C parser)      | 0.12 ms         |
-| pyreqwest (Rust reqwest, its own thread)  | 0.055 ms        |
-| :mod:`app.routing.http1` (httptools)      | 0.014 ms        |
+| httpx2 ``AsyncClient`` directly           | 1.73 ms         |
+| aiohttp ``ClientSession`` (C parser)      | 0.25 ms         |
+| pyreqwest (Rust reqwest, its own thread)  | 0.10 ms         |
+| :mod:`app.routing.http1` (httptools)      | 0.058 ms        |
 
 httpcore2's pool checks every idle connection's socket on each request
 (``_assign_requests_to_connections``) and the SDK adds request construction on top; aiohttp builds

@@ -275,7 +275,6 @@ class AsyncRoutingClient:
             self._upstreams[name] = HttpUpstream(
                 sdk["base_url"],
                 sdk=client,
-                limit=self.settings.providers[name].max_connections,
                 max_response_bytes=self.settings.retry.max_response_bytes,
             )
         return client

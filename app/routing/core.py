@@ -26,9 +26,7 @@ provider that is down. The decisions themselves are the pure functions of :mod:`
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import random
 import threading
 from collections import OrderedDict
@@ -55,6 +53,7 @@ from app.routing.result import AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
 from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide, model_on
 from core.errors import InvalidRequest
+from core.ids import IdSource
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
@@ -264,8 +263,7 @@ class RoutingCore:
         # "shutdown", not "cancelled" (which says the caller went away).
         self.shutting_down = False
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
-        self._id_prefix = os.urandom(8).hex()
-        self._ids = itertools.count(1)
+        self._new_id = IdSource()
         self._homes: OrderedDict[str, str] = OrderedDict()
         self._homes_lock = threading.Lock()
 
@@ -386,7 +384,7 @@ class RoutingCore:
             raise
         forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in self.forwardable}
         return Plan(
-            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            request_id=self._new_id(),
             api=api,
             body=body,
             messages=msgs,
@@ -427,7 +425,7 @@ class RoutingCore:
         model, the substitution policy) still gets its one final row, so every rate counts it."""
         requested = model if model not in (None, "") else "auto"
         plan = Plan(
-            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            request_id=self._new_id(),
             api=api,
             body=body,
             messages=msgs,
@@ -834,7 +832,7 @@ class RoutingCore:
         the gateway's own database): its one final row, provider ``gateway``, zero latency."""
         name = (model or "-")[:128]
         record = AttemptRecord(
-            request_id=f"{self._id_prefix}{next(self._ids):016x}",
+            request_id=self._new_id(),
             attempt=1,
             ts=self.wall(),
             provider=GATEWAY,

@@ -94,9 +94,6 @@ class _Conn(asyncio.Protocol):
             self._fail(err)
 
     # ---------------------------------------------------------------- httptools callbacks
-    def on_status(self, status: bytes) -> None:
-        self.status = self.parser.get_status_code()
-
     def on_header(self, name: bytes, value: bytes) -> None:
         self.raw_headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
@@ -358,9 +355,6 @@ class Http1Pool:
 
     def _forget(self, conn: _Conn) -> None:
         self._all.discard(conn)
-
-    def in_use(self) -> int:
-        return len(self._all) - len(self._idle)
 
     async def aclose(self) -> None:
         self.closed = True

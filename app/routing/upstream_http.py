@@ -134,14 +134,14 @@ class HttpUpstream:
     """One provider's upstream: ``await post(path, body, headers, timeout_s, stream)``.
 
     ``default_headers`` are the SDK client's own (key, user agent, platform), so the upstream sees
-    the same request; ``sdk`` builds the status errors. ``limit`` sizes the connection pool."""
+    the same request; ``sdk`` builds the status errors. The number of connections is bounded by
+    the server's :class:`~app.routing.pool.ProviderPool` slots, taken before each call."""
 
     def __init__(
         self,
         base_url: str,
         *,
         sdk: openai.AsyncOpenAI,
-        limit: int,
         max_response_bytes: int,
     ):
         self.base_url = base_url.rstrip("/")
@@ -150,8 +150,6 @@ class HttpUpstream:
         headers = {k: v for k, v in sdk.default_headers.items() if isinstance(v, str)}
         headers["Content-Type"] = "application/json"
         headers["Authorization"] = f"Bearer {sdk.api_key}"  # the SDK adds it per request (bearer_auth)
-        self._headers = headers
-        self._limit = limit  # the server's ProviderPool holds the number of connections to this
         self._pool = Http1Pool(self.base_url, headers)
 
     async def aclose(self) -> None:

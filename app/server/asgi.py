@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import json
 import logging
 import os
@@ -32,6 +31,7 @@ import anyio
 from app.server import wire
 from app.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.server.metrics import GatewayMetrics
+from core.ids import IdSource
 
 log = logging.getLogger(__name__)
 
@@ -453,24 +453,10 @@ def _bearer(scope: Scope) -> str | None:
     return token.strip() or None
 
 
-class _RequestIds:
-    """Request ids as ``uuid4().hex`` spells them (32 hex digits), without a ``urandom`` call per
-    request: 64 random bits per process, then a counter. Reset in a forked child, so the workers of
-    ``serve --workers N`` never share a prefix."""
-
-    def __init__(self) -> None:
-        self.reset()
-        os.register_at_fork(after_in_child=self.reset)
-
-    def reset(self) -> None:
-        self.prefix = os.urandom(8).hex()
-        self.count = itertools.count(1)
-
-    def __call__(self) -> str:
-        return f"{self.prefix}{next(self.count):016x}"
-
-
-_new_request_id = _RequestIds()
+# The server's own request ids (when the caller sends none): a source per process, renewed in a
+# forked worker of ``serve --workers N`` so no two workers share a prefix.
+_new_request_id = IdSource()
+os.register_at_fork(after_in_child=_new_request_id.reset)
 
 
 def _request_id(scope: Scope) -> str:

@@ -13,25 +13,12 @@ from db.engine import create_db_engine
 from db.migrate import upgrade
 from db.models import ROLLUP_KEY, ROLLUP_TABLES, RequestLog
 from db.requests import count_rows, insert_batch, rollup_deltas
+from tests.support.records import attempt as attempt_record
 
 
 def rec(i: int, attempt: int = 1, **kw) -> AttemptRecord:
-    base = dict(
-        request_id=f"r{i:06d}",
-        attempt=attempt,
-        ts=1_700_000_000.0 + i,
-        provider="holysheep",
-        model="gemini-2.5-flash",
-        requested_model="auto",
-        intent="general",
-        side="primary",
-        status="ok",
-        latency_ms=12.5 + i,
-        prompt_tokens=10,
-        completion_tokens=5,
-    )
-    base.update(kw)
-    return AttemptRecord(**base)
+    fields = {"request_id": f"r{i:06d}", "attempt": attempt, "ts": 1_700_000_000.0 + i, "latency_ms": 12.5 + i}
+    return attempt_record(**{**fields, "prompt_tokens": 10, "completion_tokens": 5, **kw})
 
 
 def rollup_attempts(engine) -> dict[int, int]:

@@ -17,25 +17,13 @@ from app.telemetry.journal import Journal
 from app.telemetry.location import claim_journal, journal_dir_for, open_writer
 from app.telemetry.writer import TelemetryWriter, WriterStats, record_from_row, record_to_row
 from core.records import AttemptRecord
+from tests.support.records import attempt
 
 WAIT_S = 30.0  # bound on waiting for the writer thread; never a timing assertion
 
 
 def rec(i: int = 0, **kw) -> AttemptRecord:
-    base = dict(
-        request_id=f"r{i:06d}",
-        attempt=1,
-        ts=1_700_000_000.0 + i,
-        provider="holysheep",
-        model="gemini-2.5-flash",
-        requested_model="auto",
-        intent="general",
-        side="primary",
-        status="ok",
-        latency_ms=12.5,
-    )
-    base.update(kw)
-    return AttemptRecord(**base)
+    return attempt(**{"request_id": f"r{i:06d}", "ts": 1_700_000_000.0 + i, **kw})
 
 
 def db_down() -> OperationalError:

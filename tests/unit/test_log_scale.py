@@ -26,27 +26,14 @@ from db.models import ROLLUP_TABLES, RequestLog, RequestRollup, RequestRollup1h,
 from db.partitions import DAY_S, KEEPER, LEGACY, Partition, days_needed, droppable, list_partitions, missing_days
 from db.partitions import parse_bound as parse_partition_bound
 from db.requests import count_rows, in_lock_order, insert_batch, next_batch_size, prune, rollup_deltas
+from tests.support.records import attempt
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DAY0 = 1_800_000_000 // DAY_S * DAY_S  # a UTC midnight in 2027
 
 
 def rec(i: int, ts: float, **kw) -> AttemptRecord:
-    base = dict(
-        request_id=f"r{i:07d}",
-        attempt=1,
-        ts=ts,
-        provider="holysheep",
-        model="gemini-2.5-flash",
-        requested_model="auto",
-        intent="general",
-        side="primary",
-        status="ok",
-        latency_ms=10.0,
-        prompt_tokens=3,
-    )
-    base.update(kw)
-    return AttemptRecord(**base)
+    return attempt(**{"request_id": f"r{i:07d}", "ts": ts, "latency_ms": 10.0, "prompt_tokens": 3, **kw})
 
 
 def count(engine, model) -> int:

@@ -22,29 +22,26 @@ from db.drilldown import forget_columns, request_attempts
 from db.events import events_between, record_breaker_change, record_fault_change
 from db.monitor import bucket_cells, span_parts
 from db.requests import insert_batch
+from tests.support.records import attempt
 
 T0 = 1_700_006_400 + 12 * 3600  # a whole hour
 ROUTES = {"primary": "holysheep", "fallback": "direct"}
 
 
 def rec(ts, provider="holysheep", **kw) -> AttemptRecord:
-    base = dict(
-        request_id=f"r{ts}",
-        attempt=1,
-        ts=ts,
-        provider=provider,
-        model="gpt-4.1",
-        requested_model="auto",
-        intent="general",
-        side="primary",
-        status="ok",
-        latency_ms=100.0,
-        prompt_tokens=100,
-        completion_tokens=10,
-        cost_usd=0.001,
+    return attempt(
+        **{
+            "request_id": f"r{ts}",
+            "ts": ts,
+            "provider": provider,
+            "model": "gpt-4.1",
+            "latency_ms": 100.0,
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+            "cost_usd": 0.001,
+            **kw,
+        }
     )
-    base.update(kw)
-    return AttemptRecord(**base)
 
 
 def incident(start: float, n: int = 100, fail_every: int = 10, failing: int = 7) -> list[AttemptRecord]:

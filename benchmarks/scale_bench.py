@@ -388,7 +388,7 @@ def _run_db(dialect: str, now: float) -> list[dict]:
             tag = f"{dialect} {_label(size)}"
             out.append(
                 row(
-                    f"{tag}: migration 0013 backfill (error-class + substitution rollups)",
+                    f"{tag}: migration 0013 (error-class index + rollups backfill)",
                     backfill_s * 1000.0,
                     "ms",
                     n=1,

@@ -91,6 +91,15 @@ class RequestLog(Base):
             sqlite_where=text("status != 'ok'"),
             postgresql_where=text("status != 'ok'"),
         ),
+        # The table's error-class filter (migration 0013): one class's failures of a window, newest
+        # first, without walking the window's other failures.
+        Index(
+            "ix_request_log_failed_class_ts",
+            "error_class",
+            "ts",
+            sqlite_where=text("status != 'ok'"),
+            postgresql_where=text("status != 'ok'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -332,6 +341,24 @@ class OpsEvent(Base):
     provider: Mapped[str | None] = mapped_column(String(64))
     detail: Mapped[str] = mapped_column(String(500))
     actor: Mapped[str] = mapped_column(String(128))
+
+
+class BreakerHeartbeat(Base):
+    """One gateway process's circuit breaker for one provider, as that process last reported it
+    (migration 0014). Every process rewrites its rows every few seconds; a process whose
+    ``beat_at`` is older than :data:`db.breakers.LIVE_S` stopped reporting (it exited, was killed,
+    or lost the database) and no longer counts. A clean exit deletes its rows."""
+
+    __tablename__ = "breaker_heartbeat"
+
+    process: Mapped[str] = mapped_column(String(64), primary_key=True)  # random per process start
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # closed | open | half_open (as the process sees it now)
+    since: Mapped[float | None] = mapped_column(Float)  # wall time of its last transition, when known
+    beat_at: Mapped[float] = mapped_column(Float, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(32))  # api | loadgen | dashboard | cli ...
 
 
 class DashboardUser(Base):

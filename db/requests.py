@@ -390,11 +390,7 @@ def delete_before(
 # older than it go.
 _ROLLUP_NAMES = {model.__tablename__: span for span, model in ROLLUP_TABLES.items()}  # type: ignore[attr-defined]
 # The detail rollups (error classes, substitutions) go with the main rollups of their span.
-_DETAIL_NAMES = {
-    model.__tablename__: span
-    for tables, *_ in DETAIL_FAMILIES
-    for span, model in tables.items()
-}
+_DETAIL_NAMES = {model.__tablename__: span for tables, *_ in DETAIL_FAMILIES for span, model in tables.items()}
 
 
 def prune(

@@ -213,18 +213,16 @@ def faults() -> dict:
     return _faults(_config_key())
 
 
-BREAKER_LOOKBACK_S = 86_400  # a breaker that opened and saw no traffic since still counts as open
-
-
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _breakers(key: tuple[str, str]) -> dict[str, tuple[str, float]]:
-    from db.events import latest_breaker_states
+    from app.dashboard.providers import live_breaker_states
 
-    return latest_breaker_states(engine(), since=time.time() - BREAKER_LOOKBACK_S)
+    return live_breaker_states(engine(), now=time.time())
 
 
 def breakers() -> dict[str, tuple[str, float]]:
-    """Each provider's newest circuit-breaker transition, recorded by any gateway process."""
+    """Each provider's circuit breaker as the live gateway processes report it (the worst state
+    any of them holds, and since when)."""
     return _breakers(_config_key())
 
 

@@ -1,7 +1,9 @@
 """Incidents: which provider is in trouble now, since when, what it fails with and what the
 gateway did about it, for the Overview's banner.
 
-A provider is **in an incident** while its circuit breaker is open or half-open, or while it is
+A provider is **in an incident** while a live gateway process holds its circuit breaker open or
+half-open (each process reports its breakers with a heartbeat, :mod:`db.breakers`; a process that
+stopped reporting, one that exited or was killed mid-incident, no longer counts), or while it is
 failing (at least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error
 rate of at least :data:`FAILING_ERROR_RATE`).
 
@@ -26,6 +28,7 @@ from sqlalchemy import Engine
 from app.dashboard.fmt import pct
 from app.dashboard.safe_text import inert
 from app.monitor.figures import LAST_MINUTE_S, Counts, figure_label
+from db.breakers import LiveBreaker, live_breakers
 from db.events import events_between
 from db.incidents import breaker_transitions, error_classes, first_failure
 from db.monitor import minute_floor, part_cells
@@ -167,12 +170,21 @@ def build_incidents(
     classes: Mapping[str, Sequence[tuple[str, int]]] | None = None,
     rollbacks: Sequence[tuple[float, str]] = (),
     primary: str | None = None,
+    live: Mapping[str, LiveBreaker] | None = None,
 ) -> list[Incident]:
-    """The providers in an incident now, worst first (open breakers, then failing, then half-open)."""
+    """The providers in an incident now, worst first (open breakers, then failing, then half-open).
+
+    ``live`` is each breaker across the live processes (:func:`db.breakers.live_breakers`): the
+    breaker's state is the worst one a live process holds. Without it (``None``) the newest of
+    ``transitions`` says the state. ``transitions`` (every process's, merged) date the incident."""
     out = []
     for name in providers:
         changes = sorted(transitions.get(name, ()))
-        state = changes[-1][1] if changes else None
+        if live is not None:
+            held = live.get(name)
+            state = held.state if held else None
+        else:
+            state = changes[-1][1] if changes else None
         breaker_state = state if state in ("open", "half_open") else None
         counts = last_minute.get(name, Counts())
         if breaker_state is None and not is_failing(counts):
@@ -209,15 +221,16 @@ def current_incidents(
 ) -> list[Incident]:
     """Read and build :func:`build_incidents`. ``last_minute`` is each provider's last-minute
     counts (:attr:`app.monitor.figures.LiveFigures.providers_last_minute`, already read by the page).
-    Queries: the lookback's breaker transitions; then, only when some provider is in trouble, its
-    per-minute rollups, the guardrail's rollbacks and the error classes since each start."""
+    Queries: the live processes' breakers and the lookback's breaker transitions; then, only when
+    some provider is in trouble, its per-minute rollups, the guardrail's rollbacks and the error
+    classes since each start."""
     since = now - LOOKBACK_S
+    live = live_breakers(engine, now=now)
     transitions = breaker_transitions(engine, since=since, until=now)
     suspects = [
         p
         for p in providers
-        if is_failing(last_minute.get(p, Counts()))
-        or (transitions.get(p) and transitions[p][-1][1] in ("open", "half_open"))
+        if is_failing(last_minute.get(p, Counts())) or (p in live and live[p].state in ("open", "half_open"))
     ]
     if not suspects:
         return []
@@ -241,6 +254,7 @@ def current_incidents(
         minutes=minutes,
         rollbacks=rollbacks,
         primary=primary,
+        live=live,
     )
     out = []
     for i in found:

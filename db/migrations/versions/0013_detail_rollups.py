@@ -16,6 +16,9 @@ telemetry writer in the same transaction as the rows (see :mod:`db.requests`):
   with their prompt, cached and completion tokens and cost per (bucket, provider, model,
   requested_model, intent, source).
 
+The request table's error-class filter gets a partial index of the failed rows on
+(error_class, ts), so a page of one class's failures reads that class's rows newest first.
+
 The backfill is one ``INSERT ... SELECT ... GROUP BY`` per table over the rows still in the log
 (failed rows through the failed-rows partial index, substituted ones through theirs). Buckets whose
 raw rows were already pruned stay empty: those windows show no error classes or substitutions, as
@@ -74,6 +77,13 @@ def upgrade() -> None:
             sa.Column("completion_tokens", sa.BigInteger(), nullable=False),
             sa.Column("cost_usd", sa.Float(), nullable=False),
         )
+    op.create_index(
+        "ix_request_log_failed_class_ts",
+        "request_log",
+        ["error_class", "ts"],
+        sqlite_where=sa.text("status != 'ok'"),
+        postgresql_where=sa.text("status != 'ok'"),
+    )
     dims = ", ".join(_KEY[1:])
     for name, span in ERROR_TABLES.items():
         conn.exec_driver_sql(
@@ -94,5 +104,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_request_log_failed_class_ts", table_name="request_log")
     for name in (*SUBSTITUTION_TABLES, *ERROR_TABLES):
         op.drop_table(name)

@@ -272,10 +272,14 @@ class AsyncRoutingClient:
         self._http_clients.append(http_client)
         self._clients[name] = client
         if name not in self._transports and name not in self.sync.transports:
+            p = self.settings.providers[name]
             self._upstreams[name] = HttpUpstream(
                 sdk["base_url"],
                 sdk=client,
                 max_response_bytes=self.settings.retry.max_response_bytes,
+                net=p.net(),
+                connect_timeout_s=p.timeout_s,
+                max_idle=p.max_connections,
             )
         return client
 

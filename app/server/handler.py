@@ -403,7 +403,7 @@ def _prompt_messages(req: wire.ChatRequest) -> list[dict]:
 def _invalid(exc: InvalidRequest) -> wire.WireError:
     if isinstance(exc, catalog.UnknownModelError):
         return wire.WireError(404, str(exc), param="model", code="model_not_found")
-    return wire.bad_request(str(exc))
+    return wire.bad_request(str(exc), param=getattr(exc, "param", None))
 
 
 def _map_error(exc: BaseException, *, started: bool = False) -> wire.WireError:

@@ -55,9 +55,7 @@ LEVELS = tuple(int(x) for x in os.environ.get("BENCH_STREAMS_LEVELS", "200,1000,
 SECONDS = float(os.environ.get("BENCH_STREAMS_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_STREAMS_ROUNDS", "2"))
 PATH = "/v1/chat/completions"
-BODY = json.dumps(
-    {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Tell me a short story."}]}
-)
+BODY = json.dumps({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Tell me a short story."}]})
 EVENTS = CHUNKS + 3  # role chunk, content chunks, finish, usage (the caller asked for none: withheld)
 
 
@@ -73,7 +71,9 @@ def _lua_config(work: Path, port: int, floor_port: int) -> str:
     }
     first = dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
     last = dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
-    usage = dict(chunk, choices=[], usage={"prompt_tokens": 12, "completion_tokens": CHUNKS, "total_tokens": 12 + CHUNKS})
+    usage = dict(
+        chunk, choices=[], usage={"prompt_tokens": 12, "completion_tokens": CHUNKS, "total_tokens": 12 + CHUNKS}
+    )
 
     def sse(obj: dict) -> str:
         return "data: " + json.dumps(obj, separators=(",", ":")) + "\n\n"
@@ -97,7 +97,9 @@ def _lua_config(work: Path, port: int, floor_port: int) -> str:
         S_CHUNK = slurp("{work}/s-chunk.sse")
         S_LAST = slurp("{work}/s-last.sse")
     """
-    conf = head.replace('MODELS = slurp("' + str(work) + '/models.json")', 'MODELS = slurp("' + str(work) + '/models.json")' + slurps)
+    conf = head.replace(
+        'MODELS = slurp("' + str(work) + '/models.json")', 'MODELS = slurp("' + str(work) + '/models.json")' + slurps
+    )
     conf = conf.replace("                    ngx.print(STREAM)\n", stream_lua)
     conf = conf.replace("worker_connections 8192;", "worker_connections 16384;")
     return conf
@@ -134,7 +136,11 @@ def _start_nginx(work: Path) -> nginx_upstream.Nginx:
 
 def _script(target: Target, work: Path) -> Path:
     script = work / f"wrk-streams-{target.name}.lua"
-    lines = ['wrk.method = "POST"', f"wrk.body = {json.dumps(BODY)}", 'wrk.headers["Content-Type"] = "application/json"']
+    lines = [
+        'wrk.method = "POST"',
+        f"wrk.body = {json.dumps(BODY)}",
+        'wrk.headers["Content-Type"] = "application/json"',
+    ]
     lines += [f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in target.headers.items()]
     script.write_text("\n".join(lines) + "\n")
     return script
@@ -146,7 +152,17 @@ def _measure(target: Target, connections: int, work: Path, nginx_pids: list[int]
     cpu0, up0 = _cpu_s(pids), _cpu_s(nginx_pids)
     t0 = time.monotonic()
     threads = 2 if connections >= 1000 else 1
-    cmd = [WRK, f"-t{threads}", f"-c{connections}", f"-d{SECONDS:g}s", "--timeout", "30s", "--latency", "-s", str(script)]
+    cmd = [
+        WRK,
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{SECONDS:g}s",
+        "--timeout",
+        "30s",
+        "--latency",
+        "-s",
+        str(script),
+    ]
     done = subprocess.run([*cmd, target.base + PATH], capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     cpu, up = _cpu_s(pids) - cpu0, _cpu_s(nginx_pids) - up0
@@ -245,6 +261,10 @@ def run() -> list[dict]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _num(x: float | None) -> float:
+    return float("nan") if x is None else x
+
+
 def _med(xs: list[float] | None) -> float | None:
     xs = [x for x in xs or [] if x == x]
     return statistics.median(xs) if xs else None
@@ -273,7 +293,7 @@ def _report(
             err = m(name, level, "errors")
             say(
                 f"  {name:8s} {level:6d} {s or 0:10.1f} {p50 or 0:8.0f} {p99 or 0:8.0f} "
-                f"{added if added is not None else float('nan'):10.0f} {chunk if chunk is not None else float('nan'):9.1f} "
+                f"{_num(added):10.0f} {_num(chunk):9.1f} "
                 f"{up or 0:12.2f} {wrk or 0:10.2f} {err or 0:7.0f}"
             )
             rows.append(
@@ -295,11 +315,13 @@ def _report(
     budgets = []
     at = 1000 if 1000 in LEVELS else LEVELS[len(LEVELS) // 2]
     chunk = m("ours", at, "cpu_us_per_chunk")
-    budgets.append(("CPU per chunk at %d <= 40 us" % at, chunk, chunk is not None and chunk <= 40))
+    budgets.append((f"CPU per chunk at {at} <= 40 us", chunk, chunk is not None and chunk <= 40))
     ours_s, bare_s, pk_s = m("ours", at, "streams_s"), m("bare", at, "streams_s"), m("portkey", at, "streams_s")
     if pk_s is not None:
         budgets.append(("streams/s >= 1.25x Portkey", ours_s, ours_s is not None and ours_s >= 1.25 * pk_s))
-    budgets.append(("streams/s >= 0.9x bare", ours_s, ours_s is not None and bare_s is not None and ours_s >= 0.9 * bare_s))
+    budgets.append(
+        ("streams/s >= 0.9x bare", ours_s, ours_s is not None and bare_s is not None and ours_s >= 0.9 * bare_s)
+    )
     p99, b99 = m("ours", at, "p99_ms"), m("bare", at, "p99_ms")
     added = p99 - b99 if p99 is not None and b99 is not None else None
     budgets.append(("added p99 <= 300 ms", added, added is not None and added <= 300))

@@ -129,4 +129,5 @@ def _bypassed(host: str, port: int | None, env: dict[str, tuple[str, str]]) -> b
     if no_proxy[0].strip() == "*":
         return True
     hostport = f"{host}:{port}" if port else host
-    return bool(urllib.request.proxy_bypass_environment(hostport, {"no": no_proxy[0]}))
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # public, untyped in typeshed
+    return bool(bypass(hostport, {"no": no_proxy[0]}))

@@ -196,7 +196,7 @@ class UpstreamStream:
                     self.done = True
                     return
                 yield sse
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             raise _mapped(exc, self._upstream.net) from None
 
     async def _events(self) -> AsyncIterator[Any]:
@@ -360,7 +360,9 @@ class HttpUpstream:
             # reads are timed by the driver. A cancel (the caller left, a deadline) aborts the
             # request and drops its connection.
             async with asyncio.timeout(None if stream else timeout_s) as scope:
-                response = await self._transport.execute(pyqwest.Request("POST", url, pyqwest.Headers(send_headers), content))
+                response = await self._transport.execute(
+                    pyqwest.Request("POST", url, pyqwest.Headers(send_headers.items()), content)
+                )
                 call = _Call(response, self.max_response_bytes)
                 declared = _content_length(call.headers)
                 if declared is not None and declared > self.max_response_bytes and not call.body.stages:
@@ -374,7 +376,7 @@ class HttpUpstream:
             answer = UpstreamAnswer(response.status, call.headers, content)
             call.open = False  # read to its end: the connection is back in the pool
             return answer
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             if call is not None:
                 await asyncio.shield(call.close())
             raise _mapped(exc, self.net) from None
@@ -396,14 +398,18 @@ def _content_length(headers: httpx2.Headers) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+async def _closing(transport: pyqwest.HTTPTransport) -> None:
+    await transport.aclose()
+
+
 @atexit.register
 def _close_all() -> None:
     """Clients still alive when the interpreter ends are closed and let go of first: a pyreqwest
     client deallocated during the interpreter's finalization aborts the process."""
     for upstream in list(_live):
         try:
-            asyncio.run(upstream._transport.aclose())
-        except Exception:  # noqa: BLE001 - closed or not, it is let go of below
+            asyncio.run(_closing(upstream._transport))
+        except Exception:  # closed or not, it is let go of below
             log.debug("closing an upstream client at exit failed", exc_info=True)
         upstream._client = upstream._transport = None  # type: ignore[assignment]
     _live.clear()

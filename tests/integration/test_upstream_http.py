@@ -118,7 +118,9 @@ def run(coro: Awaitable[object]) -> object:
 
 
 # -- 1: interim answers ---------------------------------------------------------------------------
-@pytest.mark.parametrize("interim", [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"])
+@pytest.mark.parametrize(
+    "interim", [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"]
+)
 def test_interim_1xx_answers_are_read_past_and_each_caller_gets_its_own_answer(interim: bytes) -> None:
     async def main() -> None:
         async with Server(echo_who(prefix=interim)) as srv:
@@ -580,7 +582,9 @@ def test_the_environment_proxy_is_used_for_http_and_no_proxy_exempts_a_host() ->
 def test_config_proxy_overrides_the_environment_and_none_turns_it_off() -> None:
     env = {"HTTPS_PROXY": "http://env-proxy:3128", "https_proxy": "http://lower:3128"}
     assert netconf.resolve("https://api.example.com/v1", environ=env).proxy == "http://lower:3128"
-    assert netconf.resolve("https://api.example.com/v1", proxy="http://mine:8080", environ=env).proxy == "http://mine:8080"
+    assert (
+        netconf.resolve("https://api.example.com/v1", proxy="http://mine:8080", environ=env).proxy == "http://mine:8080"
+    )
     assert netconf.resolve("https://api.example.com/v1", proxy="none", environ=env).proxy is None
     assert netconf.resolve("http://api.example.com/v1", environ=env).proxy is None  # HTTPS_PROXY is for https
     assert netconf.resolve("http://x/v1", environ={"ALL_PROXY": "proxy:1"}).proxy == "http://proxy:1"
@@ -677,7 +681,7 @@ def test_a_private_ca_is_trusted_only_where_configured(pki: dict[str, Path]) -> 
             untrusted = upstream(srv.url, net=netconf.resolve(srv.url, environ={}))
             try:
                 assert await call(trusted, "A") == b'{"who":"A"}'
-                with pytest.raises(httpx2.ConnectError, match="(?i)certificate|unknown ?issuer"):
+                with pytest.raises(httpx2.ConnectError, match=r"(?i)certificate|unknown ?issuer"):
                     await call(untrusted, "B")
             finally:
                 await trusted.aclose()

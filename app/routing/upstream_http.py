@@ -296,7 +296,8 @@ class HttpUpstream:
         identity = self.net.identity_pem()
         self._transport = pyqwest.HTTPTransport(
             tls_ca_cert=self.net.ca_pem(),
-            tls_include_system_certs=True,
+            # The system's trust store costs hundreds of ms to load the first time: only for TLS.
+            tls_include_system_certs=self.base_url.startswith("https://"),
             tls_cert=identity if self.net.client_cert else None,
             tls_key=self.net.key_pem(),
             http_version=pyqwest.HTTPVersion.HTTP1,

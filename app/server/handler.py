@@ -186,8 +186,8 @@ class ChatHandler:
 
     async def __call__(self, req: wire.ChatRequest, key: KeyRecord | None) -> ChatReply | ChatStreamReply:
         self._size_threads()
+        kwargs = self._route_kwargs(req, key)  # before admission: a refused header reserves nothing
         admitted = await self._admit(req, key)
-        kwargs = self._route_kwargs(req, key)
         if req.stream:
             return await self._stream(req, key, admitted, kwargs)
         return await self._complete(req, key, admitted, kwargs)
@@ -281,11 +281,15 @@ class ChatHandler:
     def _route_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
         headers = None
         if self._forwarded and req.headers:
-            headers = {
-                k.decode("latin-1"): v.decode("latin-1")
-                for k, v in req.headers
-                if k.decode("latin-1") in self._forwarded
-            }
+            headers = {}
+            for k, v in req.headers:
+                name = k.decode("latin-1").lower()
+                if name in self._forwarded:
+                    if name in headers:
+                        # Two values of one forwarded field: which one the upstream should act on is
+                        # not the gateway's to guess.
+                        raise wire.bad_request(f"header {name} was sent more than once; send it once")
+                    headers[name] = v.decode("latin-1")
         return {
             "model": req.model,
             # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -57,6 +58,8 @@ from core.ids import IdSource
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what no header value may carry (a tab may)
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +389,15 @@ class RoutingCore:
         except (NoProvider, SubstitutionRefused) as exc:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
-        forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in self.forwardable}
+        forwarded: dict[str, str] = {}
+        for k, v in (headers or {}).items():
+            name = k.lower()
+            if name in self.forwardable:
+                if name in forwarded:
+                    raise InvalidRequest(f"header {name} was sent more than once; send it once")
+                if _CONTROL.search(v):
+                    raise InvalidRequest(f"header {name}: its value has a control character (NUL, DEL, CR, LF, ...)")
+                forwarded[name] = v
         return Plan(
             request_id=self._new_id(),
             api=api,

@@ -42,6 +42,10 @@ MAX_CLASSES = 4
 # request would have started on): a provider whose every failure is one of these is not failing,
 # its requests are being refused, and the banner says so.
 REFUSAL_CLASSES = frozenset({"breaker_open", "no_route", "refused_by_policy", "deadline"})
+# The provider name of the rows of requests the gateway refused before any attempt
+# (app.routing.core.GATEWAY): the substitution policy, every breaker open, admission (key, limit,
+# budget). They are never a provider's incident; the Overview shows them as the gateway's.
+GATEWAY = "gateway"
 
 
 def breaker_incident_start(changes: Iterable[tuple[float, str]], now: float, quiet_s: float = QUIET_S) -> float | None:
@@ -209,6 +213,37 @@ def build_incidents(
         )
     rank = {"open": 0, None: 1, "half_open": 2}
     return sorted(out, key=lambda i: (rank[i.breaker_state], i.start))
+
+
+@dataclass(frozen=True)
+class GatewayRefusals:
+    """Requests the gateway itself refused before asking any provider, in the last minute."""
+
+    requests: int
+    classes: tuple[tuple[str, int], ...] = ()
+
+
+def gateway_refusals(engine: Engine, *, now: float, last_minute: Mapping[str, Counts]) -> GatewayRefusals | None:
+    """The last minute's refusals by the gateway (``None`` when there were none): their count from
+    ``last_minute`` (the page's :attr:`~app.monitor.figures.LiveFigures.providers_last_minute`) and
+    their error classes (a ``ts``-indexed read of that minute)."""
+    counts = last_minute.get(GATEWAY)
+    if counts is None or not counts.requests:
+        return None
+    classes = error_classes(engine, provider=GATEWAY, since=now - LAST_MINUTE_S, until=now)
+    return GatewayRefusals(counts.requests, tuple(classes))
+
+
+def refusals_text(refusals: GatewayRefusals) -> str:
+    """The Overview's line about them: whose they are (the gateway's, no provider was asked) and why."""
+    n = refusals.requests
+    why = ", ".join(f"{inert(cls)} ({k:,})" for cls, k in refusals.classes[:MAX_CLASSES])
+    more = len(refusals.classes) - MAX_CLASSES
+    return (
+        f"**Gateway: {n:,} request{'s' if n != 1 else ''} refused before any attempt in the last "
+        f"{LAST_MINUTE_S:g} s** (no provider was asked, so none is blamed)"
+        + (f": {why}" + (f" and {more} more" if more > 0 else "") if why else "")
+    )
 
 
 def current_incidents(

@@ -188,6 +188,8 @@ with form_col:
         shown = resources.ratio_preview(typed)
         with st.expander(f"Before you apply: what {ratio_pct(typed)} would do", expanded=True):
             st.caption(shown.lines()[0])
+            if shown.warning():
+                st.warning(inert(shown.warning()))
             if shown.rows:
                 st.dataframe(shown.table(), hide_index=True, key="canary_preview")
     st.button("Apply", type="primary", on_click=on_apply, disabled=read_only)

@@ -62,6 +62,20 @@ def side_outcome(settings: Settings, model: str, side: str, ratio: float, *, by_
     return SideOutcome("moved" if decision.rerouted else "served", provider)
 
 
+def one_sided_intents(settings: Settings) -> list[tuple[str, str, str]]:
+    """``(intent, model, the one side's provider)`` for each intent whose model only the primary or
+    only the fallback serves: at a ratio that gives that side no traffic, its ``model: "auto"``
+    requests are refused or answered by a substitute, and at any other ratio they all go there."""
+    r = settings.routing
+    offers = chat_offers(settings.providers)
+    out = []
+    for intent, model in sorted(intent_models(settings.intents).items()):
+        on = [p for p in (r.primary, r.fallback) if model in offers[p].models]
+        if len(on) == 1:
+            out.append((intent, model, on[0]))
+    return out
+
+
 @dataclass(frozen=True)
 class PreviewRow:
     model: str  # the model chosen (the caller's, or the intent rule's for "auto")
@@ -81,6 +95,7 @@ class Preview:
     new_ratio: float
     window_s: int
     rows: tuple[PreviewRow, ...]
+    one_sided: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def requests(self) -> int:
@@ -90,10 +105,23 @@ class Preview:
         total = self.requests
         return sum(getattr(r, name) for r in self.rows) / total if total else None
 
+    def warning(self) -> str | None:
+        """The configuration's intents that route to a model only one side serves, in words."""
+        if not self.one_sided:
+            return None
+        listed = ", ".join(f"{i} -> {m} (only {p})" for i, m, p in self.one_sided)
+        return (
+            f"The intent rules choose models only one side serves: {listed}. Their requests go to that "
+            "side whatever the ratio, and are refused or substituted when it gets no traffic."
+        )
+
     def lines(self) -> list[str]:
-        """The preview in words: the totals, then one line per model and intent."""
+        """The preview in words: the totals, then one line per model and intent (and the
+        configuration's one-sided intents, when any)."""
+        said = self.warning()
+        warning = [said] if said else []
         if not self.requests:
-            return [f"No requests in the last {self.window_s // 60} minutes: nothing to preview from."]
+            return [f"No requests in the last {self.window_s // 60} minutes: nothing to preview from.", *warning]
         pct = lambda v: f"{(v or 0.0) * 100:.1f} %"  # noqa: E731
         out = [
             f"From the last {self.window_s // 60} minutes ({self.requests:,} requests), "
@@ -107,7 +135,7 @@ class Preview:
                 f"primary side: {r.primary.text()}; fallback side: {r.fallback.text()}; "
                 f"refused {r.refused_now:,.0f} -> {r.refused_after:,.0f}"
             )
-        return out
+        return out + warning
 
     def table(self) -> list[dict]:
         return [
@@ -172,7 +200,7 @@ def preview(
                 fallback=new_f,
             )
         )
-    return Preview(old_ratio, new_ratio, window_s, tuple(rows))
+    return Preview(old_ratio, new_ratio, window_s, tuple(rows), tuple(one_sided_intents(settings)))
 
 
 def ratio_preview(engine: Engine, settings: Settings, new_ratio: float, *, now: float) -> Preview:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from app.config import load_settings
-from app.dashboard.canary_preview import preview, side_outcome
+from app.dashboard.canary_preview import one_sided_intents, preview, side_outcome
 from app.monitor.stats import split_by_cause
 from core.records import AttemptRecord
 from db.requests import insert_batch
@@ -52,6 +52,19 @@ def test_a_rollback_preview_says_how_much_moves_and_is_refused() -> None:
     assert "25 % -> 0 %: 20.0 % move to the other side" in head and "refused 0.0 % now -> 40.0 %" in head
     assert any(line.startswith(f"{DS} (coding): 40 requests, 10 move") for line in p.lines())
     assert preview(SETTINGS, {}, 0.25, 0.5).lines()[0].startswith("No requests in the last 60 minutes")
+
+
+def test_the_preview_warns_of_intents_whose_model_only_one_side_serves() -> None:
+    sided = dict((i, (m, p)) for i, m, p in one_sided_intents(SETTINGS))
+    assert sided.get("general") is None  # gemini-2.5-flash: both sides serve it
+    for intent, (model, provider) in sided.items():
+        only = [p for p in ("holysheep", "direct") if model in SETTINGS.providers[p].models]
+        assert only == [provider], intent
+    warning = preview(SETTINGS, {}, 0.25, 0.0).warning()
+    if sided:
+        assert warning is not None and all(f"{i} -> {m} (only {p})" in warning for i, (m, p) in sided.items())
+    else:
+        assert warning is None
 
 
 def test_dry_run_prints_the_preview_and_writes_nothing(cli) -> None:  # noqa: F811

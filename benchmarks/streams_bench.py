@@ -177,7 +177,7 @@ def _measure(target: Target, connections: int, work: Path, nginx_pids: list[int]
     if sock:
         errors += sum(int(x) for x in sock.groups())
     ok = max(0, n - (int(bad.group(1)) if bad else 0))
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
+    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
     result = {
         "streams_s": ok / elapsed if elapsed > 0 else 0.0,
         "errors": float(errors),

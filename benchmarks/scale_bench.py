@@ -446,7 +446,7 @@ def _pg_write_side(engine, url: str, now: float, start: float) -> list[dict]:
         ).scalar_one()
     out.append(
         row(
-            "postgresql: bytes per million log rows (heap + 6 indexes)",
+            "postgresql: bytes per million log rows (heap + indexes)",
             float(log_bytes) / rows,
             "MB",
             n=rows,

@@ -157,12 +157,21 @@ def test_playground_max_tokens_zero_is_refused_and_nothing_sent(server, new_page
     screenshot(page, "playground-max-tokens-0")
 
 
-def test_a_coding_prompt_at_zero_percent_is_neither_sent_to_the_primary_nor_answered_dearer(server, new_page):
-    """Issue 8 #3 and issue 17 #2: with model=auto, coding prompts choose deepseek, which only the
+def test_a_coding_prompt_at_zero_percent_is_neither_sent_to_the_primary_nor_answered_dearer(
+    tmp_path, new_page, request
+):
+    """Issue 8 #3 and issue 17 #2: with model=auto and intent rules that choose deepseek for coding
+    (a configuration that says so: the shipped rules choose models both sides serve), which only the
     primary serves; the fallback's default (gpt-4.1) costs 14x more. At a canary ratio of 0 % the
     primary gets no traffic, so the substitution policy decides: no substitute within its price
     factor, so the request is refused with a message naming the policy and the ratio, and logged
     once as refused_by_policy (never answered by gpt-4.1, never sent to the primary)."""
+    from tests.configs import one_sided_toml
+
+    server = start_server(
+        tmp_path / "one-sided", config_text=one_sided_toml() + "\n[simulator]\nlatency_scale = 0.05\n"
+    )
+    request.addfinalizer(lambda: stop_server(server))
     r = server.cli("canary", "set", "0", "--reason", "e2e: every session on the fallback side")
     assert r.returncode == 0, r.stderr
     page = new_page()

@@ -714,7 +714,8 @@ def test_guardrail_and_fault_injection_rehearse_an_outage(env):
     assert (state.ratio, state.updated_by) == (0.0, "guardrail")
 
     button(at, "Refresh").click().run()
-    assert at.dataframe[0].value.iloc[0]["actor"] == "guardrail"
+    audit = next(d.value for d in at.dataframe if "actor" in d.value.columns)  # after the preview's table
+    assert audit.iloc[0]["actor"] == "guardrail"
     next(b for b in at.button if b.label == "Clear").click().run()
     assert get_faults(engine(), "holysheep") is None
     assert at.text_input(key="err_holysheep").value == "0"
@@ -761,7 +762,16 @@ def test_canary_previews_a_typed_ratio_from_the_last_hour_before_apply(env):
     now = _time.time()
     rows = [
         AttemptRecord(
-            f"p{i}", 1, now - 60 + i, "holysheep", "deepseek-chat-v3.2", "auto", "coding", "fallback", "ok", 5.0
+            f"p{i}",
+            1,
+            now - 60 + i,
+            "holysheep",
+            "deepseek-chat-v3.2",
+            "deepseek-chat-v3.2",
+            "coding",
+            "fallback",
+            "ok",
+            5.0,
         )
         for i in range(6)
     ]

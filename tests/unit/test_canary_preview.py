@@ -7,17 +7,23 @@ gateway's refusals as refusals."""
 from __future__ import annotations
 
 import time
+import tomllib
 
 import pytest
 
-from app.config import load_settings
+from app.config import IntentConfig, load_settings
 from app.dashboard.canary_preview import one_sided_intents, preview, side_outcome
 from app.monitor.stats import split_by_cause
 from core.records import AttemptRecord
 from db.requests import insert_batch
+from tests.configs import one_sided_toml
 from tests.unit.test_cli import _audit_count, _one_error_line, cli  # noqa: F401  (fixture)
 
-SETTINGS = load_settings("gateway.toml", env={})
+SHIPPED = load_settings("gateway.toml", env={})
+# A configuration whose coding and math rules pick deepseek (only the primary serves it).
+SETTINGS = SHIPPED.model_copy(
+    update={"intents": IntentConfig.model_validate(tomllib.loads(one_sided_toml())["intents"])}
+)
 DS = "deepseek-chat-v3.2"  # gateway.toml: only holysheep (the primary) serves it
 
 
@@ -55,16 +61,16 @@ def test_a_rollback_preview_says_how_much_moves_and_is_refused() -> None:
 
 
 def test_the_preview_warns_of_intents_whose_model_only_one_side_serves() -> None:
-    sided = dict((i, (m, p)) for i, m, p in one_sided_intents(SETTINGS))
-    assert sided.get("general") is None  # gemini-2.5-flash: both sides serve it
-    for intent, (model, provider) in sided.items():
-        only = [p for p in ("holysheep", "direct") if model in SETTINGS.providers[p].models]
-        assert only == [provider], intent
+    assert one_sided_intents(SHIPPED) == []  # the shipped rules: every model on both sides
+    assert preview(SHIPPED, {}, 0.25, 0.0).warning() is None
+    sided = one_sided_intents(SETTINGS)
+    assert sided == [
+        ("coding", DS, "holysheep"),
+        ("long_context", "claude-sonnet-4-20250514", "holysheep"),
+        ("math", DS, "holysheep"),
+    ]
     warning = preview(SETTINGS, {}, 0.25, 0.0).warning()
-    if sided:
-        assert warning is not None and all(f"{i} -> {m} (only {p})" in warning for i, (m, p) in sided.items())
-    else:
-        assert warning is None
+    assert warning is not None and f"coding -> {DS} (only holysheep)" in warning
 
 
 def test_dry_run_prints_the_preview_and_writes_nothing(cli) -> None:  # noqa: F811
@@ -73,8 +79,7 @@ def test_dry_run_prints_the_preview_and_writes_nothing(cli) -> None:  # noqa: F8
     engine = get_engine(cli.database_url)
     now = time.time()
     rows = [
-        AttemptRecord(f"q{i}", 1, now - 100 + i, "holysheep", DS, "auto", "coding", "primary", "ok", 5.0)
-        for i in range(8)
+        AttemptRecord(f"q{i}", 1, now - 100 + i, "holysheep", DS, DS, "coding", "primary", "ok", 5.0) for i in range(8)
     ]
     insert_batch(engine, rows)
     dispose_all()

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import httpx2
 import pytest
 
 from app.catalog import UnknownModelError
 from app.config import IntentConfig, load_settings
 from app.routing.intent import classify
+from tests.configs import one_sided_toml
 
-CFG = load_settings("gateway.toml", env={}).intents
+# The keyword and pattern rules as shipped, with the models of a configuration that routes coding and
+# math to deepseek (tests.configs.one_sided_toml): what is tested here is which intent a prompt gets.
+CFG = IntentConfig.model_validate(tomllib.loads(one_sided_toml())["intents"])
+SHIPPED = load_settings("gateway.toml", env={})
 
 
 def user(text: str) -> list[dict]:
@@ -261,8 +267,11 @@ def test_the_shipped_rules_load_through_the_same_validation():
     from app.config import INTENT_RULES_FILE, IntentConfig
 
     raw = tomllib.loads(INTENT_RULES_FILE.read_text(encoding="utf-8"))
-    assert IntentConfig.model_validate(raw) == CFG
-    assert [r.intent for r in CFG.rules] == ["coding", "math"] and CFG.rules[1].patterns
+    shipped = IntentConfig.model_validate(raw)
+    assert shipped == SHIPPED.intents
+    assert [r.intent for r in shipped.rules] == ["coding", "math"] and shipped.rules[1].patterns
+    # CFG: the same rules, the one-sided configuration's models.
+    assert [(r.keywords, r.patterns) for r in CFG.rules] == [(r.keywords, r.patterns) for r in shipped.rules]
 
 
 def test_rule_patterns_are_compiled_once():
@@ -274,3 +283,14 @@ def test_rule_patterns_are_compiled_once():
         classify(user(text), CFG)
     after = intent._matchers.cache_info()
     assert after.misses == before.misses and after.hits > before.hits
+
+
+def test_the_shipped_rules_choose_models_both_sides_serve():
+    """Issue 28: with the shipped gateway.toml and intent rules, no "auto" request is sent to a
+    model only one side serves, so the ratio alone decides its side (and 0 % refuses none)."""
+    from app.monitor.levels import intent_models
+
+    both = set(SHIPPED.providers["holysheep"].models) & set(SHIPPED.providers["direct"].models)
+    chosen = intent_models(SHIPPED.intents)
+    assert set(chosen) >= {"coding", "math", "general", "long_context"}
+    assert {i: m for i, m in chosen.items() if m not in both} == {}

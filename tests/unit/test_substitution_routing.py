@@ -15,6 +15,7 @@ from app.routing import AllRoutesFailed
 from app.routing.canary import assign_side
 from app.routing.substitution import SubstitutionRefused
 from db.models import RequestLog
+from tests.configs import one_sided_toml
 
 DS, GPT = "deepseek-chat-v3.2", "gpt-4.1"
 SESSIONS = [f"s-{i}" for i in range(200)]
@@ -25,8 +26,11 @@ def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+ONE_SIDED = one_sided_toml()  # coding and math pick deepseek, which only the primary serves
+
+
 def policy_toml(body: str) -> str:
-    text = open("gateway.toml").read()
+    text = ONE_SIDED
     start = text.index("[routing.substitution]")
     end = text.index("\n\n", start)
     return text[:start] + "[routing.substitution]\n" + body + text[end:]
@@ -56,7 +60,7 @@ def refusal_classes(client) -> list:
 
 
 def test_auto_coding_prompts_are_answered_by_deepseek_on_every_side(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+    client = client_factory(sqlite_url, toml=ONE_SIDED)
     assert client.current_ratio() == pytest.approx(0.1)
     results = [client.chat(user(CODING), session_id=s) for s in SESSIONS]
     sides = [r.side for r in results]
@@ -77,7 +81,7 @@ def test_auto_coding_prompts_are_answered_by_deepseek_on_every_side(client_facto
 
 
 def test_the_old_behaviour_needs_an_explicit_unlimited_factor_and_costs_more(client_factory, sqlite_url, tmp_path):
-    safe = client_factory(sqlite_url)
+    safe = client_factory(sqlite_url, toml=ONE_SIDED)
     unlimited = client_factory(
         f"sqlite:///{tmp_path / 'other.db'}", toml=policy_toml('mode = "substitute"\nmax_price_factor = inf')
     )
@@ -101,7 +105,7 @@ def test_substitute_mode_refuses_instead_of_leaving_the_side(client_factory, sql
 
 
 def test_explicit_deepseek_is_answered_by_deepseek(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+    client = client_factory(sqlite_url, toml=ONE_SIDED)
     results = [client.chat(user("hi"), model=DS, session_id=s) for s in SESSIONS[:40]]
     assert {r.side for r in results} == {"primary", "fallback"}
     assert {(r.intent, r.provider, r.model, r.substituted_model) for r in results} == {
@@ -113,7 +117,7 @@ def test_explicit_deepseek_is_answered_by_deepseek(client_factory, sqlite_url):
 def test_explicit_deepseek_pinned_to_the_fallback_side_is_refused_before_any_call(client_factory, sqlite_url):
     calls = []
     transport = httpx2.MockTransport(lambda r: calls.append(r) or httpx2.Response(500))
-    client = client_factory(sqlite_url, transports={"holysheep": transport, "direct": transport})
+    client = client_factory(sqlite_url, toml=ONE_SIDED, transports={"holysheep": transport, "direct": transport})
     with pytest.raises(SubstitutionRefused) as info:
         client.chat(user("hi"), model=DS, route="fallback")
     # No call, and the request is in the log once, as the policy's refusal (issue 17): the
@@ -134,7 +138,7 @@ def test_a_primary_failure_does_not_fall_back_to_a_model_fourteen_times_the_pric
 
     client = client_factory(
         sqlite_url,
-        toml=open("gateway.toml").read().replace("[routing]\n", "[routing]\ninitial_ratio = 1.0\n", 1),
+        toml=ONE_SIDED.replace("[routing]\n", "[routing]\ninitial_ratio = 1.0\n", 1),
         transports={
             "holysheep": httpx2.MockTransport(lambda r: httpx2.Response(503, json={"error": {"message": "down"}})),
             "direct": httpx2.MockTransport(direct),
@@ -151,7 +155,7 @@ def test_a_primary_failure_does_not_fall_back_to_a_model_fourteen_times_the_pric
 
 
 def test_a_cheaper_substitute_within_the_factor_still_answers_on_the_fallback_side(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+    client = client_factory(sqlite_url, toml=ONE_SIDED)
     session = next(s for s in SESSIONS if assign_side(0.1, s) == "fallback")
     r = client.chat(user("x" * 40_000), session_id=session)  # long context -> claude; direct has gpt-4.1
     assert (r.intent, r.side, r.provider, r.model, r.substituted_model) == (
@@ -166,14 +170,14 @@ def test_a_cheaper_substitute_within_the_factor_still_answers_on_the_fallback_si
 
 
 def test_the_korean_equation_prompt_is_math_answered_by_deepseek_on_every_side(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+    client = client_factory(sqlite_url, toml=ONE_SIDED)
     results = [client.chat(user("이 방정식을 풀어줘: x^2-5x+6=0"), session_id=s) for s in SESSIONS[:40]]
     assert {r.side for r in results} == {"primary", "fallback"}
     assert {(r.intent, r.provider, r.model, r.substituted_model) for r in results} == {("math", "holysheep", DS, False)}
 
 
 def test_a_refused_stream_raises_before_any_chunk(client_factory, sqlite_url):
-    client = client_factory(sqlite_url)
+    client = client_factory(sqlite_url, toml=ONE_SIDED)
     with pytest.raises(SubstitutionRefused):
         client.chat(user(CODING), stream=True, route="fallback")
     assert refusal_classes(client) == ["refused_by_policy"]

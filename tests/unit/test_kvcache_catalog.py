@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from app.kvcache import ModelSpec, catalog, kv_cache_bytes, naive_bytes
+from kvcache import ModelSpec, catalog, kv_cache_bytes, naive_bytes
 
 GIB = 1 << 30
 BF16 = 2

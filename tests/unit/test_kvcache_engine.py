@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from app.kvcache import (
+from kvcache import (
     ModelSpec,
     breakdown,
     catalog,
@@ -18,7 +18,7 @@ from app.kvcache import (
     prefix_sharing,
     sequence_cost,
 )
-from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
+from kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
 
 GIB = 1 << 30
 BASE = {

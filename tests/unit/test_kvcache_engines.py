@@ -7,9 +7,10 @@ import zlib
 
 import pytest
 
-from app.kvcache import catalog, kv_cache_bytes, page_data
-from app.kvcache.capacity import parse_decimal, parse_utilization
-from app.kvcache.engines import ENGINES, for_engine
+from app.dashboard import kv_page as page_data
+from kvcache import catalog, kv_cache_bytes
+from kvcache.capacity import parse_decimal, parse_utilization
+from kvcache.engines import ENGINES, for_engine
 
 
 def test_deepseek_v3_latent_vs_transformers_4_decompressed():

@@ -8,7 +8,7 @@ bf16 K and V = 2 x layers x KV heads x head_dim x 2 bytes.
 
 import pytest
 
-from app.kvcache import ModelSpec, kv_cache_bytes
+from kvcache import ModelSpec, kv_cache_bytes
 
 # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json (no max_position_embeddings)
 FALCON_7B = {

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.kvcache import catalog
-from app.kvcache import page_data as kv
-from app.kvcache.capacity import TP_CANDIDATES, gpus_needed, plan
-from app.kvcache.engines import for_engine
+from app.dashboard import kv_page as kv
+from kvcache import catalog
+from kvcache.capacity import TP_CANDIDATES, gpus_needed, plan
+from kvcache.engines import for_engine
 
 
 def valid(**changes):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kvcache import ModelSpec, breakdown, catalog, for_engine, kv_cache_bytes
+from kvcache import ModelSpec, breakdown, catalog, for_engine, kv_cache_bytes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 CONFIGS = {m["id"]: m for m in json.loads((FIXTURES / "ground_truth_configs.json").read_text())["models"]}

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.kvcache import ModelSpec, catalog, for_engine, kv_cache_bytes
-from app.kvcache.spec import NO_CACHE_FIELDS
+from kvcache import ModelSpec, catalog, for_engine, kv_cache_bytes
+from kvcache.spec import NO_CACHE_FIELDS
+from tests.support.examples import examples
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 PREFIXES = ("index_", "indexer_", "mamba_", "ssm_", "linear_")
@@ -92,7 +93,7 @@ def allowed_unchanged(config: dict, key: str, index: int | None, altered: dict |
 
 
 # the family defaults the engine fills in for a field the file leaves out (config classes' values)
-ARCH_DEFAULTS = json.loads((Path(__file__).resolve().parents[2] / "app/data/kvcache/arch_defaults.json").read_text())
+ARCH_DEFAULTS = json.loads((Path(__file__).resolve().parents[2] / "kvcache/data/arch_defaults.json").read_text())
 
 
 def family_default(config: dict, key: str) -> object:
@@ -143,7 +144,7 @@ def mutate(value, data):
     return data.draw(st.sampled_from([None, 0, 2]))
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_altering_a_field_is_refused_or_changes_the_figure(data):
     cid, key = data.draw(st.sampled_from(FIELDS))

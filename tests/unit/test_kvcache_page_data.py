@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.kvcache import page_data as kv
+from app.dashboard import kv_page as kv
 
 LLAMA_70B = json.dumps(
     {

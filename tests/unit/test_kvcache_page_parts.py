@@ -3,7 +3,7 @@ latent, indexer keys, conv state, recurrent state) with its dtype and the engine
 
 import pytest
 
-from app.kvcache import page_data as kv
+from app.dashboard import kv_page as kv
 
 
 def data_for(**changes):

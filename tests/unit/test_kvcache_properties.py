@@ -3,8 +3,9 @@
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.kvcache import catalog, kv_cache_bytes, paged_allocation, prefix_sharing, sequence_cost
-from app.kvcache.dtypes import KV_DTYPES
+from kvcache import catalog, kv_cache_bytes, paged_allocation, prefix_sharing, sequence_cost
+from kvcache.dtypes import KV_DTYPES
+from tests.support.examples import examples
 
 MODELS = st.sampled_from(sorted(catalog.models()))
 DTYPES = st.sampled_from(sorted(KV_DTYPES))
@@ -21,7 +22,7 @@ def kept_in(spec, dtype: str) -> bool:
     return True
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(MODELS, DTYPES, LENGTHS, st.integers(min_value=0, max_value=5000))
 def test_monotonic_in_seq_len(model_id, dtype, n, extra):
     spec = catalog.model_spec(model_id)
@@ -29,7 +30,7 @@ def test_monotonic_in_seq_len(model_id, dtype, n, extra):
     assert kv_cache_bytes(spec, n, 1, dtype) <= kv_cache_bytes(spec, n + extra, 1, dtype)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(MODELS, DTYPES, LENGTHS, st.integers(min_value=0, max_value=512))
 def test_linear_in_batch(model_id, dtype, n, batch):
     spec = catalog.model_spec(model_id)
@@ -37,7 +38,7 @@ def test_linear_in_batch(model_id, dtype, n, batch):
     assert kv_cache_bytes(spec, n, batch, dtype) == batch * kv_cache_bytes(spec, n, 1, dtype)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     MODELS,
     DTYPES,
@@ -57,7 +58,7 @@ def test_paged_at_least_exact_and_less_than_one_block_more(model_id, dtype, n, b
     assert p.allocated - p.used <= slack
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     MODELS,
     st.integers(min_value=1, max_value=16),
@@ -73,7 +74,7 @@ def test_prefix_sharing_saves_memory_never_costs_it(model_id, n, prefix, suffix,
         assert r.saved == 0
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(MODELS, DTYPES, LENGTHS, st.sampled_from([1, 2, 4, 8]))
 def test_tp_never_increases_per_gpu_memory_beyond_replication(model_id, dtype, n, tp):
     spec = catalog.model_spec(model_id)
@@ -90,7 +91,7 @@ ATTENTION_ONLY = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     ATTENTION_ONLY,
     st.integers(min_value=1, max_value=300_000),
@@ -98,7 +99,7 @@ ATTENTION_ONLY = st.sampled_from(
     st.integers(min_value=1, max_value=65536),
 )
 def test_vllm_blocks_hold_every_token_and_the_log_never_budgets_less(model_id, n, block, batched):
-    from app.kvcache.vllm_alloc import layout
+    from kvcache.vllm_alloc import layout
 
     spec = catalog.model_spec(model_id)
     lay = layout(spec, "bf16", block_size=block)

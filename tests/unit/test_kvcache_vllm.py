@@ -16,8 +16,8 @@ from fractions import Fraction
 
 import pytest
 
-from app.kvcache import ModelSpec, catalog, plan
-from app.kvcache.vllm_alloc import capacity, layout, pp_stages
+from kvcache import ModelSpec, catalog, plan
+from kvcache.vllm_alloc import capacity, layout, pp_stages
 
 GIB = 1 << 30
 USABLE = 80 * GIB * 9 // 10
@@ -201,7 +201,7 @@ def test_state_hybrids_of_sliding_attention_are_not_forced_into_the_vllm_model()
 
 
 def test_draft_with_a_smaller_head_gets_its_own_group_with_a_bigger_block():
-    from app.kvcache.engines import with_draft
+    from kvcache.engines import with_draft
 
     spec = with_draft(catalog.model_spec("llama-3.1-70b"), catalog.model_spec("llama-3.2-1b"))
     lay = layout(spec, "bf16")
@@ -215,7 +215,7 @@ def test_draft_with_a_smaller_head_gets_its_own_group_with_a_bigger_block():
 
 
 def test_draft_with_the_same_head_shape_joins_the_target_group():
-    from app.kvcache.engines import with_draft
+    from kvcache.engines import with_draft
 
     spec = with_draft(catalog.model_spec("llama-3.1-70b"), catalog.model_spec("llama-3.1-8b"))
     lay = layout(spec, "bf16")
@@ -228,7 +228,7 @@ def test_draft_with_the_same_head_shape_joins_the_target_group():
 def test_chunk_touches_blocks_by_its_worst_offset(chunk, block, touched):
     # by hand: C=6, B=8: chunk [6, 11] spans blocks 0 and 1, two blocks for a 6-token chunk;
     # C=6, B=4: chunks [0,5], [6,11], [12,17], [18,23] span blocks 0-1, 1-2, 3-4, 4-5: two each
-    from app.kvcache.vllm_alloc import CacheGroup
+    from kvcache.vllm_alloc import CacheGroup
 
     g = CacheGroup("chunked", chunk, block, (0,), 0)
     brute = max((s + chunk - 1) // block - s // block + 1 for s in range(0, chunk * block * 4, chunk))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kvcache import ModelSpec, catalog, for_engine, kv_cache_bytes, plan, vllm_layout
+from kvcache import ModelSpec, catalog, for_engine, kv_cache_bytes, plan, vllm_layout
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "kvcache"
 CONFIGS = {m["id"]: m["config"] for m in json.loads((FIXTURES / "ground_truth_configs.json").read_text())["models"]}

@@ -27,12 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from app.kvcache import vllm_alloc
-from app.kvcache.catalog import Gpu
-from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, weight_dtype
-from app.kvcache.engines import DEFAULT_ENGINE, engine, for_engine
-from app.kvcache.formulas import SequenceCost, check_tp, sequence_cost
-from app.kvcache.spec import ModelSpec
+from kvcache import vllm_alloc
+from kvcache.catalog import Gpu
+from kvcache.dtypes import DEFAULT_STATE_DTYPE, weight_dtype
+from kvcache.engines import DEFAULT_ENGINE, engine, for_engine
+from kvcache.formulas import SequenceCost, check_tp, sequence_cost
+from kvcache.spec import ModelSpec
 
 GIB = 1 << 30
 DEFAULT_UTILIZATION = "0.9"

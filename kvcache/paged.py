@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.kvcache.dtypes import DEFAULT_STATE_DTYPE
-from app.kvcache.formulas import sequence_cost
-from app.kvcache.spec import ModelSpec
+from kvcache.dtypes import DEFAULT_STATE_DTYPE
+from kvcache.formulas import sequence_cost
+from kvcache.spec import ModelSpec
 
 DEFAULT_BLOCK_SIZE = 16
 

@@ -41,10 +41,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from app.kvcache import conventions
-from app.kvcache import params as _params
+from kvcache import conventions
+from kvcache import params as _params
 
-_ARCH_DEFAULTS_FILE = Path(__file__).resolve().parents[1] / "data" / "kvcache" / "arch_defaults.json"
+_ARCH_DEFAULTS_FILE = Path(__file__).resolve().parent / "data" / "arch_defaults.json"
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla", "mla_kv", "indexer")
 # kinds that store K and V per KV head (the others store one latent per token)

@@ -1,17 +1,18 @@
 """KV-cache engine: exact cache bytes for every attention type, paged allocation, prefix sharing,
 vLLM's v1 allocator (vllm_alloc), per-engine cache layouts (engines), capacity planning and the
-shipped model / GPU catalogs. Imports no streamlit.
+shipped model / GPU catalogs. A product of its own: it imports only the standard library (no part
+of the gateway, no third-party package), so any Python 3.11 can use it from a checkout.
 
-    from app.kvcache import ModelSpec, kv_cache_bytes
+    from kvcache import ModelSpec, kv_cache_bytes
     spec = ModelSpec.from_hf_config(json.load(open("config.json")))
     kv_cache_bytes(spec, seq_len=131072, batch=1, kv_dtype="bf16")  # -> int, exact bytes
 """
 
-from app.kvcache.capacity import CapacityPlan, parse_decimal, parse_utilization, plan
-from app.kvcache.catalog import Gpu, gpu, gpus, model_spec, models
-from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
-from app.kvcache.engines import ENGINES, Engine, for_engine, with_draft
-from app.kvcache.formulas import (
+from kvcache.capacity import CapacityPlan, parse_decimal, parse_utilization, plan
+from kvcache.catalog import Gpu, gpu, gpus, model_spec, models
+from kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype, weight_dtype
+from kvcache.engines import ENGINES, Engine, for_engine, with_draft
+from kvcache.formulas import (
     GroupBytes,
     KvBreakdown,
     SequenceCost,
@@ -22,12 +23,12 @@ from app.kvcache.formulas import (
     naive_bytes,
     sequence_cost,
 )
-from app.kvcache.paged import PagedAllocation, paged_allocation
-from app.kvcache.prefix import PrefixSharing, prefix_sharing
-from app.kvcache.spec import LayerGroup, ModelSpec, StateDims
-from app.kvcache.vllm_alloc import VllmCapacity, VllmLayout
-from app.kvcache.vllm_alloc import capacity as vllm_capacity
-from app.kvcache.vllm_alloc import layout as vllm_layout
+from kvcache.paged import PagedAllocation, paged_allocation
+from kvcache.prefix import PrefixSharing, prefix_sharing
+from kvcache.spec import LayerGroup, ModelSpec, StateDims
+from kvcache.vllm_alloc import VllmCapacity, VllmLayout
+from kvcache.vllm_alloc import capacity as vllm_capacity
+from kvcache.vllm_alloc import layout as vllm_layout
 
 __all__ = [
     "ENGINES",

@@ -48,9 +48,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import gcd
 
-from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, kv_dtype
-from app.kvcache.formulas import state_bytes, state_dtypes, token_bytes
-from app.kvcache.spec import ATTENTION_KINDS, STATE_KINDS, LayerGroup, ModelSpec
+from kvcache.dtypes import DEFAULT_STATE_DTYPE, kv_dtype
+from kvcache.formulas import state_bytes, state_dtypes, token_bytes
+from kvcache.spec import ATTENTION_KINDS, STATE_KINDS, LayerGroup, ModelSpec
 
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default for online serving on large GPUs
 

@@ -19,8 +19,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app.kvcache import catalog, charts
-from app.kvcache.capacity import (
+from app.dashboard import kv_charts as charts
+from kvcache import catalog
+from kvcache.capacity import (
     GIB,
     TP_CANDIDATES,
     CapacityPlan,
@@ -31,12 +32,12 @@ from app.kvcache.capacity import (
     plan,
     staged_cost,
 )
-from app.kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from app.kvcache.engines import ENGINES, for_engine, with_draft, with_ssm_dtype
-from app.kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
-from app.kvcache.paged import PagedAllocation, paged_allocation
-from app.kvcache.prefix import PrefixSharing, prefix_sharing
-from app.kvcache.spec import ModelSpec
+from kvcache.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from kvcache.engines import ENGINES, for_engine, with_draft, with_ssm_dtype
+from kvcache.formulas import STATE_DTYPES, KvBreakdown, breakdown, check_tp, naive_bytes, sequence_cost
+from kvcache.paged import PagedAllocation, paged_allocation
+from kvcache.prefix import PrefixSharing, prefix_sharing
+from kvcache.spec import ModelSpec
 
 CUSTOM = "custom"
 MAX_CONFIG_CHARS = 1_000_000

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.kvcache.dtypes import DEFAULT_STATE_DTYPE, KV_DTYPES, KvDtype, kv_dtype
-from app.kvcache.spec import KV_HEAD_KINDS, LayerGroup, ModelSpec
+from kvcache.dtypes import DEFAULT_STATE_DTYPE, KV_DTYPES, KvDtype, kv_dtype
+from kvcache.spec import KV_HEAD_KINDS, LayerGroup, ModelSpec
 
 STATE_DTYPES = ("bf16", "fp16", "fp32")
 FP8_NAMES = ("fp8", "fp8_e4m3", "fp8_e5m2")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.kvcache.capacity import CapacityPlan
+from kvcache.capacity import CapacityPlan
 
 GIB = float(1 << 30)
 

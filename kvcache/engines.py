@@ -38,8 +38,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from app.kvcache.conventions import MODELLED_ONLY, apply
-from app.kvcache.spec import LayerGroup, ModelSpec
+from kvcache.conventions import MODELLED_ONLY, apply
+from kvcache.spec import LayerGroup, ModelSpec
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sqlalchemy import event
 from app.refresh import Periodic, Refresher
 from app.routing.canary import assign_side, session_point
 from db.canary import set_ratio
+from tests.support.examples import examples
 
 REPO = Path(__file__).resolve().parents[2]
 SESSIONS = [f"session-{i}" for i in range(10_000)]
@@ -43,7 +44,7 @@ def test_sticky_session_keeps_its_side():
 
 
 @given(st.floats(0, 1), st.floats(0, 1))
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 def test_raising_the_ratio_only_moves_sessions_to_primary(a, b):
     lo, hi = sorted((a, b))
     for s in SESSIONS[:300]:

@@ -207,8 +207,8 @@ def _downgrade(engine, revision: str) -> None:
         command.downgrade(cfg, revision)
 
 
-def test_migration_0008_upgrades_old_rows_to_chat_and_downgrades_cleanly(db_url: str) -> None:
-    engine = create_db_engine(db_url)
+def test_migration_0008_upgrades_old_rows_to_chat_and_downgrades_cleanly(empty_db_url: str) -> None:
+    engine = create_db_engine(empty_db_url)
     try:
         upgrade(engine, "0007")
         assert not NEW_LOG_COLUMNS & _columns(engine, "request_log")

@@ -259,8 +259,8 @@ def _fields():
     return FIELD_NAMES
 
 
-def test_migration_0012_keeps_a_populated_log_and_its_ids(db_url: str) -> None:
-    engine = create_db_engine(db_url)
+def test_migration_0012_keeps_a_populated_log_and_its_ids(empty_db_url: str) -> None:
+    engine = create_db_engine(empty_db_url)
     upgrade(engine, "0011")
     old_ts = time.time() - 40 * DAY_S
     _populate_0011(engine, 50, old_ts)
@@ -293,8 +293,8 @@ def test_migration_0012_keeps_a_populated_log_and_its_ids(db_url: str) -> None:
 
 
 @pytest.mark.postgres
-def test_migration_0012_on_an_empty_log_replaces_it_and_downgrades(pg_url: str) -> None:
-    engine = create_db_engine(pg_url)
+def test_migration_0012_on_an_empty_log_replaces_it_and_downgrades(empty_pg_url: str) -> None:
+    engine = create_db_engine(empty_pg_url)
     upgrade(engine)
     with engine.connect() as conn:
         assert list_partitions(conn) == []  # no legacy partition for an empty table

@@ -21,6 +21,7 @@ from openai.types.chat import completion_create_params
 from app.routing.async_client import AsyncRoutingClient
 from app.routing.client import VALID_ROLES
 from db.canary import set_ratio
+from tests.support.examples import examples
 from tests.unit.test_fallback import chunk, completion, sse
 
 MODEL = "gemini-2.5-flash"
@@ -123,7 +124,7 @@ messages = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     msgs=messages,
     stream=st.booleans(),

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.simulator import SimulatedProvider, make_transport
+from tests.support.examples import examples
 
 SIM = SimulatedProvider("fuzz", ["gpt-4.1"], latency_scale=0, seed=1)
 HTTP = httpx2.Client(transport=make_transport(SIM))
@@ -125,7 +126,7 @@ def requests(draw: st.DrawFn) -> tuple[str, dict]:
     return path, body
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests())
 def test_any_body_gets_an_answer_or_an_openai_error(request: tuple[str, dict]) -> None:
     path, body = request

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from app.simulator.schema_values import NO_HINT, SchemaError, value_for_schema
 from app.simulator.tools import FunctionTool, arguments_for, choose_tools
+from tests.support.examples import examples
 
 VALIDATOR = jsonschema.Draft202012Validator
 
@@ -138,7 +139,7 @@ def rooted_schemas(draw: st.DrawFn) -> dict:
     return body
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rooted_schemas())
 def test_generated_values_validate_against_their_schema(schema: dict) -> None:
     value = value_for_schema(schema)
@@ -146,7 +147,7 @@ def test_generated_values_validate_against_their_schema(schema: dict) -> None:
     assert value_for_schema(schema) == value  # deterministic
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.dictionaries(NAMES, LEAVES, min_size=1, max_size=5), st.text(max_size=60))
 def test_hinted_values_still_validate(properties: dict, prompt: str) -> None:
     schema = {"type": "object", "properties": properties, "required": sorted(properties)}

@@ -25,6 +25,7 @@ from sqlalchemy import event, select
 from app.telemetry.writer import TelemetryWriter
 from core.histogram import EDGES, GROWTH, N_BUCKETS, bucket_bounds, bucket_of, percentile
 from core.records import AttemptRecord
+from tests.support.examples import examples
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # generous bound on waiting for a background thread; never a timing assertion
@@ -445,7 +446,7 @@ def _exact_percentile(values: list[float], q: float) -> float:
     return s[max(math.ceil(q * len(s)) - 1, 0)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     values=st.lists(st.floats(min_value=0.0, max_value=100_000.0, allow_nan=False), min_size=1, max_size=300),
     q=st.floats(min_value=0.0, max_value=1.0),
@@ -499,7 +500,7 @@ def test_bucket_of_edges() -> None:
     assert lo == EDGES[-1] and hi > lo
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.floats(min_value=0.0, max_value=EDGES[-1], allow_nan=False, exclude_max=True))
 def test_bucket_of_places_value_inside_its_bounds(v: float) -> None:
     lo, hi = bucket_bounds(bucket_of(v))

@@ -8,7 +8,7 @@ DASHBOARD_PORT ?= 8501
 GATEWAY_PORT ?= 8000
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint unit e2e bench lock clean
+.PHONY: run test test-unit test-integration test-e2e lint unit e2e bench lock clean
 
 $(VENV)/.runtime: requirements.txt
 	@echo "installing the runtime dependencies into $(VENV) (first run: about a minute; progress below)"
@@ -37,11 +37,23 @@ lock:
 run: $(VENV)/.runtime
 	$(PY) -m app.launch --dashboard-port $(DASHBOARD_PORT) --gateway-port $(GATEWAY_PORT)
 
+# The whole suite, all three tiers (what .ci/run runs): starts PostgreSQL, installs what is missing.
 test: $(VENV)/.dev
 	bash scripts/test.sh
 
-unit: $(VENV)/.dev
-	$(PY) -m pytest -m "not e2e" -n 2 --dist worksteal
+# The inner loop: no processes, no sockets, no PostgreSQL; about 2-3 minutes on 2 cores.
+test-unit: $(VENV)/.dev
+	$(PY) -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal
+
+# Real processes, loopback upstreams, PostgreSQL (TEST_POSTGRES_URL; scripts/test.sh starts one).
+test-integration: $(VENV)/.dev
+	bash scripts/test.sh integration
+
+# The browser tests (Debian's chromium driven by Playwright).
+test-e2e: $(VENV)/.dev
+	bash scripts/test.sh e2e
+
+unit: test-unit
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks

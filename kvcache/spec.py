@@ -740,7 +740,7 @@ def _parse(config: dict, name: str | None) -> ModelSpec:
     if any(k == "mamba" for k in kinds) and any(k in cfg for k in ("mamba_num_heads", "mamba_n_heads")):
         kinds = ["mamba2" if k == "mamba" else k for k in kinds]
     # per-layer entries of the layer list that cannot change the cache (the property test in
-    # tests/unit/test_kvcache_never_silent.py accepts an unchanged figure only for these)
+    # tests/unit/kvcache/test_spec.py accepts an unchanged figure only for these)
     listed = next((k for k in _SHAPING_NAMES[:4] if cfg.get(k) is not None), None)
     positions = {f"{listed}[{i}]": "an MLP / MoE-only layer keeps no cache" for i, k in enumerate(kinds) if k is None}
     kinds, shared = _kv_shared(cfg, kinds)

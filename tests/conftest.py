@@ -12,7 +12,6 @@ a skip.
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import uuid
 from collections.abc import Iterator

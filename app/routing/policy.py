@@ -4,7 +4,7 @@ or stop; which attempts count against a provider's breaker; deadline arithmetic.
 No I/O, no clock, no randomness here: the sync :class:`app.routing.client.RoutingClient` and its
 async driver (:class:`app.routing.async_client.AsyncRoutingClient`) read the clock, draw the backoff
 and perform the I/O, then ask these functions what to do next. Tested once, without a network
-(``tests/unit/test_routing_policy.py``).
+(``tests/unit/routing/test_policy.py``).
 """
 
 from __future__ import annotations

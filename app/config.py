@@ -43,6 +43,11 @@ INTENT_RULES_FILE = Path(__file__).parent / "data" / "intent_rules.toml"
 MAX_LATENCY_SCALE = 100.0
 # A provider's upstream connections per process: past max_in_flight's default, so by default the
 # process-wide admission bound answers first; the wait for a slot is bounded (then 503).
+# Fields of one connection (RFC 9110 7.6.1, 9112): the gateway's own connection to an upstream
+# owns them, so a caller's are never forwarded.
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "expect", "accept-encoding"}
+)
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_POOL_TIMEOUT_S = 5.0
 
@@ -102,6 +107,42 @@ class ProviderConfig(_Strict):
     rename_params: dict[str, Annotated[str, Field(min_length=1, max_length=64)]] = Field(default_factory=dict)
     # Caller headers forwarded to this provider (lower case), e.g. "openai-organization".
     forward_headers: list[Annotated[str, Field(pattern=r"^[a-z0-9-]{1,64}$")]] = Field(default_factory=list)
+    # How the upstream is reached: a proxy URL, or "none" for no proxy (unset: HTTPS_PROXY /
+    # HTTP_PROXY / ALL_PROXY with NO_PROXY, as curl reads them); a private CA's PEM bundle (added to
+    # the system's trust); a client certificate and its key for mutual TLS.
+    proxy: str | None = None
+    ca_bundle: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, v: str | None) -> str | None:
+        if v is None or v == "none":
+            return v
+        if not v.startswith(("http://", "https://")):
+            raise ValueError('must be "none" or an http:// or https:// proxy URL, e.g. http://proxy.internal:3128')
+        _http_url(v)
+        parts = urlsplit(v)
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("a proxy URL is scheme://[user:password@]host:port, with no path or query")
+        return v
+
+    @field_validator("ca_bundle", "client_cert", "client_key")
+    @classmethod
+    def _readable_file(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        path = Path(v).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{v!r} is not a file")
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{v!r} cannot be read: {exc.strerror}") from None
+        if b"-----BEGIN " not in text:
+            raise ValueError(f"{v!r} is not a PEM file (no -----BEGIN line)")
+        return str(path)
 
     @field_validator("forward_headers", mode="before")
     @classmethod
@@ -115,7 +156,25 @@ class ProviderConfig(_Strict):
         bad = sorted(set(v) & owned)
         if bad:
             raise ValueError(f"the gateway sets {', '.join(bad)} itself; it cannot be forwarded")
+        hop = sorted(h for h in set(v) if h in HOP_BY_HOP or h.startswith("proxy-"))
+        if hop:
+            raise ValueError(f"{', '.join(hop)} belong(s) to one connection (hop-by-hop), never forwarded")
+        twice = sorted({h for h in v if v.count(h) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once (names are case-insensitive)")
         return v
+
+    def net(self) -> Any:
+        """The proxy and TLS settings this provider is reached with (:class:`app.routing.netconf.NetConf`)."""
+        from app.routing import netconf
+
+        return netconf.resolve(
+            self.base_url,
+            proxy=self.proxy,
+            ca_bundle=self.ca_bundle,
+            client_cert=self.client_cert,
+            client_key=self.client_key,
+        )
 
     @field_validator("base_url")
     @classmethod
@@ -124,7 +183,13 @@ class ProviderConfig(_Strict):
             if not v[len(SIM_SCHEME) :].strip("/"):
                 raise ValueError("sim:// needs a name, e.g. sim://holysheep")
             return v
-        return _http_url(v).rstrip("/")
+        _http_url(v)
+        parts = urlsplit(v)
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not carry a user name or password (the key comes from api_key_env)")
+        if parts.query or parts.fragment or v.endswith(("?", "#")):
+            raise ValueError("must not have a query or fragment (e.g. https://api.example.com/v1)")
+        return v.rstrip("/")
 
     @field_validator("models")
     @classmethod
@@ -141,6 +206,8 @@ class ProviderConfig(_Strict):
             raise ValueError(f"default_model {self.default_model!r} must be one of models {self.models}")
         if not self.is_simulated and not self.api_key_env:
             raise ValueError("api_key_env is required for a non-simulated provider")
+        if self.client_key and not self.client_cert:
+            raise ValueError("client_key needs client_cert (the certificate it belongs to)")
         return self
 
     @property

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from app import catalog
 from app.config import Settings
 from app.dashboard.fmt import usd, when
 from db import keys as db_keys
@@ -107,12 +108,60 @@ def rows(engine: Engine, *, now: float | None = None) -> list[KeyRow]:
 
 
 @dataclass(frozen=True)
+class WorstCase:
+    """The most one request can reserve of a budget: a request to ``model`` that sets no
+    ``max_tokens`` reserves the model's whole output limit (``db.limits``; its prompt comes on top)."""
+
+    model: str
+    output_tokens: int
+    cost_usd: float
+
+    def tokens_within(self, budget_usd: float) -> int:
+        """The largest ``max_tokens`` whose output alone fits in ``budget_usd`` on this model."""
+        price = float(catalog.get(self.model).output)  # USD per million output tokens
+        return int(budget_usd * 1_000_000 / price) if price > 0 else self.output_tokens
+
+
+def worst_case(models: list[str]) -> WorstCase | None:
+    """The costliest worst-case request among ``models`` (those the catalog prices; chat models only)."""
+    cases = []
+    for m in models:
+        info = catalog.models().get(m)
+        if info is None or info.kind != "chat":
+            continue
+        limit = catalog.output_limit(m)
+        cases.append(WorstCase(m, limit, catalog.cost_usd(m, 0, 0, limit)))
+    return max(cases, key=lambda c: c.cost_usd, default=None)
+
+
+def _dollars(value: float) -> str:
+    return f"${value:,.2f}" if value == round(value, 2) else usd(value)
+
+
+def budget_warning(budget_usd: float | None, period: str | None, models: list[str]) -> str | None:
+    """A warning when a budget is smaller than one worst-case request on the key's models: each
+    request that sets no ``max_tokens`` is then refused, at $0 spent. None when it is not."""
+    case = worst_case(models)
+    if not budget_usd or case is None or case.cost_usd <= budget_usd:
+        return None
+    return (
+        f"This budget ({_dollars(budget_usd)} per {period or 'month'}) is smaller than one request's worst case: a "
+        f"request to {case.model} that sets no max_tokens reserves its output limit of {case.output_tokens:,} "
+        f"tokens, {usd(case.cost_usd)}, so it is refused however little is spent. Clients of this key must set "
+        f"max_tokens (at most {case.tokens_within(budget_usd):,} on {case.model}, less for a long prompt), or "
+        f"the budget must be at least {usd(case.cost_usd)}."
+    )
+
+
+@dataclass(frozen=True)
 class CreateOutcome:
-    """What the Keys page shows after Create: the key (once) or why nothing was created."""
+    """What the Keys page shows after Create: the key (once) or why nothing was created, and a
+    warning about a budget too small for one worst-case request."""
 
     ok: bool
     message: str
     key: str | None = None
+    warning: str | None = None
 
 
 def create_from_form(
@@ -125,8 +174,10 @@ def create_from_form(
     budget_usd: float,
     period: str,
     actor: str,
+    servable: list[str] | None = None,
 ) -> CreateOutcome:
-    """The Keys page's Create: 0 means "no limit" for rpm, tpm and budget; an empty model list, every model."""
+    """The Keys page's Create: 0 means "no limit" for rpm, tpm and budget; an empty model list,
+    every model (``servable``, for the budget's worst-case warning)."""
     try:
         record, key = create(
             engine,
@@ -144,6 +195,7 @@ def create_from_form(
         True,
         f"Created key '{record.name}'. Copy it now: it is shown only this once and cannot be retrieved.",
         key,
+        budget_warning(record.budget_usd, record.period, list(record.models) or list(servable or [])),
     )
 
 

@@ -37,6 +37,7 @@ SUITES = {
     "scale": "benchmarks.scale_bench",
     "prune-sqlite": "benchmarks.prune_sqlite_bench",
     "upstream-clients": "benchmarks.upstream_clients_bench",
+    "streams": "benchmarks.streams_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"
@@ -45,7 +46,7 @@ RESULTS = Path(__file__).parent / "results.json"
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
     chosen = [ALIASES.get(n, n) for n in argv] or [
-        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients")
+        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams")
     ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:

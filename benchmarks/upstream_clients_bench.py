@@ -7,11 +7,11 @@ One process per candidate and concurrency (uvloop, as the server runs), ``BENCH_
 process (every thread: pyreqwest runs its own) per call. ``BENCH_CLIENT_ROUNDS`` (default 3)
 interleaved rounds, the order rotating; medians with their spread.
 
-Candidates: ``http1`` (:mod:`app.routing.http1`, what the server uses), ``httpx2`` (an
-``AsyncClient``, pool raised to the concurrency), ``aiohttp`` (3.14.5, the client before) and
-``pyreqwest`` (0.15.1, Rust's reqwest). The last two are not dependencies of the product: they are
-installed on the first run into ``benchmarks/_work/clients-venv`` (with this checkout's httpx2,
-httptools and uvloop pins), where every candidate runs, so all share one interpreter.
+Candidates: ``pyqwest`` (0.12.0, Rust's reqwest on hyper: what the server uses, driven as
+:mod:`app.routing.upstream_http` drives it), ``pyreqwest`` (0.15.1, also reqwest), ``aiohttp``
+(3.14.5) and ``httpx2`` (an ``AsyncClient``, pool raised to the concurrency). They are installed on
+the first run into ``benchmarks/_work/clients-venv`` (with this checkout's httpx2, httptools and
+uvloop pins), where every candidate runs, so all share one interpreter.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from benchmarks.harness import row, say
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / "benchmarks" / "_work" / "clients-venv"
 PYTHON = VENV / "bin" / "python"
-PEERS = ["aiohttp==3.14.5", "pyreqwest==0.15.1"]
-CANDIDATES = ("http1", "httpx2", "aiohttp", "pyreqwest")
+PEERS = ["aiohttp==3.14.5", "pyreqwest==0.15.1", "pyqwest==0.12.0"]
+CANDIDATES = ("pyqwest", "pyreqwest", "aiohttp", "httpx2")
 LEVELS = (16, 64, 256)
 CALLS = int(os.environ.get("BENCH_CLIENT_CALLS", "6000"))
 ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))
@@ -52,16 +52,16 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 async def make():
-    if name == "http1":
-        # The module alone (it needs only httptools and httpx2), not the app package around it.
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("http1", "app/routing/http1.py")
-        http1 = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(http1)
-        pool = http1.Http1Pool(base + "/v1", HEADERS)
+    if name == "pyqwest":
+        import pyqwest
+        t = pyqwest.HTTPTransport(http_version=pyqwest.HTTPVersion.HTTP1, follow_redirects=False,
+                                  enable_gzip=False, enable_brotli=False, enable_zstd=False, enable_otel=False,
+                                  pool_max_idle_per_host=1024, read_timeout=None)
+        h = pyqwest.Headers(HEADERS)
         async def call():
-            r = await pool.post(path, BODY, None, 30)
-            assert r.status_code == 200 and await r.read(1 << 20)
+            r = await t.execute(pyqwest.Request("POST", url, h, BODY))
+            body = b"".join([bytes(c) async for c in r.content])
+            assert r.status == 200 and body
         return call
     if name == "httpx2":
         import httpx2

@@ -158,11 +158,13 @@ def admit(
     est_tokens: int = 0,
     est_cost_usd: float = 0.0,
     ceiling_cost_usd: float | None = None,
+    worst_case: str = "",
     now: float | None = None,
 ) -> Decision:
     """Count one request against ``key``'s rate limits and reserve its cost, atomically.
 
-    ``est_cost_usd`` is the request's worst case and must fit in the budget; ``ceiling_cost_usd``
+    ``est_cost_usd`` is the request's worst case and must fit in the budget (``worst_case`` says
+    what it counts, for the refusal: "its prompt plus 32,768 output tokens ..."); ``ceiling_cost_usd``
     (at least that) is what it may really cost when the upstream does not honour the request's
     output limit, held as far as the budget has room. Allowed decisions carry a
     ``reservation_id`` to pass to :func:`settle` when the request ends (whether it succeeded,
@@ -223,7 +225,7 @@ def admit(
             assert key.budget_micro_usd is not None
             budget = key.budget_micro_usd
             if est_micro > budget:
-                raise _Refused(_budget_refusal(key, bucket))
+                raise _Refused(_budget_refusal(key, bucket, est_micro=est_micro, worst_case=worst_case))
             s = _S
             sins = _upsert(conn)(s).values(
                 key_id=key.id, period_start=pstart, spent_micro_usd=0, reserved_micro_usd=est_micro
@@ -238,8 +240,11 @@ def admit(
                 row = conn.execute(
                     select(s.c.spent_micro_usd).where(s.c.key_id == key.id, s.c.period_start == pstart)
                 ).one()
-                held = row.spent_micro_usd + est_micro <= budget  # fits once requests in flight settle
-                raise _Refused(_budget_refusal(key, bucket, held=held))
+                raise _Refused(
+                    _budget_refusal(
+                        key, bucket, est_micro=est_micro, spent_micro=row.spent_micro_usd, worst_case=worst_case
+                    )
+                )
             reserved = est_micro
             # The row is now locked by this transaction (PostgreSQL row lock, SQLite write lock), so
             # the room read here is the room there is: hold up to the ceiling within it.
@@ -284,24 +289,48 @@ def _retry_after(rows: Sequence[Any], now: float, amount: Callable[[Any], int], 
     return WINDOW_S + BUCKET_S
 
 
-def _budget_refusal(key: KeyRecord, bucket: int, *, held: bool = False) -> Decision:
+def _usd(micro: int) -> str:
+    dollars = micro / 1_000_000
+    return f"${dollars:,.2f}" if dollars >= 1 else f"${dollars:.6f}".rstrip("0").rstrip(".") if micro else "$0"
+
+
+def _budget_refusal(
+    key: KeyRecord, bucket: int, *, est_micro: int, spent_micro: int | None = None, worst_case: str = ""
+) -> Decision:
+    """Why the budget refuses a request, one of three: the request's worst case alone is more than
+    the whole budget (nothing else would ever fit it: set max_tokens), the budget is used up, or
+    what is left is less than the worst case (reserved by requests in flight: retry soon; else
+    spent: a smaller max_tokens or the next period)."""
     which = "daily" if key.period == "day" else "monthly"
-    if held:
+    assert key.budget_micro_usd is not None
+    budget = key.budget_micro_usd
+    whole = f"this key's {which} budget of {_usd(budget)}"
+    case = f"this request's worst case, {_usd(est_micro)}{f' ({worst_case})' if worst_case else ''},"
+    if spent_micro is None:
+        message = (
+            f"{case} is more than {whole}: it is refused however little is spent (the budget is not used up). "
+            "Fix: set max_tokens (max_output_tokens on the Responses API) low enough for the worst case to fit, "
+            "or use a key with a larger budget"
+        )
+        return Decision(False, BUDGET_EXCEEDED, message, retry_after_s=None, window_start=bucket)
+    if spent_micro + est_micro <= budget:  # fits once the requests in flight settle
         return Decision(
             False,
             BUDGET_RESERVED,
-            f"the rest of this key's {which} budget of {key.budget_usd:g} USD is reserved by its requests in "
-            "flight; retry when they finish",
+            f"the rest of {whole} is reserved by its requests in flight; retry when they finish",
             retry_after_s=1,
             window_start=bucket,
         )
-    return Decision(
-        False,
-        BUDGET_EXCEEDED,
-        f"this key's {which} budget of {key.budget_usd:g} USD is used up",
-        retry_after_s=None,
-        window_start=bucket,
-    )
+    if spent_micro >= budget:
+        message = (
+            f"{whole} is used up ({_usd(spent_micro)} spent). Fix: raise it with a new key or wait for the next period"
+        )
+    else:
+        message = (
+            f"{case} is more than the {_usd(budget - spent_micro)} left of {whole} ({_usd(spent_micro)} spent). "
+            "Fix: a lower max_tokens (max_output_tokens on the Responses API), or wait for the next period"
+        )
+    return Decision(False, BUDGET_EXCEEDED, message, retry_after_s=None, window_start=bucket)
 
 
 def settle(engine: Engine, reservation_id: str, *, tokens: int, cost_usd: float, now: float | None = None) -> bool:

@@ -118,3 +118,19 @@ class MonitorTableState(_PageState):
 
     def go_refresh(self) -> None:
         self.cursor = self.cursor.refresh(time.time())
+
+
+@dataclass
+class KeysPageState(_PageState):
+    KEY: ClassVar[str] = "_keys_state"
+    # The key just created (its secret, shown once), on screen until the operator dismisses it:
+    # any other rerun (a click elsewhere, another Create) must not wipe it.
+    created: Any = None  # app.keys.CreateOutcome
+    # Bumped when the shown key is dismissed: the Create form's widgets get new keys, so it is empty.
+    form_generation: int = 0
+    pending_revoke: str | None = None  # the key whose revocation awaits confirmation
+    flash: tuple[bool, str] | None = None  # the outcome of a revoke, shown once after its rerun
+
+    def dismiss_created(self) -> None:
+        self.created = None
+        self.form_generation += 1

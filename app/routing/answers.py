@@ -146,12 +146,32 @@ def response_output(response: Mapping) -> tuple[str, int]:
     return "".join(texts), calls
 
 
+def refused(response: Mapping) -> bool:
+    """Whether a Responses API ``response`` holds a refusal (a message's ``refusal`` content part)."""
+    output = response.get("output")
+    return isinstance(output, list) and any(
+        isinstance(item, Mapping)
+        and item.get("type") == "message"
+        and isinstance(item.get("content"), list)
+        and any(isinstance(p, Mapping) and p.get("type") == "refusal" for p in item["content"])
+        for item in output
+    )
+
+
+def responses_finish(response: Mapping) -> str | None:
+    """The finish the log keeps for a Responses API answer: ``refusal`` when the model refused
+    (the status then still says ``completed``), else its status."""
+    if refused(response):
+        return "refusal"
+    status = response.get("status")
+    return status if isinstance(status, str) else None
+
+
 def _responses_answer(body: dict) -> tuple[str, str | None, int]:
     if body.get("object") not in (None, "response"):
         raise BadResponse(f"malformed response from upstream: object is {body.get('object')!r:.40}")
     text, calls = response_output(body)
-    status = body.get("status")
-    return text, status if isinstance(status, str) else None, calls
+    return text, responses_finish(body), calls
 
 
 _READERS: dict[str, Callable[[dict], tuple[str, str | None, int]]] = {
@@ -311,8 +331,7 @@ class StreamAccount:
             assert isinstance(response, dict) or response is None
             if isinstance(response, dict):
                 self.usage = usage_of(response.get("usage"))
-                status = response.get("status")
-                self.finish = status if isinstance(status, str) else kind.rsplit(".", 1)[1]
+                self.finish = responses_finish(response) or kind.rsplit(".", 1)[1]
                 try:
                     _, calls = response_output(response)
                 except BadResponse:

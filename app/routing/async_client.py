@@ -40,7 +40,7 @@ from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
 from app.routing.client import RoutingClient, sdk_chunk
 from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import ClientClosedError, Failure
+from app.routing.errors import ClientClosedError, Failure, ProviderNotConfigured
 from app.routing.pool import ProviderPool
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.routing.upstream_http import HttpUpstream
@@ -154,6 +154,11 @@ class AsyncRoutingClient:
             name: ProviderPool(name, p.max_connections, p.pool_timeout_s) for name, p in self.settings.providers.items()
         }
         self._closed = False
+        for name, p in self.settings.providers.items():
+            if not p.is_simulated and name not in self._transports and name not in client.transports:
+                # Built now, not by a request's attempt: loading a trust store must not spend its budget.
+                with contextlib.suppress(ProviderNotConfigured):
+                    self._client(name)
 
     async def __aenter__(self) -> AsyncRoutingClient:
         return self
@@ -272,10 +277,14 @@ class AsyncRoutingClient:
         self._http_clients.append(http_client)
         self._clients[name] = client
         if name not in self._transports and name not in self.sync.transports:
+            p = self.settings.providers[name]
             self._upstreams[name] = HttpUpstream(
                 sdk["base_url"],
                 sdk=client,
                 max_response_bytes=self.settings.retry.max_response_bytes,
+                net=p.net(),
+                connect_timeout_s=p.timeout_s,
+                max_idle=p.max_connections,
             )
         return client
 

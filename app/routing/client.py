@@ -388,7 +388,8 @@ class RoutingClient:
             # Deadlines and the response size limit are enforced at the transport (see
             # app.routing.deadline and app.routing.body_limit).
             inner = BodyLimitTransport(
-                self.transports.get(name) or httpx2.HTTPTransport(), self.settings.retry.max_response_bytes
+                self.transports.get(name) or self.settings.providers[name].net().httpx_transport(),
+                self.settings.retry.max_response_bytes,
             )
             transport = deadlines.DeadlineTransport(inner)
             http_client = httpx2.Client(transport=transport, follow_redirects=False)

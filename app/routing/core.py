@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -40,7 +41,7 @@ from openai import RequestOptions
 from app import catalog
 from app.config import ProviderConfig, Settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
-from app.routing.answers import Answer, StreamAccount, Truncated, read_answer
+from app.routing.answers import Answer, StreamAccount, Truncated, read_answer, responses_finish
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
 from app.routing.canary import Side, assign_side
@@ -57,6 +58,8 @@ from core.ids import IdSource
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # what no header value may carry (a tab may)
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +182,11 @@ class NoRoute(Exception):
 
 class NoProvider(InvalidRequest):
     """No provider on the request's route serves its API (or embedding model); raised while
-    planning, before any network call."""
+    planning, before any network call. ``param``: the request field that needs such a provider."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
 
 
 class StreamState:
@@ -382,7 +389,15 @@ class RoutingCore:
         except (NoProvider, SubstitutionRefused) as exc:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
-        forwarded = {k.lower(): v for k, v in (headers or {}).items() if k.lower() in self.forwardable}
+        forwarded: dict[str, str] = {}
+        for k, v in (headers or {}).items():
+            name = k.lower()
+            if name in self.forwardable:
+                if name in forwarded:
+                    raise InvalidRequest(f"header {name} was sent more than once; send it once")
+                if _CONTROL.search(v):
+                    raise InvalidRequest(f"header {name}: its value has a control character (NUL, DEL, CR, LF, ...)")
+                forwarded[name] = v
         return Plan(
             request_id=self._new_id(),
             api=api,
@@ -486,7 +501,7 @@ class RoutingCore:
         except NotBridgeable as exc:
             if native:
                 return native
-            raise NoProvider(str(exc)) from None
+            raise NoProvider(str(exc), param=exc.param) from None
         return routes
 
     def _home_of(self, response_id: object) -> str | None:
@@ -594,7 +609,7 @@ class RoutingCore:
             return read_answer(plan.api, response.content, response.headers, attempt.model)
         chat = read_answer("chat", response.content, response.headers, attempt.model)
         body = response_body(chat.body, plan.body, attempt.model)
-        return Answer(body, chat.text, body["status"], chat.usage, chat.tool_calls, chat.headers)
+        return Answer(body, chat.text, responses_finish(body), chat.usage, chat.tool_calls, chat.headers)
 
     def feed(self, plan: Plan, attempt: Attempt) -> EventBridge | PassThrough:
         """What turns an attempt's upstream chunks into the caller's: a chat stream into the

@@ -1,54 +1,61 @@
-"""The async driver's HTTP client for real (``http(s)://``) upstreams, without the SDK:
-:class:`~app.routing.http1.Http1Pool` (keep-alive HTTP/1.1 on httptools).
+"""The async driver's HTTP client for real (``http(s)://``) upstreams, without the SDK: pyqwest
+(Rust's reqwest on hyper), one transport per provider.
 
-Measured side by side in one process against nginx returning a fixed completion (2 cores shared;
-``python -m benchmarks upstream-clients``), CPU per request of the client alone, 64 at once:
+hyper owns the wire: message framing, ``1xx`` interim answers read past, bytes after a response's
+end closing the connection instead of reaching the next caller, head-size limits, keep-alive. What
+is ours stays small and strict:
 
-| client                                    | CPU per request |
-|-------------------------------------------|-----------------|
-| openai SDK ``AsyncOpenAI.post`` on httpx2 | 1.93 ms         |
-| httpx2 ``AsyncClient`` directly           | 1.73 ms         |
-| aiohttp ``ClientSession`` (C parser)      | 0.25 ms         |
-| pyreqwest (Rust reqwest, its own thread)  | 0.10 ms         |
-| :mod:`app.routing.http1` (httptools)      | 0.058 ms        |
+- redirects are never followed, cookies never kept, and the proxy and TLS trust are the ones
+  :mod:`app.routing.netconf` resolved for the provider (no hidden reading of the environment);
+- bodies are decoded here (``gzip`` with every member, ``deflate`` zlib-wrapped or raw, stacked
+  codings), piece by piece, and the response-size limit counts decoded bytes at every step, so a
+  compressed bomb never grows past the limit in memory; a coding the gateway did not ask for is
+  refused by name;
+- failures are the httpx2 exceptions the router classifies (``ConnectError``/``ConnectTimeout``
+  before an answer, ``ReadTimeout``, ``RemoteProtocolError`` for a malformed or cut answer,
+  ``ReadError``), and one through a proxy names the proxy;
+- a status >= 300 raises the SDK's own ``APIStatusError`` subclass built from the same response;
+- a stream is split into SSE events here and read as the SDK reads it: ``[DONE]`` ends it, an
+  event whose data has an ``error`` raises ``openai.APIError``; after ``[DONE]`` the rest of the
+  body is read in the background so the connection goes back to the pool.
 
-httpcore2's pool checks every idle connection's socket on each request
-(``_assign_requests_to_connections``) and the SDK adds request construction on top; aiohttp builds
-a URL object, a header multidict and a request object per call. The simulator and tests' injected
-transports keep the SDK on httpx2 (:mod:`app.routing.async_client`).
-
-It is a drop-in for what the driver asked of the SDK, failure for failure, so classification,
-deadlines and limits are exactly as before:
-
-- a status >= 300 (redirects are never followed) raises the SDK's own ``APIStatusError`` subclass,
-  built by the SDK from the same response (status, headers, body);
-- a connection failure raises ``httpx2.ConnectError`` / ``ReadError`` / ``RemoteProtocolError``,
-  a socket timeout ``httpx2.ConnectTimeout`` / ``ReadTimeout`` (the classifier's ``connection``
-  and ``timeout``; never a bare ``TimeoutError``, which the driver reads as its own deadline);
-- a body over the response-size limit raises :class:`~app.routing.body_limit.ResponseTooLarge`
-  (declared too large: before reading a byte of it; undeclared: as soon as it passes);
-- a stream is decoded by the SDK's own SSE decoder and read as the SDK reads it: ``[DONE]`` ends
-  it, an event whose data has an ``error`` raises ``openai.APIError``.
-
-Cancelling a request (the caller went away, a deadline) closes its connection.
+Cancelling a request (the caller went away, a deadline) drops its connection.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import asyncio
+import atexit
+import gc
+import logging
+import weakref
+import zlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import httpx2
 import openai
-from openai._streaming import SSEDecoder
+import pyqwest
 
 from app.routing.body_limit import ResponseTooLarge
-from app.routing.http1 import Http1Pool, Http1Response
+from app.routing.errors import BadResponse
+from app.routing.netconf import NetConf
+from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
 
-__all__ = ["HttpUpstream", "UpstreamAnswer", "UpstreamStream"]
+__all__ = ["KEEPALIVE_S", "HttpUpstream", "UpstreamAnswer", "UpstreamStream"]
 
-READ_CHUNK = 64 * 1024
+# Idle pooled connections are dropped after this: below the 5 s idle limit of uvicorn, vLLM and
+# Node's http server, so a request never races the server's close of an idle connection.
+KEEPALIVE_S = 4.0
+DRAIN_S = 1.0  # after [DONE], how long the end of the body may take for the connection to be reused
+DRAIN_BYTES = 64 * 1024
+PIECE = 64 * 1024  # the largest piece a decoder hands on at once
+ACCEPT_ENCODING = "gzip, deflate"
+_NOWHERE = "http://127.0.0.1:9"  # the proxy of a direct provider, never used (its host is exempt)
+
+log = logging.getLogger(__name__)
+_live: weakref.WeakSet[HttpUpstream] = weakref.WeakSet()
 
 
 def _too_large(limit: int, declared: int | None = None) -> ResponseTooLarge:
@@ -67,16 +74,97 @@ class UpstreamAnswer:
         self.content = content
 
 
+# -- bodies ------------------------------------------------------------------------------------
+class _Inflater:
+    """One content coding undone, piece by piece (each at most :data:`PIECE` bytes)."""
+
+    def __init__(self, coding: str):
+        self.coding = coding
+        self._d: Any = zlib.decompressobj(31) if coding == "gzip" else None
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if self._d is None:  # deflate: zlib-wrapped as the RFC says, or raw as some servers send it
+            if not data:
+                return
+            zlib_header = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+            self._d = zlib.decompressobj(15 if zlib_header else -15)
+        while data:
+            try:
+                out = self._d.decompress(data, PIECE)
+            except zlib.error as exc:
+                raise BadResponse(f"upstream body is not valid {self.coding}: {exc}") from None
+            data = self._d.unconsumed_tail
+            if out:
+                yield out
+            if self._d.eof:
+                rest = self._d.unused_data
+                if self.coding == "gzip" and rest.strip(b"\0"):
+                    self._d = zlib.decompressobj(31)  # another gzip member (RFC 1952 allows many)
+                    data = rest
+                elif rest.strip(b"\0"):
+                    raise BadResponse(f"upstream body has {len(rest)} bytes after its {self.coding} data")
+
+    def end(self) -> None:
+        if self._d is not None and not self._d.eof:
+            raise BadResponse(f"upstream {self.coding} body ended before its end marker")
+
+
+class _Body:
+    """A response body, decoded, counted against the limit on decoded bytes."""
+
+    def __init__(self, response: pyqwest.Response, limit: int):
+        self.response = response
+        self.limit = limit
+        self.total = 0
+        codings = [c.strip().lower() for c in ",".join(response.headers.getall("content-encoding")).split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        unknown = [c for c in codings if c not in ("gzip", "x-gzip", "deflate")]
+        if unknown:
+            raise BadResponse(
+                f"upstream answered with Content-Encoding {', '.join(unknown)}, which the gateway did not ask for "
+                f"(it sends Accept-Encoding: {ACCEPT_ENCODING})"
+            )
+        # Applied in the order listed, so undone from the last.
+        self.stages = [_Inflater("gzip" if c == "x-gzip" else c) for c in reversed(codings)]
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        async for chunk in self.response.content:
+            for piece in self._decode(bytes(chunk), 0):
+                yield self._counted(piece)
+        for stage in self.stages:
+            stage.end()
+
+    def _decode(self, data: bytes, i: int) -> Iterator[bytes]:
+        if i == len(self.stages):
+            if data:
+                yield data
+            return
+        for piece in self.stages[i].feed(data):
+            yield from self._decode(piece, i + 1)
+
+    def _counted(self, piece: bytes) -> bytes:
+        self.total += len(piece)
+        if self.total > self.limit:
+            raise _too_large(self.limit)
+        return piece
+
+    async def read(self) -> bytes:
+        parts = [piece async for piece in self.pieces()]
+        return b"".join(parts)
+
+
+# -- streams -----------------------------------------------------------------------------------
 class UpstreamStream:
     """A streamed 2xx answer: ``async with``, then ``async for`` the events' JSON objects, as the
     SDK's ``AsyncStream[object]``; ``.response.headers`` for the upstream's headers."""
 
-    def __init__(self, upstream: HttpUpstream, response: Http1Response, url: str):
+    def __init__(self, upstream: HttpUpstream, call: _Call, url: str):
         self._upstream = upstream
-        self._response = response
+        self._call = call
         self._url = url
         self.response = self  # the SDK stream's ``.response.headers``
-        self.headers: Mapping[str, str] = response.headers
+        self.headers: Mapping[str, str] = call.headers
+        self.done = False
 
     async def __aenter__(self) -> UpstreamStream:
         return self
@@ -85,31 +173,34 @@ class UpstreamStream:
         await self.aclose()
 
     async def aclose(self) -> None:
-        # Not read to its end (the caller left, a failure): the connection is closed, never reused.
-        self._response.close()
+        if self.done:
+            self._upstream._drain(self._call)  # the end of the body read in the background
+        else:
+            await self._call.close()  # not read to its end: the connection is dropped
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
 
-    async def _bytes(self) -> AsyncIterator[bytes]:
-        limit = self._upstream.max_response_bytes
-        total = 0
-        async for chunk in self._response.iter_bytes():
-            total += len(chunk)
-            if total > limit:
-                # The part within the limit goes on (whatever size the socket reads came in,
-                # exactly ``limit`` bytes are delivered), then the stream fails.
-                fits = chunk[: len(chunk) - (total - limit)]
-                if fits:
-                    yield fits
-                self._response.close()
-                raise _too_large(limit)
-            yield chunk
+    async def raw_events(self) -> AsyncIterator[SSEEvent]:
+        """The stream's SSE events, undecoded, up to ``[DONE]``."""
+        splitter = SSESplitter()
+        try:
+            async for piece in self._call.body.pieces():
+                for sse in splitter.feed(piece):
+                    if sse.data.startswith(b"[DONE]"):
+                        self.done = True
+                        return
+                    yield sse
+            for sse in splitter.end():
+                if sse.data.startswith(b"[DONE]"):
+                    self.done = True
+                    return
+                yield sse
+        except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
+            raise _mapped(exc, self._upstream.net) from None
 
     async def _events(self) -> AsyncIterator[Any]:
-        async for sse in SSEDecoder().aiter_bytes(self._bytes()):
-            if sse.data.startswith("[DONE]"):
-                break
+        async for sse in self.raw_events():
             data = fastjson.loads(sse.data)
             if sse.event and sse.event.startswith("thread."):
                 if sse.event == "error" and isinstance(data, Mapping) and data.get("error"):
@@ -119,7 +210,6 @@ class UpstreamStream:
             if isinstance(data, Mapping) and data.get("error"):
                 raise _stream_error(data, self._url)
             yield data
-        self._response.release()  # after [DONE]: reused if the body ended there, else closed
 
 
 def _stream_error(data: Mapping[str, Any], url: str) -> openai.APIError:
@@ -130,12 +220,53 @@ def _stream_error(data: Mapping[str, Any], url: str) -> openai.APIError:
     return openai.APIError(message=message, request=httpx2.Request("POST", url), body=data["error"])
 
 
+# -- errors ------------------------------------------------------------------------------------
+def _mapped(exc: BaseException, net: NetConf) -> BaseException:
+    """A pyqwest failure as the httpx2 exception the router classifies; anything else as is."""
+    detail = str(exc) or type(exc).__name__
+    via = f" via {net.describe_proxy()}" if net.proxy else ""
+    if isinstance(exc, pyqwest.ConnectTimeout):
+        return httpx2.ConnectTimeout(f"no connection in time{via}: {detail}")
+    if isinstance(exc, ConnectionError):
+        if net.proxy:
+            return httpx2.ConnectError(f"could not reach the upstream through {net.describe_proxy()}: {detail}")
+        return httpx2.ConnectError(f"could not connect: {detail}")
+    if isinstance(exc, TimeoutError):
+        return httpx2.ReadTimeout(f"no answer in time: {detail}")
+    if isinstance(exc, pyqwest.WriteError):
+        return httpx2.WriteError(detail)
+    if isinstance(exc, pyqwest.ReadError):
+        return httpx2.ReadError(detail)
+    if isinstance(exc, pyqwest.RemoteProtocolError):
+        return httpx2.RemoteProtocolError(f"malformed answer from upstream: {detail}")
+    return exc
+
+
+# -- calls -------------------------------------------------------------------------------------
+class _Call:
+    """One request in flight: the streamed request's context, its response and decoded body."""
+
+    __slots__ = ("body", "headers", "open", "raw_headers", "response")
+
+    def __init__(self, response: pyqwest.Response, limit: int):
+        self.response = response
+        self.open = True
+        self.raw_headers = [(k.lower(), v) for k, v in response.headers.items()]
+        self.headers = httpx2.Headers(self.raw_headers)
+        self.body = _Body(response, limit)
+
+    async def close(self) -> None:
+        if self.open:
+            self.open = False
+            await self.response.aclose()
+
+
 class HttpUpstream:
     """One provider's upstream: ``await post(path, body, headers, timeout_s, stream)``.
 
     ``default_headers`` are the SDK client's own (key, user agent, platform), so the upstream sees
-    the same request; ``sdk`` builds the status errors. The number of connections is bounded by
-    the server's :class:`~app.routing.pool.ProviderPool` slots, taken before each call."""
+    the same request; ``sdk`` builds the status errors. The number of requests at once is bounded
+    by the server's :class:`~app.routing.pool.ProviderPool` slots, taken before each call."""
 
     def __init__(
         self,
@@ -143,58 +274,144 @@ class HttpUpstream:
         *,
         sdk: openai.AsyncOpenAI,
         max_response_bytes: int,
+        net: NetConf | None = None,
+        connect_timeout_s: float = 30.0,
+        max_idle: int = 1024,
     ):
         self.base_url = base_url.rstrip("/")
         self.max_response_bytes = max_response_bytes
+        self.net = net or NetConf()
         self._sdk = sdk
         headers = {k: v for k, v in sdk.default_headers.items() if isinstance(v, str)}
         headers["Content-Type"] = "application/json"
+        headers["Accept-Encoding"] = ACCEPT_ENCODING
         headers["Authorization"] = f"Bearer {sdk.api_key}"  # the SDK adds it per request (bearer_auth)
-        self._pool = Http1Pool(self.base_url, headers)
+        self._headers = headers
+        self._host = httpx2.URL(self.base_url).host
+        self._client = self._build(connect_timeout_s, max_idle)
+        self._drains: set[asyncio.Task] = set()
+        _live.add(self)
+
+    def _build(self, connect_timeout_s: float, max_idle: int) -> pyqwest.Client:
+        identity = self.net.identity_pem()
+        self._transport = pyqwest.HTTPTransport(
+            tls_ca_cert=self.net.ca_pem(),
+            # The system's trust store costs hundreds of ms to load the first time: only for TLS.
+            tls_include_system_certs=self.base_url.startswith("https://"),
+            tls_cert=identity if self.net.client_cert else None,
+            tls_key=self.net.key_pem(),
+            http_version=pyqwest.HTTPVersion.HTTP1,
+            # The proxy resolved for this provider. A direct one still names a proxy, one that exempts
+            # the upstream's host: that turns off the library's own reading of the environment.
+            proxy=pyqwest.Proxy(self.net.proxy) if self.net.proxy else pyqwest.Proxy(_NOWHERE, no_proxy=self._host),
+            connect_timeout=connect_timeout_s,
+            read_timeout=None,
+            pool_idle_timeout=KEEPALIVE_S,
+            pool_max_idle_per_host=max_idle,
+            enable_gzip=False,
+            enable_brotli=False,
+            enable_zstd=False,
+            follow_redirects=False,
+            enable_otel=False,
+        )
+        return pyqwest.Client(self._transport)
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        for task in list(self._drains):
+            task.cancel()
+        await self._transport.aclose()
+        _live.discard(self)
+
+    def _drain(self, call: _Call) -> None:
+        """Read what is left of a finished stream's body (its last chunk, usually already here) and
+        end it, so its connection goes back to the pool; at most :data:`DRAIN_S`."""
+
+        async def drain() -> None:
+            try:
+                async with asyncio.timeout(DRAIN_S):
+                    seen = 0
+                    async for chunk in call.response.content:
+                        seen += len(chunk)
+                        if seen > DRAIN_BYTES:
+                            break
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is dropped, nothing lost
+                pass
+            finally:
+                await call.close()
+
+        task = asyncio.ensure_future(drain())
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
 
     async def post(
         self,
         path: str,
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | bytes,
         *,
         headers: Mapping[str, str] | None,
         timeout_s: float,
         stream: bool,
     ) -> UpstreamAnswer | UpstreamStream:
         url = f"{self.base_url}/{path.lstrip('/')}"
-        # As the SDK's httpx2 timeout: each connect and each read within the attempt's timeout.
-        response = await self._pool.post(path, fastjson.dumps(body), headers or None, timeout_s)
+        content = body if isinstance(body, bytes) else fastjson.dumps(body)
+        send_headers = {**self._headers, **headers} if headers else self._headers
+        call: _Call | None = None
         try:
-            declared = response.content_length
-            if declared is not None and declared > self.max_response_bytes:
-                response.close()
-                raise _too_large(self.max_response_bytes, declared)
-            if response.status_code >= 300:
-                raise await self._status_error(response, url)
-            if stream:
-                return UpstreamStream(self, response, url)
-            content = await self._read(response)
-            return UpstreamAnswer(response.status_code, response.headers, content)
-        except BaseException:
-            response.close()
-            raise
+            # Non-streamed: the whole answer within the attempt's timeout, as the SDK's; a stream's
+            # reads are timed by the driver. A cancel (the caller left, a deadline) aborts the
+            # request and drops its connection.
+            async with asyncio.timeout(None if stream else timeout_s) as scope:
+                response = await self._transport.execute(
+                    pyqwest.Request("POST", url, pyqwest.Headers(send_headers.items()), content)
+                )
+                call = _Call(response, self.max_response_bytes)
+                declared = _content_length(call.headers)
+                if declared is not None and declared > self.max_response_bytes and not call.body.stages:
+                    raise _too_large(self.max_response_bytes, declared)
+                if response.status >= 300:
+                    raise await self._status_error(call, url)
+                if stream:
+                    return UpstreamStream(self, call, url)
+                content = await call.body.read()
+            del scope
+            answer = UpstreamAnswer(response.status, call.headers, content)
+            call.open = False  # read to its end: the connection is back in the pool
+            return answer
+        except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
+            if call is not None:
+                await asyncio.shield(call.close())
+            raise _mapped(exc, self.net) from None
 
-    async def _read(self, response: Http1Response) -> bytes:
-        try:
-            return await response.read(self.max_response_bytes)
-        except OverflowError:
-            raise _too_large(self.max_response_bytes) from None
-
-    async def _status_error(self, response: Http1Response, url: str) -> openai.APIStatusError:
+    async def _status_error(self, call: _Call, url: str) -> openai.APIStatusError:
         """The SDK's exception for this non-2xx response, built by the SDK from its bytes."""
-        content = await self._read(response)
+        content = await call.body.read()
         rebuilt = httpx2.Response(
-            response.status_code,
-            headers=response.raw_headers,
+            call.response.status,
+            headers=[(k, v) for k, v in call.raw_headers if k != "content-encoding"],
             content=content,
             request=httpx2.Request("POST", url),
         )
         return self._sdk._make_status_error_from_response(rebuilt)
+
+
+def _content_length(headers: httpx2.Headers) -> int | None:
+    value = headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+async def _closing(transport: pyqwest.HTTPTransport) -> None:
+    await transport.aclose()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Clients still alive when the interpreter ends are closed and let go of first: a pyreqwest
+    client deallocated during the interpreter's finalization aborts the process."""
+    for upstream in list(_live):
+        try:
+            asyncio.run(_closing(upstream._transport))
+        except Exception:  # closed or not, it is let go of below
+            log.debug("closing an upstream client at exit failed", exc_info=True)
+        upstream._client = upstream._transport = None  # type: ignore[assignment]
+    _live.clear()
+    gc.collect()

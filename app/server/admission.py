@@ -55,6 +55,7 @@ class Admission:
         est_tokens: int = 0,
         est_cost_usd: float = 0.0,
         ceiling_cost_usd: float | None = None,
+        worst_case: str = "",
     ) -> str:
         """The reservation id, or a :class:`wire.WireError` (429) when a limit or the budget refuses.
         ``est_cost_usd`` is the request's worst case, ``ceiling_cost_usd`` its model's (see
@@ -68,6 +69,7 @@ class Admission:
                     est_tokens=est_tokens,
                     est_cost_usd=est_cost_usd,
                     ceiling_cost_usd=ceiling_cost_usd,
+                    worst_case=worst_case,
                     now=now,
                 )
             )
@@ -83,7 +85,7 @@ class Admission:
         if self.metrics is not None and decision.code:
             self.metrics.observe_key_denial(decision.code)
         if decision.code == limits.BUDGET_EXCEEDED:
-            raise wire.budget_exceeded(decision.message + ". Fix: raise it with a new key or wait for the next period.")
+            raise wire.budget_exceeded(decision.message + ".")  # it says which refusal it is, and the fix
         if decision.code == limits.BUDGET_RESERVED:
             # Not used up: a retry succeeds once the requests in flight settle (OpenAI's rate-limit
             # type, so clients retry it, unlike insufficient_quota).

@@ -58,6 +58,12 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
             f"Use it as 'Authorization: Bearer {record.prefix}...'",
             file=sys.stderr,
         )
+    if record.budget_usd:
+        from app.config import load_settings
+
+        allowed = list(record.models) or keys.servable_models(load_settings())
+        if warning := keys.budget_warning(record.budget_usd, record.period, allowed):
+            print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

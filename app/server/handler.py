@@ -186,16 +186,17 @@ class ChatHandler:
 
     async def __call__(self, req: wire.ChatRequest, key: KeyRecord | None) -> ChatReply | ChatStreamReply:
         self._size_threads()
+        kwargs = self._route_kwargs(req, key)  # before admission: a refused header reserves nothing
         admitted = await self._admit(req, key)
-        kwargs = self._route_kwargs(req, key)
         if req.stream:
             return await self._stream(req, key, admitted, kwargs)
         return await self._complete(req, key, admitted, kwargs)
 
     # ------------------------------------------------------------------------------ admission
 
-    def _estimate(self, req: wire.ChatRequest) -> tuple[int, float, float]:
-        """(tokens for tpm, the request's worst-case cost, its model's worst-case cost).
+    def _estimate(self, req: wire.ChatRequest) -> tuple[int, float, float, str]:
+        """(tokens for tpm, the request's worst-case cost, its model's worst-case cost, what the
+        worst case counts, in words for a budget's refusal).
 
         The worst case counts the request's own output limit (``max_tokens``,
         ``max_completion_tokens`` or ``max_output_tokens``) times ``n``, or the model's output
@@ -209,6 +210,7 @@ class ChatHandler:
         model = req.model
         if model == "auto":
             model = classify_intent(messages, self.client.settings.intents).model
+        what = f"its prompt, about {prompt:,} tokens"
         if req.api == "embeddings":
             asked = ceiling = tpm_completion = 0
         else:
@@ -221,22 +223,28 @@ class ChatHandler:
             asked = (req.max_tokens or limit) * choices
             ceiling = max(limit, req.max_tokens or 0) * choices
             tpm_completion = (req.max_tokens or DEFAULT_EST_COMPLETION) * choices
+            output = (
+                "its max_tokens" if req.max_tokens else f"{model}'s output limit, as the request sets no max_tokens"
+            )
+            what += f", plus {asked:,} output tokens ({output}{f', times n={choices}' if choices > 1 else ''})"
         try:
             cost = catalog.cost_usd(model, prompt, 0, asked)
             ceiling_cost = catalog.cost_usd(model, prompt, 0, ceiling)
         except InvalidRequest:
             cost = ceiling_cost = 0.0
-        return prompt + tpm_completion, cost, ceiling_cost
+        return prompt + tpm_completion, cost, ceiling_cost, what
 
     async def _admit(self, req: wire.ChatRequest, key: KeyRecord | None) -> _Admitted:
         # A key without limits or budget needs no database write per request.
         if key is None or (key.rpm is None and key.tpm is None and key.budget_micro_usd is None):
             return _Admitted(None)
-        tokens, cost, ceiling = self._estimate(req)
+        tokens, cost, ceiling, what = self._estimate(req)
         # The one admission rule (limits, budget, the 429 it answers, the denial metric).
         try:
             return _Admitted(
-                await self._admission.admit(key, est_tokens=tokens, est_cost_usd=cost, ceiling_cost_usd=ceiling)
+                await self._admission.admit(
+                    key, est_tokens=tokens, est_cost_usd=cost, ceiling_cost_usd=ceiling, worst_case=what
+                )
             )
         except wire.WireError as err:
             self.log_refusal(req.api, req.model, key, err, stream=req.stream)
@@ -273,11 +281,15 @@ class ChatHandler:
     def _route_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
         headers = None
         if self._forwarded and req.headers:
-            headers = {
-                k.decode("latin-1"): v.decode("latin-1")
-                for k, v in req.headers
-                if k.decode("latin-1") in self._forwarded
-            }
+            headers = {}
+            for k, v in req.headers:
+                name = k.decode("latin-1").lower()
+                if name in self._forwarded:
+                    if name in headers:
+                        # Two values of one forwarded field: which one the upstream should act on is
+                        # not the gateway's to guess.
+                        raise wire.bad_request(f"header {name} was sent more than once; send it once")
+                    headers[name] = v.decode("latin-1")
         return {
             "model": req.model,
             # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it
@@ -399,7 +411,7 @@ def _prompt_messages(req: wire.ChatRequest) -> list[dict]:
 def _invalid(exc: InvalidRequest) -> wire.WireError:
     if isinstance(exc, catalog.UnknownModelError):
         return wire.WireError(404, str(exc), param="model", code="model_not_found")
-    return wire.bad_request(str(exc))
+    return wire.bad_request(str(exc), param=getattr(exc, "param", None))
 
 
 def _map_error(exc: BaseException, *, started: bool = False) -> wire.WireError:

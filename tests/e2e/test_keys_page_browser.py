@@ -1,6 +1,10 @@
 """The gateway server from the dashboard, in a real browser: the Overview says the server is up, an
 admin creates a key on the Keys page, an application uses it through a real ``python -m app serve``
 on the same database, the admin revokes it, and the server refuses it within its key cache's TTL.
+
+And the key form as an operator types into it: Enter pressed in every field creates nothing (only
+the button does, with every field as filled), the secret stays on screen through other clicks until
+it is dismissed, a too-small budget is warned about, and Revoke asks before it revokes.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server
+from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
 from playwright.sync_api import expect
 
 from tests.support import serve_process as sp
@@ -60,6 +64,8 @@ def test_an_admin_creates_a_key_an_app_uses_it_and_revoking_it_locks_the_app_out
     page.get_by_role("option", name="incident-app").click()
     with rerun(page):
         page.get_by_role("button", name="Revoke").click()
+    with rerun(page):
+        page.get_by_role("button", name="Yes, revoke 'incident-app'").click()
     expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Revoked 'incident-app'")
     screenshot(page, "keys-revoked")
     assert_no_exception(page)
@@ -72,3 +78,90 @@ def test_an_admin_creates_a_key_an_app_uses_it_and_revoking_it_locks_the_app_out
         return False
 
     sp.wait_for(refused, timeout_s=15, what="the revoked key to be refused (401)")
+
+
+@pytest.fixture
+def dashboard(tmp_path):
+    dash = start_server(tmp_path / "dash")
+    try:
+        yield dash
+    finally:
+        stop_server(dash)
+
+
+def key_rows(dash) -> list[tuple]:
+    return dash.query("select name, rpm, tpm, budget_micro_usd, budget_period, revoked_at from gateway_key order by id")
+
+
+def test_enter_never_submits_the_key_form_the_secret_stays_and_revoke_confirms(dashboard, new_page):
+    dash = dashboard
+    page = new_page()
+    open_page(page, dash, "keys")
+    expect(page.locator("h1").first).to_have_text("Gateway keys")
+    fields = [
+        ("Name", "ops-tiny"),
+        ("Requests per minute (0 = no limit)", "60"),
+        ("Tokens per minute (0 = no limit)", "5000"),
+        ("Budget USD (0 = none)", "0.01"),
+    ]
+    for label, value in fields:  # Enter after each field, as the operator in the issue did
+        box = page.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+        wait_ready(page)
+    page.get_by_test_id("stSelectbox").first.click()  # "Budget period"
+    page.get_by_role("option", name="day").click()
+    page.get_by_label("Name", exact=True).press("Enter")
+    wait_ready(page)
+    assert page.get_by_test_id("stAlertContentSuccess").count() == 0
+    assert key_rows(dash) == []  # nothing created, half-filled or otherwise
+    screenshot(page, "keys-form-filled-enter-pressed")
+
+    with rerun(page):
+        page.get_by_role("button", name="Create key").click()
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("shown only this once")
+    # One key, with every field as filled: none of the Enters submitted a part of the form.
+    assert key_rows(dash) == [("ops-tiny", 60, 5000, 10_000, "day", None)]
+    secret = page.get_by_test_id("stCode").first.inner_text().strip()
+    assert secret.startswith("gw-")
+    warning = page.get_by_test_id("stAlertContentWarning").first
+    expect(warning).to_contain_text("smaller than one request's worst case")
+    expect(warning).to_contain_text("max_tokens")
+    expect(page.get_by_role("button", name="Create key")).to_be_disabled()
+
+    # Enter in the form again, and a click elsewhere on the page: the secret stays.
+    page.get_by_label("Name", exact=True).press("Enter")
+    wait_ready(page)
+    page.get_by_test_id("stSelectbox").last.click()  # "Key", in the Revoke form
+    with rerun(page):
+        page.get_by_role("option", name="ops-tiny").click()
+    expect(page.get_by_test_id("stCode").first).to_have_text(secret)
+    screenshot(page, "keys-secret-stays")
+
+    with rerun(page):
+        page.get_by_role("button", name="I have stored the key: hide it").click()
+    expect(page.get_by_text(secret)).to_have_count(0)
+    expect(page.get_by_label("Name", exact=True)).to_have_value("")
+    assert len(key_rows(dash)) == 1
+
+    # Revoke asks first; Cancel revokes nothing; Yes revokes.
+    page.get_by_test_id("stSelectbox").last.click()
+    page.get_by_role("option", name="ops-tiny").click()
+    with rerun(page):
+        page.get_by_role("button", name="Revoke", exact=True).click()
+    expect(page.get_by_test_id("stAlertContentWarning").first).to_contain_text("Revoke 'ops-tiny'?")
+    assert key_rows(dash)[0][5] is None
+    screenshot(page, "keys-revoke-confirm")
+    with rerun(page):
+        page.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("button", name="Yes, revoke 'ops-tiny'")).to_have_count(0)
+    assert key_rows(dash)[0][5] is None
+    page.get_by_test_id("stSelectbox").last.click()
+    page.get_by_role("option", name="ops-tiny").click()
+    with rerun(page):
+        page.get_by_role("button", name="Revoke", exact=True).click()
+    with rerun(page):
+        page.get_by_role("button", name="Yes, revoke 'ops-tiny'").click()
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("Revoked 'ops-tiny'")
+    assert key_rows(dash)[0][5] is not None
+    assert_no_exception(page)

@@ -37,14 +37,17 @@ def chaos_config(
     timeout_s: float = 10.0,
     max_attempts: int = 1,
     models: tuple[str, ...] = ("gpt-4.1", "gemini-2.5-flash"),
+    apis: tuple[str, ...] | None = None,
 ) -> str:
-    """``models``: what both providers serve (the first is their default model)."""
+    """``models``: what both providers serve (the first is their default model); ``apis``: the
+    APIs they serve (default: every one; without "responses" the gateway bridges that API to chat)."""
     listed = ", ".join(f'"{m}"' for m in models)
+    served = "" if apis is None else "apis = [" + ", ".join(f'"{a}"' for a in apis) + "]\n"
 
     def provider(name: str) -> str:
         return (
             f'[providers.{name}]\nbase_url = "{upstream_url}/{name}/v1"\napi_key_env = "CHAOS_KEY"\n'
-            f'models = [{listed}]\ndefault_model = "{models[0]}"\ntimeout_s = {timeout_s}\n'
+            f'models = [{listed}]\ndefault_model = "{models[0]}"\ntimeout_s = {timeout_s}\n{served}'
         )
 
     return (

@@ -394,6 +394,19 @@ def test_prune_keeps_recent_rows_and_refuses_bad_arguments(cli):
         assert line.startswith("error: --")
 
 
+def test_keys_create_warns_of_a_budget_smaller_than_one_worst_case_request(cli: Cli) -> None:
+    out = cli.run("keys", "create", "--name", "tiny", "--models", "gpt-4.1", "--budget-usd", "0.01", "--period", "day")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith("gw-")
+    warning = next(line for line in out.stderr.splitlines() if line.startswith("warning: "))
+    assert "($0.01 per day) is smaller than one request's worst case" in warning
+    assert "32,768 tokens, $0.2621" in warning and "must set max_tokens (at most 1,250 on gpt-4.1" in warning
+    roomy = cli.run(
+        "keys", "create", "--name", "roomy", "--models", "gpt-4.1", "--budget-usd", "5", "--period", "month"
+    )
+    assert roomy.returncode == 0 and "warning" not in roomy.stderr
+
+
 # -- users -----------------------------------------------------------------------------------------
 # ``python -m app users add|list|remove|set-role``, run as an operator runs it (a subprocess on a
 # temporary SQLite database): the password comes from stdin or the terminal, never from argv; a

@@ -3,6 +3,10 @@ process in front of it, and the ``target`` each test talks to. The upstream and 
 once per test session (per xdist worker), not per module: starting the server and creating its key
 through the CLI takes seconds on a loaded 2-core machine, and every test resets what it uses.
 
+``bridged`` is a third kind of target, for the clients of the Responses API: a second serve process
+whose providers serve only chat completions, so the gateway translates (app/routing/bridge.py) and
+the upstream receives chat completions requests.
+
 ``target`` is ``"gateway"`` (the client talks to the serve process, which talks to the upstream) or
 ``"upstream"`` (the client talks to the scripted upstream directly). The second proves that a test
 is right about the client and the wire, independently of the gateway: a test that fails on
@@ -107,26 +111,60 @@ def upstream():
         yield up
 
 
+#: What the bridged gateway's providers serve: everything but the Responses API.
+CHAT_ONLY = ("chat", "embeddings", "completions")
+
+
+def _serve_with_key(upstream: ChaosUpstream, tmp: Path, **config: Any):
+    cfg = tmp / "gateway.toml"
+    cfg.write_text(sp.chaos_config(upstream.url, models=MODELS, **config))
+    proc = sp.start(cfg, f"sqlite:///{tmp / 'gw.db'}")
+    out = sp.cli(proc.env, "keys", "create", "--name", "clients", "--json")
+    if out.returncode != 0:
+        proc.terminate()
+        raise AssertionError(out.stderr)
+    return proc, json.loads(out.stdout)["key"]
+
+
 @pytest.fixture(scope="session")
 def gateway(upstream, tmp_path_factory):
     """The serve process on the scripted upstream and a gateway key for it: ``(process, key)``."""
-    tmp: Path = tmp_path_factory.mktemp("serve")
-    cfg = tmp / "gateway.toml"
-    cfg.write_text(sp.chaos_config(upstream.url, models=MODELS))
-    proc = sp.start(cfg, f"sqlite:///{tmp / 'gw.db'}")
+    proc, key = _serve_with_key(upstream, tmp_path_factory.mktemp("serve"))
     try:
-        out = sp.cli(proc.env, "keys", "create", "--name", "clients", "--json")
-        assert out.returncode == 0, out.stderr
-        yield proc, json.loads(out.stdout)["key"]
+        yield proc, key
     finally:
         proc.terminate()
 
 
-@pytest.fixture()
-def target(request, upstream) -> Any:
+@pytest.fixture(scope="session")
+def bridged_gateway(upstream, tmp_path_factory):
+    """A serve process whose providers serve only chat completions: ``(process, key)``."""
+    proc, key = _serve_with_key(upstream, tmp_path_factory.mktemp("serve-bridged"), apis=CHAT_ONLY)
+    try:
+        yield proc, key
+    finally:
+        proc.terminate()
+
+
+def _reset(upstream: ChaosUpstream) -> None:
     with upstream._lock:
         upstream._queues.clear()
     upstream.set_default(openai_like())
+
+
+@pytest.fixture()
+def bridged(upstream, bridged_gateway) -> Any:
+    """A :class:`Target` named "bridged": the Responses API through the gateway's bridge to chat."""
+    _reset(upstream)
+    proc, key = bridged_gateway
+    tap = WireTap()
+    yield Target("bridged", proc.base_url, key, upstream, tap, len(upstream.requests))
+    tap.close()
+
+
+@pytest.fixture()
+def target(request, upstream) -> Any:
+    _reset(upstream)
     if request.param == "gateway":
         proc, key = request.getfixturevalue("gateway")
         base_url = proc.base_url

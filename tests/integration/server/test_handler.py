@@ -688,6 +688,47 @@ def test_what_chat_cannot_express_is_refused_by_name_before_any_call(proxy_facto
     assert up.requests == []
 
 
+def test_what_the_bridge_cannot_carry_is_a_400_naming_the_field(proxy_factory, up):
+    proxy = proxy_factory(direct=CHAT_ONLY, holysheep=CHAT_ONLY)
+    for field, value in (("include", ["something.new"]), ("background", True), ("max_tool_calls", 2)):
+        r = post(proxy, "/v1/responses", {"model": "gpt-4.1", "input": "hi", field: value})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["param"] == field and field in error["message"] and error["type"] == "invalid_request_error"
+    assert up.requests == []
+
+
+def test_a_bridged_refusal_reaches_the_caller_and_the_log_as_a_refusal(proxy_factory, up):
+    proxy = proxy_factory(direct=CHAT_ONLY, holysheep=CHAT_ONLY)
+    message = {"role": "assistant", "content": None, "refusal": "No."}
+    refused = {**ANSWER, "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None, "message": message}]}
+    up.script(json_fault(refused), provider="direct")
+    events = [
+        chunk([{"index": 0, "delta": {"role": "assistant", "content": None, "refusal": ""}}]),
+        chunk([{"index": 0, "delta": {"refusal": "No."}}]),
+        chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+        chunk([], usage={"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5}),
+    ]
+    up.script(sse_fault(events), provider="direct")
+
+    async def go():
+        async with proxy.sdk() as c:
+            plain = await c.responses.create(model="gpt-4.1", input="hi", tools=[], parallel_tool_calls=True)
+            stream = await c.responses.create(model="gpt-4.1", input="hi", stream=True)
+            return plain, [e async for e in stream]
+
+    plain, streamed = proxy.run(go())
+    assert plain.output[0].content[0].type == "refusal" and plain.output[0].content[0].refusal == "No."
+    assert [e.delta for e in streamed if e.type == "response.refusal.delta"] == ["No."]
+    assert streamed[-1].response.output[0].content[0].refusal == "No."
+    assert "tools" not in up.requests[0].json and "parallel_tool_calls" not in up.requests[0].json
+    rows = proxy.rows()
+    assert [(r["api"], r["status"], r["finish_reason"], r["stream"]) for r in rows] == [
+        ("responses", "ok", "refusal", False),
+        ("responses", "ok", "refusal", True),
+    ]
+
+
 def test_text_that_is_not_valid_unicode_is_repaired_wherever_it_is_in_the_body(proxy_factory, up):
     proxy = proxy_factory()
 

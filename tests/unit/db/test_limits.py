@@ -117,7 +117,7 @@ def test_budget_reserve_settle_exactly_once(engine):
     # at less than 0.4), and the refusal used no rate slot.
     d2 = admit(engine, key, est_cost_usd=0.6, now=T0)
     assert not d2.allowed and d2.code == BUDGET_RESERVED and d2.retry_after_s == 1
-    assert "daily budget of 1 USD is reserved by its requests in flight" in d2.message
+    assert "daily budget of $1.00 is reserved by its requests in flight" in d2.message
     assert window_usage(engine, key, now=T0) == (1, 0)
     # Settle the real cost; a second settle of the same reservation changes nothing.
     assert settle(engine, d1.reservation_id, tokens=5, cost_usd=0.25, now=T0 + 1) is True

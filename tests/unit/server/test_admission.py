@@ -69,6 +69,38 @@ def test_budget_refusal_and_settlement_update_the_gauge(engine):
     assert metric(m, "gateway_key_denials_total", reason="budget_reserved") == 1
 
 
+def test_a_budget_refusal_says_which_it_is_with_the_worst_case_and_the_fix(engine):
+    """Issue 28: a $0.01/day key refused at $0 spent said "used up". The worst case alone over the
+    whole budget, the budget used up, and too little left are three different refusals."""
+    key, _ = create_key(engine, "tiny", budget_usd=0.01, period="day")
+    adm = Admission(engine, clock=lambda: T0)
+    note = "its prompt, about 9 tokens, plus 32,768 output tokens (gpt-4.1's output limit)"
+
+    async def refusal(cost: float) -> wire.WireError:
+        with pytest.raises(wire.WireError) as info:
+            await adm.admit(key, est_cost_usd=cost, worst_case=note)
+        return info.value
+
+    async def go():
+        too_big = await refusal(0.262)
+        assert (too_big.status, too_big.code) == (429, "budget_exceeded")
+        assert too_big.message.startswith(f"this request's worst case, $0.262 ({note}), is more than this key's daily")
+        assert "budget of $0.01" in too_big.message and "not used up" in too_big.message
+        assert "Fix: set max_tokens" in too_big.message and "used up (" not in too_big.message
+        rid = await adm.admit(key, est_cost_usd=0.008)
+        await adm.settle(key, rid, tokens=10, cost_usd=0.007)
+        left = await refusal(0.004)
+        assert "is more than the $0.003 left of this key's daily budget of $0.01 ($0.007 spent)" in left.message
+        assert "lower max_tokens" in left.message
+        rid = await adm.admit(key, est_cost_usd=0.003)
+        await adm.settle(key, rid, tokens=10, cost_usd=0.003)
+        used_up = await refusal(0.001)
+        assert used_up.message.startswith("this key's daily budget of $0.01 is used up ($0.01 spent)")
+        assert "worst case" not in used_up.message
+
+    anyio.run(go)
+
+
 def test_settle_survives_cancellation_of_the_request(engine):
     key, _ = create_key(engine, "c", budget_usd=1.0, period="day")
     adm = Admission(engine, clock=lambda: T0)
@@ -109,7 +141,10 @@ def test_the_handler_reserves_the_requests_worst_case_and_holds_the_models():
     assert limit == 32768
 
     def est(api: str, body: dict):
-        return handler._estimate(wire.validate_api_request(api, {"model": "gpt-4.1", **body}))
+        return handler._estimate(wire.validate_api_request(api, {"model": "gpt-4.1", **body}))[:3]
+
+    def what(body: dict) -> str:
+        return handler._estimate(wire.validate_api_request("chat", {"model": "gpt-4.1", **body}))[3]
 
     cost = lambda completion: catalog.cost_usd("gpt-4.1", prompt, 0, completion)  # noqa: E731
     assert est("chat", {"messages": msgs, "max_tokens": 1}) == (prompt + 1, cost(1), cost(limit))
@@ -119,6 +154,13 @@ def test_the_handler_reserves_the_requests_worst_case_and_holds_the_models():
         cost(3 * limit),
     )
     assert est("chat", {"messages": msgs}) == (prompt + DEFAULT_EST_COMPLETION, cost(limit), cost(limit))
+    assert what({"messages": msgs}) == (
+        f"its prompt, about {prompt:,} tokens, plus 32,768 output tokens "
+        "(gpt-4.1's output limit, as the request sets no max_tokens)"
+    )
+    assert what({"messages": msgs, "max_tokens": 50, "n": 2}).endswith(
+        "plus 100 output tokens (its max_tokens, times n=2)"
+    )
     assert est("responses", {"input": "hi", "max_output_tokens": 7})[1] == catalog.cost_usd(
         "gpt-4.1", estimate_prompt_tokens([{"role": "user", "content": "hi"}]), 0, 7
     )

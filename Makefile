@@ -27,6 +27,8 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	@! grep -rniIE --include='*.py' '\bissues? #?[0-9]+' app core db ui kvcache \
+	  || { echo "lint: comments say why in the present tense; issue numbers and history go in commit messages"; exit 1; }
 
 # Regenerates the hashed locks from pyproject.toml (needs `uv`: pip install uv).
 lock:
@@ -43,7 +45,7 @@ test: $(VENV)/.dev
 
 # The inner loop: no processes, no sockets, no PostgreSQL; about 2-3 minutes on 2 cores.
 test-unit: $(VENV)/.dev
-	$(PY) -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal
 
 # Real processes, loopback upstreams, PostgreSQL (TEST_POSTGRES_URL; scripts/test.sh starts one).
 test-integration: $(VENV)/.dev

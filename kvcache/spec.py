@@ -608,7 +608,7 @@ def _state_dims(cfg: dict, kind: str, hidden: int, ignored: dict[str, str]) -> S
     )
 
 
-# Cache-shaping field families (issue 19): every such field in a config must be one this module
+# Cache-shaping field families: every such field in a config must be one this module
 # reads for the layer kinds the config has, or one known not to change the cache (with why).
 _SHAPING_PREFIXES = ("index_", "indexer_", "mamba_", "ssm_", "linear_")
 _SHAPING_NAMES = (

@@ -51,6 +51,10 @@ su postgres -c "psql -tAc \"select 1 from pg_database where datname='gateway_tes
 
 export TEST_POSTGRES_URL="postgresql+psycopg://ci:ci@127.0.0.1:5432/gateway_test"
 export REQUIRE_POSTGRES=1
+# Bytecode caches on even where the environment turns them off: without them every pytest worker
+# and every process a test starts compiles the whole tree again (and pytest rewrites every test
+# module's asserts again), about 10 s of CPU per process.
+unset PYTHONDONTWRITEBYTECODE
 status=0
 tier() {
   local name=$1 start=$SECONDS

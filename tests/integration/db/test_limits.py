@@ -9,6 +9,7 @@ import sys
 
 from db.keys import create_key
 from db.limits import (
+    admit,
     spend,
     window_usage,
 )
@@ -78,3 +79,25 @@ def test_two_processes_race_for_one_key_exactly_rpm_admitted(db_url):
             if p.poll() is None:
                 p.kill()
         dispose_all()
+
+
+# -- moved -----------------------------------------------------------------------------------------
+# x
+
+
+def test_rpm_never_above_the_limit_in_any_60_s_window_across_a_minute_boundary(engine):
+    """Issue 18 item 8: rpm = 20 with a client retrying every 0.1 s around a minute boundary (an
+    injected clock, one call per tick): the fixed window admitted 40 within 5.3 s; a sliding window
+    admits at most 20 in every 60 s span."""
+    key, _ = create_key(engine, "edge", rpm=20)
+    admitted: list[float] = []
+    for i in range(1500):  # T0 + 30 s .. T0 + 180 s, every 0.1 s
+        ts = T0 + 30 + i / 10
+        if admit(engine, key, now=ts).allowed:
+            admitted.append(ts)
+    assert len(admitted) >= 40  # it keeps admitting, minute after minute
+    for i, ts in enumerate(admitted):  # the densest window starts at an admission
+        in_window = [t for t in admitted[i:] if t - ts <= 60]
+        assert len(in_window) <= 20, f"{len(in_window)} admitted in the 60 s from {ts - T0:.1f}"
+    # The first 20 go at once, near T0+59.9 the fixed window would have reset: nothing new until T0+91.
+    assert admitted[19] - T0 < 32 and min(t for t in admitted[20:]) - T0 >= 91

@@ -15,6 +15,7 @@ import uvicorn
 from app.server import wire
 from app.server.asgi import ChatReply, ChatStreamReply, GatewayApp
 from db.keys import KeyRecord
+from tests.support import wire_bodies as bodies
 
 MODELS = ["gpt-4.1", "gemini-2.5-flash"]
 
@@ -40,11 +41,11 @@ GW_HEADERS = {"x-gateway-provider": "direct", "x-gateway-model": "gpt-4.1", "x-g
 async def echo_handler(req: wire.ChatRequest, key):
     """Answers with the last message reversed, recording who asked."""
     text = req.messages[-1]["content"][::-1]
-    usage = wire.usage_dict(3, len(text), 1)
+    usage = bodies.usage_dict(3, len(text), 1)
     if req.stream:
 
         async def events():
-            enc = wire.ChunkStream(
+            enc = bodies.ChunkStream(
                 completion_id="chatcmpl-t", created=1, model=req.model, include_usage=req.include_usage
             )
             yield enc.role()
@@ -56,7 +57,7 @@ async def echo_handler(req: wire.ChatRequest, key):
             yield enc.done()
 
         return ChatStreamReply(events(), GW_HEADERS)
-    body = wire.completion_body(completion_id="chatcmpl-t", created=1, model=req.model, content=text, usage=usage)
+    body = bodies.completion_body(completion_id="chatcmpl-t", created=1, model=req.model, content=text, usage=usage)
     return ChatReply(body, {**GW_HEADERS, "x-gateway-key": key.name})
 
 
@@ -113,7 +114,7 @@ def test_client_disconnect_cancels_the_handler(stream):
                 raise
 
         async def events():
-            enc = wire.ChunkStream(completion_id="c", created=1, model=req.model, include_usage=False)
+            enc = bodies.ChunkStream(completion_id="c", created=1, model=req.model, include_usage=False)
             yield enc.role()
             started.set()
             try:

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import select
 
 from app import catalog
-from app.server.admission import estimate_prompt_tokens
+from core.messages import estimate_prompt_tokens
 from db.canary import set_ratio
 from db.engine import get_engine
 from db.keys import create_key

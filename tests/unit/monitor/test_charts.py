@@ -262,6 +262,8 @@ def test_monitor_and_overview_time_axes_say_utc(sqlite_url):
     )
     figures = dict(charts.monitor_figures(window_series(engine, since=NOW - 900, until=NOW)))
     figures |= {f"overview {k}": v for k, v in overview_figures(engine, now=NOW).items()}
+    # every chart of both pages is looked at, not whatever happened to be built
+    assert {"latency", "ttft", "request_rate", "error_rate", "overview requests", "overview latency"} <= set(figures)
     for name, fig in figures.items():
         axis = x_axis(fig)
         assert axis["title"]["text"] == "time (UTC)", name

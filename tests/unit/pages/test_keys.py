@@ -85,10 +85,10 @@ def test_keys_page_refuses_a_bad_name_and_writes_nothing(env):  # noqa: F811
     assert list_keys(engine()) == []
 
 
-def test_create_from_form_maps_zero_to_no_limit(tmp_path):
+def test_create_from_form_maps_zero_to_no_limit(sqlite_url):
     from db.engine import get_engine
 
-    eng = get_engine(f"sqlite:///{tmp_path / 'k.db'}")
+    eng = get_engine(sqlite_url)
     out = keys.create_from_form(eng, name="k1", models=[], rpm=0, tpm=0, budget_usd=0.0, period="month", actor="alice")
     assert out.ok and out.key
     rec = list_keys(eng)[0]

@@ -13,12 +13,12 @@ ENTRY = str(paths.REPO / "ui" / "entry.py")
 
 
 @pytest.fixture(autouse=True)
-def _env(tmp_path, monkeypatch):
+def _env(tmp_path, monkeypatch, sqlite_url):
     """The entry draws the sidebar from a database: a temporary one, and fresh caches."""
     from db.engine import dispose_all
 
     monkeypatch.setenv("GATEWAY_CONFIG", str(Path(ENTRY).parents[1] / "gateway.toml"))
-    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'gateway.db'}")
+    monkeypatch.setenv("DATABASE_URL", sqlite_url)
     monkeypatch.delenv("DASHBOARD_PASSWORD", raising=False)
     st.cache_data.clear()
     st.cache_resource.clear()

@@ -72,8 +72,8 @@ def _records(now: float) -> list[AttemptRecord]:
 
 
 @pytest.fixture
-def app(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'monitor.db'}"
+def app(tmp_path, monkeypatch, sqlite_url):
+    url = sqlite_url
     insert_batch(get_engine(url), _records(time.time()))
     monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.setenv("GATEWAY_CONFIG", str(REPO / "gateway.toml"))

@@ -17,8 +17,8 @@ from tests.unit.ui.test_entry import _env, engine, open_app, shown
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    yield from _env(tmp_path, monkeypatch, f"sqlite:///{tmp_path / 'gateway.db'}")
+def env(tmp_path, monkeypatch, sqlite_url):
+    yield from _env(tmp_path, monkeypatch, sqlite_url)
 
 
 def rec(ts: float, provider: str = "holysheep", **kw) -> AttemptRecord:

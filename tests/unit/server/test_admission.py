@@ -8,8 +8,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.server import wire
-from app.server.admission import Admission, estimate_prompt_tokens
+from app.server.admission import Admission
 from app.server.metrics import GatewayMetrics
+from core.messages import estimate_prompt_tokens
 from db.keys import create_key
 from db.limits import spend, window_usage
 

@@ -16,6 +16,7 @@ from app.server import wire
 from app.server.asgi import ChatReply, ChatStreamReply, GatewayApp
 from app.server.auth import KeyAuthenticator
 from db.keys import KeyRecord, create_key, revoke_key
+from tests.support import wire_bodies as bodies
 
 MODELS = ["gpt-4.1", "gemini-2.5-flash"]
 HELLO = [{"role": "user", "content": "hi"}]
@@ -31,11 +32,11 @@ GW_HEADERS = {"x-gateway-provider": "direct", "x-gateway-model": "gpt-4.1", "x-g
 async def echo_handler(req: wire.ChatRequest, key):
     """Answers with the last message reversed, recording who asked."""
     text = req.messages[-1]["content"][::-1]
-    usage = wire.usage_dict(3, len(text), 1)
+    usage = bodies.usage_dict(3, len(text), 1)
     if req.stream:
 
         async def events():
-            enc = wire.ChunkStream(
+            enc = bodies.ChunkStream(
                 completion_id="chatcmpl-t", created=1, model=req.model, include_usage=req.include_usage
             )
             yield enc.role()
@@ -47,7 +48,7 @@ async def echo_handler(req: wire.ChatRequest, key):
             yield enc.done()
 
         return ChatStreamReply(events(), GW_HEADERS)
-    body = wire.completion_body(completion_id="chatcmpl-t", created=1, model=req.model, content=text, usage=usage)
+    body = bodies.completion_body(completion_id="chatcmpl-t", created=1, model=req.model, content=text, usage=usage)
     return ChatReply(body, {**GW_HEADERS, "x-gateway-key": key.name})
 
 
@@ -225,7 +226,7 @@ def test_error_statuses_over_raw_http():
 def test_error_mid_stream_reaches_the_sdk():
     async def failing(req, key):
         async def events():
-            enc = wire.ChunkStream(completion_id="c", created=1, model=req.model, include_usage=False)
+            enc = bodies.ChunkStream(completion_id="c", created=1, model=req.model, include_usage=False)
             yield enc.role()
             yield enc.content("par")
             raise ConnectionResetError("upstream reset")
@@ -249,7 +250,7 @@ def test_auth_off_passes_none_key():
 
     async def handler(req, key):
         seen.append(key)
-        return wire.completion_body(completion_id="c", created=1, model=req.model, content="x")
+        return bodies.completion_body(completion_id="c", created=1, model=req.model, content="x")
 
     async def go():
         async with raw(make_app(handler=handler, authenticate=None)) as http:

@@ -11,6 +11,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app.server import wire
+from tests.support import wire_bodies as bodies
 
 HELLO = [{"role": "user", "content": "hi"}]
 
@@ -28,10 +29,10 @@ def test_completion_body_parses_as_sdk_model():
         "created": 1_700_000_000,
         "model": "gpt-4.1",
         "content": "héllo",
-        "usage": wire.usage_dict(12, 5, cached_tokens=8),
+        "usage": bodies.usage_dict(12, 5, cached_tokens=8),
     }
-    raw = wire.completion_json(**args)
-    assert json.loads(raw) == wire.completion_body(**args)
+    raw = bodies.completion_json(**args)
+    assert json.loads(raw) == bodies.completion_body(**args)
     c = ChatCompletion.model_validate(json.loads(raw))
     assert c.id == "chatcmpl-abc" and c.object == "chat.completion" and c.model == "gpt-4.1"
     assert c.created == 1_700_000_000
@@ -48,13 +49,13 @@ def test_completion_body_parses_as_sdk_model():
 
 def test_stream_chunks_parse_and_include_usage_semantics():
     raw = b"".join(
-        wire.sse_events(
+        bodies.sse_events(
             ["Hel", "lo"],
             completion_id="chatcmpl-s",
             created=5,
             model="m",
             include_usage=True,
-            usage=wire.usage_dict(3, 2, 1),
+            usage=bodies.usage_dict(3, 2, 1),
         )
     )
     payloads = sse_payloads(raw)
@@ -70,8 +71,8 @@ def test_stream_chunks_parse_and_include_usage_semantics():
 
     plain = sse_payloads(
         b"".join(
-            wire.sse_events(
-                ["x"], completion_id="c", created=5, model="m", include_usage=False, usage=wire.usage_dict(3, 2)
+            bodies.sse_events(
+                ["x"], completion_id="c", created=5, model="m", include_usage=False, usage=bodies.usage_dict(3, 2)
             )
         )
     )
@@ -91,10 +92,10 @@ def sdk_over(handler) -> openai.OpenAI:
 def test_the_sdk_itself_reads_our_bodies_and_streams():
     def handler(request: httpx2.Request) -> httpx2.Response:
         req = wire.parse_chat_request(request.content)
-        usage = wire.usage_dict(4, 2, 0)
+        usage = bodies.usage_dict(4, 2, 0)
         if req.stream:
             body = b"".join(
-                wire.sse_events(
+                bodies.sse_events(
                     ["a", "b"],
                     completion_id="c1",
                     created=1,
@@ -104,7 +105,7 @@ def test_the_sdk_itself_reads_our_bodies_and_streams():
                 )
             )
             return httpx2.Response(200, content=body, headers={"content-type": wire.SSE_CONTENT_TYPE})
-        body = wire.completion_json(completion_id="c1", created=1, model=req.model, content="ab", usage=usage)
+        body = bodies.completion_json(completion_id="c1", created=1, model=req.model, content="ab", usage=usage)
         return httpx2.Response(200, content=body, headers={"content-type": wire.JSON_CONTENT_TYPE})
 
     with sdk_over(handler) as client:
@@ -162,7 +163,7 @@ def test_rate_limit_and_budget_codes_and_headers():
 
 def test_error_mid_stream_is_raised_by_the_sdk():
     def handler(request):
-        enc = wire.ChunkStream(completion_id="c", created=1, model="m", include_usage=False)
+        enc = bodies.ChunkStream(completion_id="c", created=1, model="m", include_usage=False)
         body = enc.role() + enc.content("par") + wire.upstream_failed("provider dropped the stream").to_sse()
         return httpx2.Response(200, content=body, headers={"content-type": wire.SSE_CONTENT_TYPE})
 

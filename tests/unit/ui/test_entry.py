@@ -38,9 +38,9 @@ def _clear_caches() -> None:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(tmp_path, monkeypatch, sqlite_url):
     """A temporary database and config with an instant simulator; caches cleared around the test."""
-    yield from _env(tmp_path, monkeypatch, f"sqlite:///{tmp_path / 'gateway.db'}")
+    yield from _env(tmp_path, monkeypatch, sqlite_url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import httpx2
 from sqlalchemy import Engine
 
+from app.breaker_report import BreakerReporter
 from app.config import Settings, load_settings
 from app.guardrail import CHECK_EVERY_S, guardrail_timer
 from app.refresh import Periodic, Refreshed, RefreshedState, Refresher
@@ -50,6 +51,8 @@ class RoutingClientLike(Protocol):
 
     def close_http(self) -> None: ...
 
+    def breaker_states(self) -> Any: ...  # {provider: BreakerSnapshot}
+
 
 C = TypeVar("C", bound=RoutingClientLike)
 
@@ -68,6 +71,7 @@ class Gateway(Generic[C]):
     guardrail: Periodic | None
     client: C
     owns_telemetry: bool = True
+    breaker_report: BreakerReporter | None = None
     _closed: bool = field(default=False, repr=False)
     _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -86,6 +90,8 @@ class Gateway(Generic[C]):
             self._closed = True
         if self.guardrail is not None:
             self.guardrail.stop()
+        if self.breaker_report is not None:
+            self.breaker_report.close()
         self.refresher.stop()
         if self.owns_telemetry:
             self.telemetry.close()
@@ -201,7 +207,12 @@ def assemble(
         record_breaker_change_later(engine, provider, old, new, why)
 
     client.on_breaker_change.append(record_breaker_change)
+    # Every process reports its breakers with a heartbeat: the banner counts only live processes.
+    reporter = BreakerReporter(engine, client.breaker_states, source=source, wall_clock=wall_clock, stop=stop)
+    gateway.breaker_report = reporter
+    client.on_breaker_change.append(reporter.changed)
     refresher.start()
+    reporter.start()
     if timer is not None:
         timer.start()
     flush_on_sigterm(gateway)  # only where the program left SIGTERM at its default (app.shutdown)

@@ -42,7 +42,7 @@ def gateway_status(gateway: Any, slots: list[SlotInfo] | None = None) -> dict[st
             "role": roles.get(name, "other"),
             "base_url": p.base_url,
             "breaker": breakers.get(name),
-            # The newest transition any gateway process recorded (this process's breakers start closed).
+            # The breaker as the live gateway processes report it (this process's start closed).
             "breaker_recorded": recorded.get(name),
         }
         for name, p in settings.providers.items()
@@ -76,22 +76,24 @@ def _plain(state: Any) -> Any:
     return state if isinstance(state, (int, float, str, bool, type(None), dict, list)) else str(state)
 
 
-RECORDED_LOOKBACK_S = 86_400
-
-
 def recorded_breakers(engine: Any, now: float | None = None) -> dict[str, dict[str, Any]]:
-    """Each provider's newest breaker transition recorded by any process in the last day, as
-    ``{provider: {"state", "ts"}}``; empty when there is no engine or the database does not answer
-    (status must still print what this process knows)."""
+    """Each provider's breaker as the live gateway processes report it (:mod:`db.breakers`), as
+    ``{provider: {"state", "ts", "processes"}}`` (the worst state a live process holds, since when,
+    and how many hold it); empty when there is no engine or the database does not answer (status
+    must still print what this process knows)."""
     if engine is None:
         return {}
-    from db.events import latest_breaker_states
+    from db.breakers import live_breakers
 
+    now = time.time() if now is None else now
     try:
-        latest = latest_breaker_states(engine, since=(time.time() if now is None else now) - RECORDED_LOOKBACK_S)
+        live = live_breakers(engine, now=now)
     except Exception:  # noqa: BLE001 - a stalled database is reported by the ratio's refresh error
         return {}
-    return {name: {"state": state, "ts": ts} for name, (state, ts) in latest.items()}
+    return {
+        name: {"state": b.state, "ts": b.since if b.since is not None else now, "processes": b.holding}
+        for name, b in live.items()
+    }
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
@@ -107,7 +109,10 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         recorded = p.get("breaker_recorded")
         if recorded and recorded["state"] != "closed":
             when = time.strftime("%H:%M:%S", time.gmtime(recorded["ts"]))
-            shown = f"{recorded['state']} (recorded by a gateway process at {when} UTC)"
+            held = recorded.get("processes", 1)
+            shown = (
+                f"{recorded['state']} (held by {held} live gateway process{'es' if held != 1 else ''} since {when} UTC)"
+            )
         providers.append(f"{p['name']} ({p['role']}{', breaker ' + str(shown) if shown is not None else ''})")
     log = status["log"]
     j = status["journal"]

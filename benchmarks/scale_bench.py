@@ -1,28 +1,39 @@
-"""The log at the source's scale (issue 18, item 10): ``BENCH_SCALE_ROWS`` request-log rows
-(default 30,000,000; 420 req/s is about 36 M a day) in a PostgreSQL cluster of the benchmark's own,
-then each dashboard page's data render time, the insert's first batch on the fresh (never
-analysed) database, prune time and bytes per million rows.
+"""The log at the source's scale (issue 18, item 10; issue 28, item 7): the Monitor, Overview,
+Canary and drill-down reads at several log sizes, on PostgreSQL and on SQLite, to show that each
+page's render time stays flat as the log grows.
 
-Setup: ``initdb`` into a temporary directory as the ``postgres`` user, started on a free port on
-127.0.0.1 (``fsync=off``: a throwaway cluster; the fill is what it speeds up, the measured reads
-are served from memory either way; autovacuum off, so the insert is measured on a database whose
-log has no statistics, as right after a bulk load). The schema is made by the gateway's own
-migrations (``request_log`` partitioned by day), the rows by ``INSERT ... SELECT FROM
-generate_series`` straight into the partitions, spread evenly over the two UTC days before the
-measured ``now`` (so one whole day partition can be dropped), 100,000 sessions, 5 % failed, 2 %
-substituted. The rollups are generated in SQL too, one row per (minute, provider, model, intent,
-source, side) over the same span with the counts the log implies, so the Monitor reads the number
-of rollup rows a real day produces (its values are not the log's sums to the request: that is
-what the unit tests check; here only the volume matters).
+``BENCH_SCALE_SIZES`` (default ``1000000,5000000,15000000``; 420 req/s is about 36 M a day) lists
+the sizes, ``BENCH_SCALE_DBS`` (default ``postgresql,sqlite``) the databases. One database per
+kind is grown from one size to the next (rows are added, never rewritten), and at each size:
 
-Measured (medians of ``RUNS`` runs, through ``app``/``db`` functions, no Streamlit): the Monitor
-render (:func:`benchmarks.monitor_bench.render`: monitor_view 24 h + chart JSON + table page), the
-Overview (:func:`benchmarks.monitor_bench.render_overview`), the request drill-down (one request's
-story and a session search, :func:`benchmarks.monitor_bench.render_request`), the Canary page; one
-500-row ``insert_batch`` before any ANALYZE; ``prune`` dropping the older day through an engine
-with the CLI's 30 s statement timeout; ``pg_total_relation_size`` of the log per million rows.
+- the error-class and substitution rollups are rebuilt by migration 0013 itself (downgraded and
+  upgraded again: its backfill time at that size is reported);
+- every query the Monitor page issues is timed on its own, the filter choices included
+  (``filter_options``, ``error_classes_between``, the gateway keys, ``substitution_sums``, the
+  request table's page and bounded count unfiltered and with each kind of filter, the last
+  minute's raw counts), then whole page renders: the Monitor (1 h, the page's default, and 24 h;
+  cold = empty settled-bucket cache, and live refresh; unfiltered and with a provider filter plus
+  "status = error" and an error class), the Overview, the Canary page, a request drill-down.
 
-    BENCH_SCALE_ROWS=3000000 python -m benchmarks scale
+PostgreSQL: ``initdb`` into a temporary directory as the ``postgres`` user, started on a free port
+on 127.0.0.1 (``fsync=off``: a throwaway cluster; the fill is what it speeds up, the measured reads
+are served from memory either way; autovacuum off, ANALYZE after each growth, as autovacuum would
+have). SQLite: a file in a temporary directory, WAL as the gateway opens it, never analysed (the
+gateway does not). The schema is made by the gateway's own migrations (on PostgreSQL
+``request_log`` is partitioned by day). Rows are generated in SQL (``generate_series`` / a
+recursive CTE), spread over the two days before the measured ``now`` in a scrambled order so every
+prefix covers the whole span (growing the log raises the rate, as a busier gateway would), 100,000
+sessions, 5 % failed (three error classes), 2 % substituted, a third with a gateway key. The
+per-minute, 5-minute and hourly rollups are generated too, one row per (minute, provider, model,
+intent, source, side) over the span, so the Monitor reads the number of rollup rows a real day
+produces (their values are not the log's sums: that is what the unit tests check; here only the
+volume matters). At the largest PostgreSQL size also: one 500-row ``insert_batch`` before any
+ANALYZE, ``prune`` dropping the older day, and bytes per million rows.
+
+Budget: every page render < 300 ms at every size (a row per page and size; the query rows carry
+no budget, they say where a render's time goes).
+
+    BENCH_SCALE_SIZES=1000000,5000000 BENCH_SCALE_DBS=sqlite python -m benchmarks scale
 """
 
 from __future__ import annotations
@@ -35,13 +46,21 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
 
 from benchmarks.harness import row, say
 
-ROWS = int(os.environ.get("BENCH_SCALE_ROWS", "30000000"))
+SIZES = [int(v) for v in os.environ.get("BENCH_SCALE_SIZES", "1000000,5000000,15000000").split(",") if v.strip()]
+DBS = [v.strip() for v in os.environ.get("BENCH_SCALE_DBS", "postgresql,sqlite").split(",") if v.strip()]
 RUNS = int(os.environ.get("BENCH_SCALE_RUNS", "5"))
+BUDGET_MS = 300.0  # every page render, at every size
+SPAN_S = 2 * 86_400  # the rows cover the two days before ``now``
+# Row i lands at SCRAMBLE * i mod SPAN_MS milliseconds into the span: distinct for every i below
+# SPAN_MS (SCRAMBLE is prime), and any prefix of the rows covers the whole span evenly.
+SCRAMBLE, SPAN_MS = 2_654_435_761, SPAN_S * 1000
+KEYS = ("team-a", "team-b")
 CHUNK = 1_000_000  # rows per INSERT ... SELECT (progress, and each statement stays bounded)
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DAY_S = 86_400
@@ -89,58 +108,91 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _arr(values) -> str:
-    return "ARRAY[" + ", ".join(f"'{v}'" for v in values) + "]"
+def _pick(values, expr: str) -> str:
+    return f"CASE ({expr}) " + " ".join(f"WHEN {i} THEN '{v}'" for i, v in enumerate(values)) + " END"
 
 
-def _fill_log(conn, first: int, count: int, start: float, gap: float) -> None:
-    # Row i: one attempt of request i at start + i * gap; every 20th failed (then a second row would
-    # follow in reality; one row keeps the arithmetic plain), every 50th substituted.
-    conn.execute(
-        text(f"""
-        INSERT INTO request_log (request_id, attempt, ts, provider, model, requested_model, intent, side,
+def _fill_log(conn, dialect: str, first: int, count: int, start: float) -> None:
+    # Row i: one attempt of request i; every 20th failed (three classes; in reality a second row
+    # would follow, one row keeps the arithmetic plain), every 50th substituted, a third keyed.
+    last = first + count - 1
+    select_rows = f"""
+        SELECT 'b' || i, 1, {start} + ((i * {SCRAMBLE}) % {SPAN_MS}) * 0.001,
+            {_pick(PROVIDERS, "CASE WHEN i % 10 >= 7 THEN 1 ELSE 0 END")}, {_pick(MODELS, "i % 4")}, 'auto',
+            {_pick(INTENTS, "i % 3")}, CASE WHEN i % 10 >= 7 THEN 'fallback' ELSE 'primary' END,
+            CASE WHEN i % 20 = 0 THEN 'error' ELSE 'ok' END, CASE WHEN i % 20 = 0 THEN 503 ELSE 200 END,
+            CASE i % 60 WHEN 0 THEN 'upstream_5xx' WHEN 20 THEN 'timeout' WHEN 40 THEN 'rate_limited' END,
+            50 + (i * 7919) % 3000, CASE WHEN i % 2 = 0 THEN 20 + (i * 31) % 400 END, 50 + i % 4000,
+            (i % 4000) / 3, 20 + i % 800, 0.0001 * (1 + i % 50), i % 10 >= 7, 1 = 1, i % 50 = 0, i % 2 = 0,
+            {_pick(SOURCES, "i % 2")}, 's' || (i % {SESSIONS}), 'chat', 0, 0,
+            CASE i % 3 WHEN 0 THEN '{KEYS[0]}' WHEN 1 THEN '{KEYS[1]}' END"""
+    cols = """(request_id, attempt, ts, provider, model, requested_model, intent, side,
             status, http_status, error_class, latency_ms, ttft_ms, prompt_tokens, cached_tokens,
             completion_tokens, cost_usd, fallback, final, substituted, stream, source, session_id, api,
-            tool_calls, reasoning_tokens)
-        SELECT 'b' || lpad(i::text, 9, '0'), 1, {start} + i * {gap},
-            ({_arr(PROVIDERS)})[1 + (i % 10 >= 7)::int], ({_arr(MODELS)})[1 + i % 4], 'auto',
-            ({_arr(INTENTS)})[1 + i % 3], CASE WHEN i % 10 >= 7 THEN 'fallback' ELSE 'primary' END,
-            CASE WHEN i % 20 = 0 THEN 'error' ELSE 'ok' END, CASE WHEN i % 20 = 0 THEN 503 ELSE 200 END,
-            CASE WHEN i % 20 = 0 THEN 'upstream_5xx' END, 50 + (i * 7919) % 3000,
-            CASE WHEN i % 2 = 0 THEN 20 + (i * 31) % 400 END, 50 + i % 4000, (i % 4000) / 3,
-            20 + i % 800, 0.0001 * (1 + i % 50), i % 10 >= 7, true, i % 50 = 0, i % 2 = 0,
-            ({_arr(SOURCES)})[1 + i % 2], 's' || (i % {SESSIONS}), 'chat', 0, 0
-        FROM generate_series({first}::bigint, {first + count - 1}) AS i
-        """)
-    )
+            tool_calls, reasoning_tokens, key_name)"""
+    if dialect == "postgresql":
+        sql = f"INSERT INTO request_log {cols} {select_rows} FROM generate_series({first}::bigint, {last}) AS g(i)"
+        conn.execute(text(sql))
+    else:
+        sql = (
+            f"WITH RECURSIVE g(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM g WHERE i < {last}) "
+            f"INSERT INTO request_log {cols} {select_rows} FROM g"
+        )
+        conn.execute(sql)  # a DB-API cursor (see _grow)
 
 
-def _fill_rollups(conn, start: float, end: float, rows: int) -> None:
+def _rollup_rows(start: float, end: float, rows: int):
     from core.histogram import bucket_of
-    from db.models import LATENCY_BUCKETS, TTFT_BUCKETS
+    from db.models import LATENCY_BUCKETS, ROLLUP_TABLES, TTFT_BUCKETS
 
     combos = len(PROVIDERS) * len(MODELS) * len(INTENTS) * len(SOURCES)
-    minutes = int((end - start) // 60)
-    per_cell = max(1, rows // (minutes * combos))
+    per_cell = max(1, rows // (int(end - start) // 60 * combos))
     lat, ttft = LATENCY_BUCKETS[bucket_of(1500.0)], TTFT_BUCKETS[bucket_of(200.0)]
-    for table, span in (("request_rollup", 60), ("request_rollup_5m", 300), ("request_rollup_1h", 3600)):
+    for span, model in sorted(ROLLUP_TABLES.items()):
         n = per_cell * span // 60
-        conn.execute(
-            text(f"""
-            INSERT INTO {table} (minute, provider, model, intent, source, side, attempts, requests, errors,
-                request_errors, fallbacks, prompt_tokens, cached_tokens, completion_tokens, cost_usd,
-                latency_sum_ms, ttft_sum_ms, ttft_count, reasoning_tokens, tool_calls, responses_requests,
-                embeddings_requests, completions_requests, {", ".join(LATENCY_BUCKETS)}, {", ".join(TTFT_BUCKETS)})
-            SELECT m, p, mo, it, so, CASE WHEN p = '{PROVIDERS[0]}' THEN 'primary' ELSE 'fallback' END,
-                {n}, {n}, {n // 20}, {n // 20}, CASE WHEN p = '{PROVIDERS[1]}' THEN {n} ELSE 0 END,
-                {n * 2000}, {n * 600}, {n * 400}, {n * 0.0025}, {n * 1500.0}, {n * 100.0}, {n // 2}, 0, 0, 0, 0, 0,
-                {", ".join(str(n) if c == lat else "0" for c in LATENCY_BUCKETS)},
-                {", ".join(str(n // 2) if c == ttft else "0" for c in TTFT_BUCKETS)}
-            FROM generate_series({int(start) // span * span}, {int(end)}, {span}) AS m,
-                unnest({_arr(PROVIDERS)}) AS p, unnest({_arr(MODELS)}) AS mo, unnest({_arr(INTENTS)}) AS it,
-                unnest({_arr(SOURCES)}) AS so
-            """)
-        )
+        out = []
+        for m in range(int(start) // span * span, int(end) + 1, span):
+            for p in PROVIDERS:
+                for mo in MODELS:
+                    for it in INTENTS:
+                        for so in SOURCES:
+                            cell: dict[str, Any] = {c: 0 for c in (*LATENCY_BUCKETS, *TTFT_BUCKETS)}
+                            cell.update(
+                                minute=m, provider=p, model=mo, intent=it, source=so,
+                                side="primary" if p == PROVIDERS[0] else "fallback",
+                                attempts=n, requests=n, errors=n // 20, request_errors=n // 20,
+                                fallbacks=n if p == PROVIDERS[1] else 0, prompt_tokens=n * 2000,
+                                cached_tokens=n * 600, completion_tokens=n * 400, cost_usd=n * 0.0025,
+                                latency_sum_ms=n * 1500.0, ttft_sum_ms=n * 100.0, ttft_count=n // 2,
+                                reasoning_tokens=0, tool_calls=0, responses_requests=0,
+                                embeddings_requests=0, completions_requests=0,
+                            )  # fmt: skip
+                            cell[lat], cell[ttft] = n, n // 2
+                            out.append(cell)
+        yield model.__table__, out  # type: ignore[attr-defined]
+
+
+def _fill_rollups(engine, start: float, end: float, rows: int) -> None:
+    with engine.begin() as conn:
+        for table, cells in _rollup_rows(start, end, rows):
+            conn.execute(table.delete())
+            for i in range(0, len(cells), 5000):
+                conn.execute(table.insert(), cells[i : i + 5000])
+
+
+def _rebuild_detail_rollups(engine) -> float:
+    """Migration 0013 down and up again: its backfill over the log as it is now; seconds taken."""
+    from alembic import command
+
+    from db.migrate import alembic_config, upgrade
+
+    with engine.begin() as conn:
+        cfg = alembic_config(engine)
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0012")
+    t0 = time.perf_counter()
+    upgrade(engine)
+    return time.perf_counter() - t0
 
 
 def _median(fn, runs: int = RUNS) -> tuple[float, list[float]]:
@@ -156,152 +208,275 @@ def _spread(times: list[float]) -> str:
     return f"min {min(times):.1f}, max {max(times):.1f}"
 
 
-def run() -> list[dict]:
+def _label(n: int) -> str:
+    return f"{n / 1e6:g} M" if n >= 1_000_000 else f"{n:,}"
+
+
+def monitor_page(engine, now: float, window: str, *, filters=None, rows=None, cold: bool = False) -> int:
+    """One render of the Monitor page as ``pages/monitor.py`` issues it: the filter choices, the
+    live part (``monitor_view`` and the figures' JSON) and the request table (its error-class and
+    key choices, its first page and bounded count, the page's Arrow bytes). Returns the bytes made."""
+    import plotly.io
+    from streamlit import dataframe_util
+
     from app.monitor import clear_cache
-    from benchmarks.monitor_bench import render, render_canary, render_overview, render_request
-    from core.records import AttemptRecord
-    from db.canary import ensure_setting
-    from db.engine import dispose_all, get_engine
-    from db.partitions import KEEPER
-    from db.requests import insert_batch, prune
+    from app.monitor.table import error_class_choices, key_choices
+    from app.monitor.view import filter_choices, monitor_view, table_view, window_seconds
 
-    cluster = Cluster()
-    out: list[dict] = []
-    try:
-        url = cluster.start()
-        engine = get_engine(url)  # migrations: request_log partitioned by day
-        ensure_setting(engine, 0.1)  # what every gateway process does at start
-        now = float(int(time.time()) // DAY_S * DAY_S + 6 * 3600)  # 06:00 UTC today: two whole days before
-        start, end = now - 6 * 3600 - 2 * DAY_S, now - 6 * 3600
-        gap = (end - start) / ROWS
-        KEEPER.ensure(engine, [start, start + DAY_S, end - 1, now])
-        say(f"  scale: filling {ROWS:,} rows over the two UTC days before {time.strftime('%F', time.gmtime(end))}")
-        t_fill = time.perf_counter()
-        with engine.connect() as conn:
-            conn.exec_driver_sql("SET statement_timeout = 0")
-            for first in range(0, ROWS, CHUNK):
-                _fill_log(conn, first, min(CHUNK, ROWS - first), start, gap)
-                conn.commit()
-                say(
-                    f"    {min(first + CHUNK, ROWS):>11,} rows, {time.perf_counter() - t_fill:.0f} s "
-                    f"({(min(first + CHUNK, ROWS)) / (time.perf_counter() - t_fill):,.0f} rows/s)"
-                )
-            _fill_rollups(conn, start, end, ROWS)
-            conn.commit()
-        fill_s = time.perf_counter() - t_fill
-        out.append(
-            row(
-                "fill: rows/s (INSERT ... SELECT generate_series, 6 indexes, fsync off)",
-                ROWS / fill_s,
-                "rows/s",
-                lower_is_better=False,
-                n=ROWS,
-                measured=f"{ROWS:,} rows in {fill_s:.0f} s",
-                digits=0,
-            )
-        )
+    if cold:
+        clear_cache()
+    filter_choices(engine, window, filters, now=now)
+    view = monitor_view(engine, window, filters, now, routes=ROUTES, intent_models=INTENT_MODELS)
+    size = sum(len(plotly.io.to_json(fig, validate=False)) for fig in view.figures.values())
+    error_class_choices(engine, since=now - window_seconds(window), until=now)
+    key_choices(engine)
+    page = table_view(engine, window=window, filters=filters, rows=rows, now=now)
+    return size + len(dataframe_util.convert_anything_to_arrow_bytes(page.rows))
 
-        # The insert on a log that has never been analysed (the old pre-check: up to 42 s a batch).
-        batch = [
-            AttemptRecord(
-                request_id=f"new{k:06d}",
-                attempt=1,
-                ts=end - 30 + k * 0.01,
-                provider=PROVIDERS[0],
-                model=MODELS[0],
-                requested_model="auto",
-                intent=INTENTS[0],
-                side="primary",
-                status="ok",
-                latency_ms=40.0,
-                session_id="s1",
-            )
-            for k in range(500)
-        ]
-        t0 = time.perf_counter()
-        insert_batch(engine, batch)
-        first_ms = (time.perf_counter() - t0) * 1000.0
-        replay_ms, replay_times = _median(lambda: insert_batch(engine, batch))
-        out.append(
-            row(
-                "insert_batch 500 rows, fresh database (no statistics)",
-                first_ms,
-                "ms",
-                n=1,
-                measured=f"first batch after the fill, before any ANALYZE; the same batch replayed: p50 "
-                f"{replay_ms:.1f} ms ({_spread(replay_times)})",
-                digits=1,
-            )
-        )
 
-        with engine.connect() as conn:
-            conn.exec_driver_sql("SET statement_timeout = 0")
-            conn.exec_driver_sql("ANALYZE")
-            conn.commit()
-            log_bytes = conn.execute(
-                text(
-                    "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c "
-                    "ON c.oid = i.inhrelid WHERE i.inhparent = 'request_log'::regclass"
-                )
-            ).scalar_one()
-            rollup_rows = conn.execute(text("SELECT count(*) FROM request_rollup")).scalar_one()
-        out.append(
-            row(
-                "bytes per million log rows (heap + 6 indexes)",
-                float(log_bytes) / ROWS * 1e6 / 1e6,
-                "MB",
-                n=ROWS,
-                measured=f"pg_total_relation_size of the partitions {int(log_bytes) / 1e9:.2f} GB / {ROWS:,} rows; "
-                f"a 36 M-row day: {float(log_bytes) / ROWS * 36e6 / 1e9:.1f} GB",
-                digits=1,
-            )
-        )
+ROUTES = {"primary": PROVIDERS[0], "fallback": PROVIDERS[1]}
+INTENT_MODELS = {"coding": MODELS[0], "general": MODELS[2], "long_context": MODELS[2]}
 
-        def cold_monitor() -> None:
-            clear_cache()
-            render(engine, now)
 
-        pages = [
-            ("Monitor render, 24 h, first (cold cache)", cold_monitor),
-            ("Monitor render, 24 h, live refresh", lambda: render(engine, now)),
-            ("Overview render", lambda: render_overview(engine, now, list(PROVIDERS), failing=PROVIDERS[0])),
-            ("Canary render", lambda: render_canary(engine, now)),
-            ("Request drill-down (story + session search)", lambda: render_request(engine, "b000012345", "s12345")),
-        ]
-        for name, fn in pages:
+def _queries(engine, now: float):
+    """(name, call) for every query the Monitor page issues, one by one."""
+    from app.monitor.table import TableCursor, key_choices
+    from app.monitor.view import table_view
+    from db import monitor as dbm
+    from db.events import events_between
+
+    hour, day = now - 3600, now - 86_400
+    failed = dbm.RowFilters(status="error")
+    klass = dbm.RowFilters(error_classes=("timeout",))
+    beta = dbm.MonitorFilters(providers=(PROVIDERS[1],))
+    keyed = dbm.RowFilters(keys=(KEYS[0],))
+
+    def second_page_count():
+        first = table_view(engine, window="1h", rows=failed, now=now)
+        table_view(engine, window="1h", rows=failed, cursor=TableCursor().older(first), now=now)
+
+    def count(since: float, **kw):
+        return lambda: dbm.count_log_rows(engine, since=since, until=now, **kw)
+
+    def classes(since: float):
+        return lambda: dbm.error_classes_between(engine, since=since, until=now)
+
+    def page(**kw):
+        return lambda: dbm.log_page(engine, since=day, until=now, limit=51, **kw)
+
+    return [
+        ("filter_options 1 h (filter choices)", lambda: dbm.filter_options(engine, since=hour)),
+        ("filter_options 24 h", lambda: dbm.filter_options(engine, since=day)),
+        ("error_classes_between 1 h (error-class choices)", classes(hour)),
+        ("error_classes_between 24 h", classes(day)),
+        ("key choices (gateway keys)", lambda: key_choices(engine)),
+        ("substitution_sums 1 h", lambda: dbm.substitution_sums(engine, since=hour, until=now)),
+        ("substitution_sums 24 h", lambda: dbm.substitution_sums(engine, since=day, until=now)),
+        ("recent_counts last minute", lambda: dbm.recent_counts(engine, since=now - 60, until=now)),
+        ("events_between 24 h", lambda: events_between(engine, since=day, until=now)),
+        ("count_log_rows 1 h", count(hour)),
+        ("count_log_rows 24 h", count(day)),
+        ("count_log_rows 24 h, status = error", count(day, rows=failed)),
+        ("count_log_rows 24 h, error class", count(day, rows=klass)),
+        ("count_log_rows 24 h, provider", count(day, filters=beta)),
+        ("count_log_rows 1 h, gateway key (raw, capped)", count(hour, rows=keyed)),
+        ("log_page 24 h, first page", page()),
+        ("log_page 24 h, status = error", page(rows=failed)),
+        ("log_page 24 h, error class + provider", page(filters=beta, rows=klass)),
+        ("request table 1 h, status = error, second page + both counts", second_page_count),
+    ]  # fmt: skip
+
+
+def _pages(engine, now: float):
+    """(name, call) for each whole page render; each carries the budget."""
+    from benchmarks.monitor_bench import render_canary, render_overview, render_request
+    from db import monitor as dbm
+
+    failing = (
+        dbm.MonitorFilters(providers=(PROVIDERS[1],)),
+        dbm.RowFilters(status="error", error_classes=("timeout",)),
+    )
+    return [
+        ("Monitor render 1 h, first (cold cache)", lambda: monitor_page(engine, now, "1h", cold=True)),
+        ("Monitor render 1 h, live refresh", lambda: monitor_page(engine, now, "1h")),
+        ("Monitor render 24 h, first (cold cache)", lambda: monitor_page(engine, now, "24h", cold=True)),
+        ("Monitor render 24 h, live refresh", lambda: monitor_page(engine, now, "24h")),
+        (
+            "Monitor render 24 h, provider + status = error + error class, cold",
+            lambda: monitor_page(engine, now, "24h", filters=failing[0], rows=failing[1], cold=True),
+        ),
+        ("Overview render", lambda: render_overview(engine, now, list(PROVIDERS), failing=PROVIDERS[0])),
+        ("Canary render", lambda: render_canary(engine, now)),
+        ("Request drill-down (story + session search)", lambda: render_request(engine, "b12345", "s12345")),
+    ]  # fmt: skip
+
+
+def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
+    out = []
+    for kind, items in (("query", _queries(engine, now)), ("page", _pages(engine, now))):
+        for name, fn in items:
             fn()  # warm: the first query of each kind pays its plan and buffer reads
             p50, times = _median(fn)
             out.append(
                 row(
-                    name,
+                    f"{tag}: {name}",
                     p50,
                     "ms",
+                    budget=BUDGET_MS if kind == "page" else None,
                     n=len(times),
                     spread=_spread(times),
-                    measured=f"{ROWS:,} log rows, {rollup_rows:,} minute-rollup rows",
+                    measured=meta if kind == "page" else "",
                     digits=1,
                 )
             )
+            say(f"    {tag}: {name}: {p50:.1f} ms ({_spread(times)})")
+    return out
 
-        # Prune the older day through an engine with the CLI's timeouts (30 s per statement).
-        dispose_all()
+
+def _grow(engine, dialect: str, have: int, want: int, start: float) -> float:
+    t0 = time.perf_counter()
+    if dialect == "postgresql":
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SET statement_timeout = 0")
+            conn.commit()
+            for first in range(have, want, CHUNK):
+                _fill_log(conn, dialect, first, min(CHUNK, want - first), start)
+                conn.commit()
+                say(f"    {dialect}: {min(first + CHUNK, want):>11,} rows, {time.perf_counter() - t0:.0f} s")
+            conn.exec_driver_sql("ANALYZE")
+            conn.commit()
+        return time.perf_counter() - t0
+    raw = engine.raw_connection()  # the pragmas below may not run inside a transaction
+    try:
+        cur = raw.cursor()
+        cur.execute("PRAGMA cache_size = -1000000")
+        cur.execute("PRAGMA synchronous = OFF")
+        for first in range(have, want, CHUNK):
+            cur.execute("BEGIN")
+            _fill_log(cur, dialect, first, min(CHUNK, want - first), start)
+            cur.execute("COMMIT")
+            say(f"    {dialect}: {min(first + CHUNK, want):>11,} rows, {time.perf_counter() - t0:.0f} s")
+        cur.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        raw.close()
+    return time.perf_counter() - t0
+
+
+def _run_db(dialect: str, now: float) -> list[dict]:
+    from db.engine import dispose_all, get_engine
+    from db.partitions import KEEPER
+
+    start = now - SPAN_S
+    out: list[dict] = []
+    cluster = Cluster() if dialect == "postgresql" else None
+    tmp = Path(tempfile.mkdtemp(prefix="gw-scale-sqlite-", dir=os.environ.get("BENCH_SCALE_DIR")))
+    try:
+        url = cluster.start() if cluster else f"sqlite:///{tmp / 'gateway.db'}"
         engine = get_engine(url)
-        t0 = time.perf_counter()
-        result = prune(
-            engine, raw_before=start + DAY_S, minute_rollups_before=start + DAY_S, rollups_5m_before=start + DAY_S
-        )
-        prune_s = time.perf_counter() - t0
-        out.append(
-            row(
-                "prune: drop a day of the log (+ its minute and 5-minute rollups)",
-                prune_s * 1000.0,
-                "ms",
-                n=1,
-                measured=f"{result} (statement timeout 30 s, lock timeout 10 s)",
-                digits=1,
+        from db.canary import ensure_setting
+
+        ensure_setting(engine, 0.1)  # what every gateway process does at start
+        if dialect == "postgresql":
+            KEEPER.ensure(engine, [start + k * 3600 for k in range(SPAN_S // 3600 + 1)] + [now])
+        have = 0
+        for size in SIZES:
+            say(f"  scale {dialect}: growing the log to {size:,} rows over the two days before now")
+            fill_s = _grow(engine, dialect, have, size, start)
+            have = size
+            _fill_rollups(engine, start, now, size)
+            backfill_s = _rebuild_detail_rollups(engine)
+            tag = f"{dialect} {_label(size)}"
+            out.append(
+                row(
+                    f"{tag}: migration 0013 (error-class index + rollups backfill)",
+                    backfill_s * 1000.0,
+                    "ms",
+                    n=1,
+                    measured=f"{size:,} log rows; the fill before it took {fill_s:.0f} s",
+                    digits=0,
+                )
             )
-        )
+            meta = f"{size:,} log rows over 2 days ({size / SPAN_S * 3600:,.0f} an hour)"
+            out.extend(_measure(engine, now, tag, meta))
+        if dialect == "postgresql":
+            out.extend(_pg_write_side(engine, url, now, start))
         dispose_all()
     finally:
-        cluster.close()
+        if cluster:
+            cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _pg_write_side(engine, url: str, now: float, start: float) -> list[dict]:
+    """At the largest size: one batch insert, bytes per million rows, prune of the older day."""
+    from core.records import AttemptRecord
+    from db.engine import dispose_all, get_engine
+    from db.requests import insert_batch, prune
+
+    rows = SIZES[-1]
+    batch = [
+        AttemptRecord(
+            request_id=f"new{k:06d}", attempt=1, ts=now - 30 + k * 0.01, provider=PROVIDERS[0], model=MODELS[0],
+            requested_model="auto", intent=INTENTS[0], side="primary", status="ok", latency_ms=40.0, session_id="s1",
+        )
+        for k in range(500)
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    insert_batch(engine, batch)
+    first_ms = (time.perf_counter() - t0) * 1000.0
+    replay_ms, replay_times = _median(lambda: insert_batch(engine, batch))
+    out = [
+        row(
+            "postgresql: insert_batch 500 rows",
+            first_ms,
+            "ms",
+            n=1,
+            measured=f"first batch at {rows:,} rows; the same batch replayed: p50 {replay_ms:.1f} ms "
+            f"({_spread(replay_times)})",
+            digits=1,
+        )
+    ]
+    with engine.connect() as conn:
+        log_bytes = conn.execute(
+            text(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c "
+                "ON c.oid = i.inhrelid WHERE i.inhparent = 'request_log'::regclass"
+            )
+        ).scalar_one()
+    out.append(
+        row(
+            "postgresql: bytes per million log rows (heap + 6 indexes)",
+            float(log_bytes) / rows,
+            "MB",
+            n=rows,
+            measured=f"pg_total_relation_size of the partitions {int(log_bytes) / 1e9:.2f} GB / {rows:,} rows",
+            digits=1,
+        )
+    )
+    dispose_all()
+    engine = get_engine(url)
+    cut = (start // DAY_S + 1) * DAY_S
+    t0 = time.perf_counter()
+    result = prune(engine, raw_before=cut, minute_rollups_before=cut, rollups_5m_before=cut)
+    out.append(
+        row(
+            "postgresql: prune the older day (log partition + its rollups)",
+            (time.perf_counter() - t0) * 1000.0,
+            "ms",
+            n=1,
+            measured=f"{result} (statement timeout 30 s, lock timeout 10 s)",
+            digits=1,
+        )
+    )
+    return out
+
+
+def run() -> list[dict]:
+    now = time.time()
+    out: list[dict] = []
+    for dialect in DBS:
+        if dialect not in ("postgresql", "sqlite"):
+            raise SystemExit(f"BENCH_SCALE_DBS: unknown database {dialect!r}; use postgresql and/or sqlite")
+        out.extend(_run_db(dialect, now))
     return out

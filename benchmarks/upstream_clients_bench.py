@@ -7,9 +7,9 @@ One process per candidate and concurrency (uvloop, as the server runs), ``BENCH_
 process (every thread: pyreqwest runs its own) per call. ``BENCH_CLIENT_ROUNDS`` (default 3)
 interleaved rounds, the order rotating; medians with their spread.
 
-Candidates: ``pyqwest`` (0.12.0, Rust's reqwest on hyper: what the server uses, driven as
-:mod:`app.routing.upstream_http` drives it), ``pyreqwest`` (0.15.1, also reqwest), ``aiohttp``
-(3.14.5) and ``httpx2`` (an ``AsyncClient``, pool raised to the concurrency). They are installed on
+Candidates: ``pyreqwest`` (0.15.1, Rust's reqwest on hyper: what the server uses), ``pyqwest``
+(0.12.0, also reqwest), ``aiohttp`` (3.14.5) and ``httpx2`` (an ``AsyncClient``, pool raised to the
+concurrency). They are installed on
 the first run into ``benchmarks/_work/clients-venv`` (with this checkout's httpx2, httptools and
 uvloop pins), where every candidate runs, so all share one interpreter.
 """
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / "benchmarks" / "_work" / "clients-venv"
 PYTHON = VENV / "bin" / "python"
 PEERS = ["aiohttp==3.14.5", "pyreqwest==0.15.1", "pyqwest==0.12.0"]
-CANDIDATES = ("pyqwest", "pyreqwest", "aiohttp", "httpx2")
+CANDIDATES = ("pyreqwest", "pyqwest", "aiohttp", "httpx2")
 LEVELS = (16, 64, 256)
 CALLS = int(os.environ.get("BENCH_CLIENT_CALLS", "6000"))
 ROUNDS = int(os.environ.get("BENCH_CLIENT_ROUNDS", "3"))

@@ -91,6 +91,15 @@ class RequestLog(Base):
             sqlite_where=text("status != 'ok'"),
             postgresql_where=text("status != 'ok'"),
         ),
+        # The table's error-class filter (migration 0013): one class's failures of a window, newest
+        # first, without walking the window's other failures.
+        Index(
+            "ix_request_log_failed_class_ts",
+            "error_class",
+            "ts",
+            sqlite_where=text("status != 'ok'"),
+            postgresql_where=text("status != 'ok'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -200,6 +209,70 @@ def rollup_table_for(step_s: int):
     raise ValueError(f"step must be a whole number of minutes, got {step_s} s")
 
 
+# The failed attempts and the substituted requests by the columns the per-minute rollups do not
+# carry (error class, model asked for), per minute and per hour (migration 0013). The monitor's
+# error-class choices and substitution figures read these, never the raw log.
+DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source"]
+ERROR_ROLLUP_KEY = [*DETAIL_KEY, "error_class"]
+ERROR_ROLLUP_SUMS = ["attempts", "requests"]
+SUBSTITUTION_ROLLUP_KEY = DETAIL_KEY
+SUBSTITUTION_ROLLUP_SUMS = ["requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd"]
+NO_ERROR_CLASS = ""  # a failed attempt without a class (a key column cannot be NULL)
+
+
+class _DetailKey:
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    requested_model: Mapped[str] = mapped_column(String(128), primary_key=True)
+    intent: Mapped[str] = mapped_column(String(32), primary_key=True)
+    source: Mapped[str] = mapped_column(String(32), primary_key=True)
+
+
+class _ErrorRollupColumns(_DetailKey):
+    """Failed attempts of one bucket and (provider, model, requested model, intent, source,
+    error class): ``attempts`` failed attempts, ``requests`` failed final attempts."""
+
+    error_class: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempts: Mapped[int] = mapped_column(BigInteger, default=0)
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class _SubstitutionRollupColumns(_DetailKey):
+    """Final substituted requests of one bucket and (provider, model served, model asked for,
+    intent, source), with their tokens and cost."""
+
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class ErrorRollup(_ErrorRollupColumns, Base):
+    __tablename__ = "request_error_rollup"
+
+
+class ErrorRollup1h(_ErrorRollupColumns, Base):
+    __tablename__ = "request_error_rollup_1h"
+
+
+class SubstitutionRollup(_SubstitutionRollupColumns, Base):
+    __tablename__ = "request_substitution_rollup"
+
+
+class SubstitutionRollup1h(_SubstitutionRollupColumns, Base):
+    __tablename__ = "request_substitution_rollup_1h"
+
+
+# Bucket span in seconds -> table, for each family.
+ERROR_ROLLUP_TABLES: dict[int, type[Base]] = {60: ErrorRollup, 3600: ErrorRollup1h}
+SUBSTITUTION_ROLLUP_TABLES: dict[int, type[Base]] = {
+    60: SubstitutionRollup,
+    3600: SubstitutionRollup1h,
+}
+
+
 class CanarySetting(Base):
     """The single current canary ratio (row id 1) with a version for optimistic locking."""
 
@@ -268,6 +341,24 @@ class OpsEvent(Base):
     provider: Mapped[str | None] = mapped_column(String(64))
     detail: Mapped[str] = mapped_column(String(500))
     actor: Mapped[str] = mapped_column(String(128))
+
+
+class BreakerHeartbeat(Base):
+    """One gateway process's circuit breaker for one provider, as that process last reported it
+    (migration 0014). Every process rewrites its rows every few seconds; a process whose
+    ``beat_at`` is older than :data:`db.breakers.LIVE_S` stopped reporting (it exited, was killed,
+    or lost the database) and no longer counts. A clean exit deletes its rows."""
+
+    __tablename__ = "breaker_heartbeat"
+
+    process: Mapped[str] = mapped_column(String(64), primary_key=True)  # random per process start
+    provider: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # closed | open | half_open (as the process sees it now)
+    since: Mapped[float | None] = mapped_column(Float)  # wall time of its last transition, when known
+    beat_at: Mapped[float] = mapped_column(Float, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(32))  # api | loadgen | dashboard | cli ...
 
 
 class DashboardUser(Base):

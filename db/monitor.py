@@ -7,8 +7,11 @@ building series from them, percentiles, caching settled buckets, date formatting
 Everything that charts or summarises traffic reads the rollup tables (per minute, and per five
 minutes and per hour for long windows: see :func:`db.models.rollup_table_for`), never the raw log, so
 the cost of a query depends on the window's minutes and dimensions, not on the request volume.
+The error classes and the substitutions come from their own rollups (per minute and per hour:
+``request_error_rollup*``, ``request_substitution_rollup*``), and the request table's count from the
+rollups for its whole minutes plus a ``ts``-indexed read of the two partial minutes at its edges.
 The raw ``request_log`` is read only for bounded, index-ordered lookups (the newest rows, a
-provider's latest error).
+provider's latest error, the last minute, the edges of a count).
 
 Time bucketing: a rollup's ``minute`` is the integer epoch second of the minute's start. A query cut
 into buckets of ``step`` seconds (a whole number of minutes) groups a row under
@@ -21,11 +24,22 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, or_, select, true
 
 from core.session import validate_session_id
-from db.models import API_REQUEST_COUNTERS, LATENCY_BUCKETS, TTFT_BUCKETS, RequestLog, RequestRollup, rollup_table_for
+from db.models import (
+    API_REQUEST_COUNTERS,
+    ERROR_ROLLUP_TABLES,
+    LATENCY_BUCKETS,
+    NO_ERROR_CLASS,
+    SUBSTITUTION_ROLLUP_TABLES,
+    TTFT_BUCKETS,
+    RequestLog,
+    RequestRollup,
+    rollup_table_for,
+)
 
 RECENT_LIMIT_MAX = 5000
 
@@ -346,39 +360,88 @@ class SubstitutionSums:
     cost_usd: float
 
 
+def split_minutes(since: float, until: float) -> tuple[int, int]:
+    """The whole minutes ``[lo, hi)`` inside ``[since, until]``, which rollups answer (``lo == hi``:
+    none); the rest of the range (see :func:`raw_ranges`) is at most a partial minute at each end."""
+    lo = int(-(-since // 60)) * 60  # the first minute start at or after ``since``
+    hi = minute_floor(until)
+    return (lo, hi) if lo < hi else (0, 0)
+
+
+def raw_ranges(since: float, until: float, lo: int, hi: int) -> list[tuple[float, float, bool]]:
+    """The parts of ``[since, until]`` outside the whole minutes ``[lo, hi)``, for the raw log:
+    ``(start, end, end_exclusive)``."""
+    if lo >= hi:
+        return [(since, until, False)]
+    return ([(since, float(lo), True)] if since < lo else []) + [(float(hi), until, False)]
+
+
+def _detail_parts(tables: dict, lo: int, hi: int) -> list[tuple[Any, int, int]]:
+    """``(table, start, end)`` pieces of the rollup family ``tables`` (spans 60 and 3600) covering
+    the whole minutes ``[lo, hi)``, hours where whole hours fit."""
+    return [
+        (tables[span].__table__, a, b)  # mapped subclasses
+        for span, a, b in span_parts(lo, hi, tuple(sorted(tables, reverse=True)))
+    ]
+
+
 def substitution_sums(
     engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
 ) -> list[SubstitutionSums]:
-    """Substituted final requests in ``[since, until]`` with their tokens and cost, grouped. Reads
-    the partial index on substituted rows (migration 0006), so the window's other rows cost
-    nothing."""
+    """Substituted final requests in ``[since, until]`` with their tokens and cost, grouped. The
+    whole minutes are summed from the substitution rollups (whole hours from the hourly table), the
+    partial minutes at the edges from the substituted rows' partial index: the cost depends on the
+    window's length and combinations, not on the log's size."""
+    lo, hi = split_minutes(since, until)
     log = RequestLog.__table__
-    q = (
-        select(
-            log.c.provider,
-            log.c.model,
-            log.c.requested_model,
-            log.c.intent,
-            func.count(),
-            func.sum(log.c.prompt_tokens),
-            func.sum(log.c.cached_tokens),
-            func.sum(log.c.completion_tokens),
-            func.sum(log.c.cost_usd),
+    acc: dict[tuple[str, str, str, str], list] = {}
+    queries = []
+    for t, start, end in _detail_parts(SUBSTITUTION_ROLLUP_TABLES, lo, hi):
+        queries.append(
+            select(
+                t.c.provider,
+                t.c.model,
+                t.c.requested_model,
+                t.c.intent,
+                func.sum(t.c.requests),
+                func.sum(t.c.prompt_tokens),
+                func.sum(t.c.cached_tokens),
+                func.sum(t.c.completion_tokens),
+                func.sum(t.c.cost_usd),
+            )
+            .where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
+            .group_by(t.c.provider, t.c.model, t.c.requested_model, t.c.intent)
         )
-        .where(
-            log.c.substituted.is_(true()),
-            log.c.ts >= since,
-            log.c.ts <= until,
-            log.c.final.is_(true()),
-            *_dimension_filter(filters, log),
+    for a, b, exclusive in raw_ranges(since, until, lo, hi):
+        queries.append(
+            select(
+                log.c.provider,
+                log.c.model,
+                log.c.requested_model,
+                log.c.intent,
+                func.count(),
+                func.sum(log.c.prompt_tokens),
+                func.sum(log.c.cached_tokens),
+                func.sum(log.c.completion_tokens),
+                func.sum(log.c.cost_usd),
+            )
+            .where(
+                log.c.substituted.is_(true()),
+                log.c.ts >= a,
+                (log.c.ts < b) if exclusive else (log.c.ts <= b),
+                log.c.final.is_(true()),
+                *_dimension_filter(filters, log),
+            )
+            .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
         )
-        .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
-    )
     with engine.connect() as conn:
-        return [
-            SubstitutionSums(r[0], r[1], r[2], r[3], _i(r[4]), _i(r[5]), _i(r[6]), _i(r[7]), _f(r[8]))
-            for r in conn.execute(q)
-        ]
+        for q in queries:
+            for r in conn.execute(q):
+                cell = acc.setdefault((r[0], r[1], r[2], r[3]), [0, 0, 0, 0, 0.0])
+                for i in range(4):
+                    cell[i] += _i(r[4 + i])
+                cell[4] += _f(r[8])
+    return [SubstitutionSums(*key, *cell) for key, cell in sorted(acc.items())]
 
 
 def cost_between(engine: Engine, *, since: float, until: float) -> float:
@@ -627,6 +690,10 @@ def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows:
     elif r.status == "ok":
         conds.append(log.c.status == "ok")
     if r.error_classes:
+        # Only failed rows carry a class: saying so lets both databases read the failed rows'
+        # (error_class, ts) partial index (migration 0013) instead of every row of the window.
+        if r.status is None:
+            conds.append(log.c.status != "ok")
         conds.append(log.c.error_class.in_(r.error_classes))
     if r.keys:
         conds.append(log.c.key_name.in_(r.keys))
@@ -685,15 +752,94 @@ def count_log_rows(
     cap: int = 100_000,
 ) -> int:
     """Matching rows of ``[since, until]`` (only those newer than ``newer_than`` when given),
-    counted up to ``cap + 1``: a result above ``cap`` means "more than ``cap``". The cap bounds
-    the work on a busy day (the window's rows are counted from the ``ts`` index, at most ``cap``)."""
+    counted up to ``cap + 1``: a result above ``cap`` means "more than ``cap``".
+
+    Filters the rollups carry (dimensions, status, error class) are counted from them for the whole
+    minutes of the range, and from the raw log's ``ts`` index for the partial minutes at its two
+    edges (and for minutes older than the oldest raw row: none, the rollups outlive the log). A
+    key or session filter, which no rollup carries, counts raw rows newest first along the ``ts``
+    index, stopping at ``cap + 1``."""
+    log = RequestLog.__table__
+    r = rows or NO_ROW_FILTERS
+    cap = int(cap)
+    if r.keys or r.session_id is not None:
+        return _count_raw(engine, since, until, filters, r, newer_than, cap)
+    low = since if newer_than is None else max(since, newer_than[0])
+    with engine.connect() as conn:
+        oldest = conn.execute(select(func.min(log.c.ts))).scalar_one()
+    if oldest is None:
+        return 0
+    low = max(low, float(oldest))
+    lo, hi = split_minutes(low, until)
+    total = _count_rollups(engine, lo, hi, filters, r) if lo < hi else 0
+    for a, b, exclusive in raw_ranges(low, until, lo, hi):
+        cursor = newer_than if a == low else None
+        total += _count_raw(engine, a, b, filters, r, cursor, cap, exclusive=exclusive)
+    if lo < hi and newer_than is not None and newer_than[0] == lo:
+        # The cursor sits exactly on the first whole minute: its row and those before it at the
+        # same ts are in that minute's rollup, but are not newer than it.
+        total -= _count_raw(engine, lo, lo, filters, r, None, cap) - _count_raw(
+            engine, lo, lo, filters, r, newer_than, cap
+        )
+    return min(total, cap + 1)
+
+
+def _count_raw(
+    engine: Engine,
+    since: float,
+    until: float,
+    filters: MonitorFilters | None,
+    rows: RowFilters,
+    newer_than: Cursor | None,
+    cap: int,
+    *,
+    exclusive: bool = False,
+) -> int:
+    # Rows newest first along the ts index, at most cap + 1 of them; ``exclusive``: ts < until.
     log = RequestLog.__table__
     conds = _row_conds(since, until, filters, rows, log)
+    if exclusive:
+        conds.append(log.c.ts < until)
     if newer_than is not None:
         conds.append(_newer(newer_than, log))
-    inner = select(log.c.id).where(*conds).limit(int(cap) + 1).subquery()
+    inner = select(log.c.id).where(*conds).order_by(log.c.ts.desc()).limit(cap + 1).subquery()
     with engine.connect() as conn:
         return _i(conn.execute(select(func.count()).select_from(inner)).scalar_one())
+
+
+def _count_rollups(engine: Engine, lo: int, hi: int, filters: MonitorFilters | None, rows: RowFilters) -> int:
+    # Attempts of the whole minutes [lo, hi) that pass the filters, from the coarsest rollups that fit.
+    if rows.error_classes:
+        if rows.status == "ok":
+            return 0  # only failed attempts carry an error class
+        pieces = [
+            (ERROR_ROLLUP_TABLES[span].__table__, a, b)  # mapped subclasses
+            for span, a, b in span_parts(lo, hi, (3600, 60))
+        ]
+        total = 0
+        with engine.connect() as conn:
+            for t, a, b in pieces:
+                q = select(func.sum(t.c.attempts)).where(
+                    t.c.minute >= a,
+                    t.c.minute < b,
+                    t.c.error_class.in_(rows.error_classes),
+                    *_dimension_filter(filters, t),
+                )
+                total += _i(conn.execute(q).scalar_one())
+        return total
+    total = 0
+    with engine.connect() as conn:
+        for span, a, b in span_parts(lo, hi):
+            t = rollup_table_for(span)
+            if rows.status == "error":
+                what = func.sum(t.c.errors)
+            elif rows.status == "ok":
+                what = func.sum(t.c.attempts - t.c.errors)
+            else:
+                what = func.sum(t.c.attempts)
+            q = select(what).where(t.c.minute >= a, t.c.minute < b, *_dimension_filter(filters, t))
+            total += _i(conn.execute(q).scalar_one())
+    return total
 
 
 def iter_log_rows(
@@ -726,13 +872,30 @@ def iter_log_rows(
 
 
 def error_classes_between(engine: Engine, *, since: float, until: float) -> list[str]:
-    """Distinct error classes of failed rows in ``[since, until]`` (read from the failed-rows
-    partial index of migration 0011, so a quiet day costs little)."""
+    """Distinct error classes of the failed attempts in ``[since, until]``: the whole minutes from
+    the error-class rollups (whole hours from the hourly table), the partial minutes at the edges
+    from the failed rows' partial index (migration 0011)."""
+    lo, hi = split_minutes(since, until)
     log = RequestLog.__table__
-    q = (
+    queries = [
+        select(t.c.error_class)
+        .distinct()
+        .where(t.c.minute >= start, t.c.minute < end, t.c.error_class != NO_ERROR_CLASS)
+        for t, start, end in _detail_parts(ERROR_ROLLUP_TABLES, lo, hi)
+    ]
+    queries += [
         select(log.c.error_class)
         .distinct()
-        .where(log.c.status != "ok", log.c.ts >= since, log.c.ts <= until, log.c.error_class.is_not(None))
-    )
+        .where(
+            log.c.status != "ok",
+            log.c.ts >= a,
+            (log.c.ts < b) if exclusive else (log.c.ts <= b),
+            log.c.error_class.is_not(None),
+        )
+        for a, b, exclusive in raw_ranges(since, until, lo, hi)
+    ]
+    found: set[str] = set()
     with engine.connect() as conn:
-        return sorted(r[0] for r in conn.execute(q))
+        for q in queries:
+            found.update(r[0] for r in conn.execute(q))
+    return sorted(found)

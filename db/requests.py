@@ -1,8 +1,10 @@
 """Request log and per-minute rollups: the write side (batch insert + rollup upsert) and retention.
 
 One call writes a batch of attempt rows and folds them into the rollups (per minute, per five
-minutes and per hour: ``request_rollup``, ``request_rollup_5m``, ``request_rollup_1h``) in the same
-transaction, so the rollups always agree with the log. The rollup upsert adds to existing counters
+minutes and per hour: ``request_rollup``, ``request_rollup_5m``, ``request_rollup_1h``; and the
+failed attempts by error class and the substituted requests by model asked for, per minute and per
+hour: ``request_error_rollup*``, ``request_substitution_rollup*``) in the same transaction, so the
+rollups always agree with the log. The rollup upsert adds to existing counters
 (``INSERT ... ON CONFLICT DO UPDATE SET col = col + excluded.col``), which is safe when several
 processes write at once.
 
@@ -39,10 +41,17 @@ from core.histogram import bucket_of
 from core.records import FIELD_NAMES, AttemptRecord
 from db.models import (
     API_REQUEST_COUNTERS,
+    ERROR_ROLLUP_KEY,
+    ERROR_ROLLUP_SUMS,
+    ERROR_ROLLUP_TABLES,
     LATENCY_BUCKETS,
+    NO_ERROR_CLASS,
     ROLLUP_KEY,
     ROLLUP_SUMS,
     ROLLUP_TABLES,
+    SUBSTITUTION_ROLLUP_KEY,
+    SUBSTITUTION_ROLLUP_SUMS,
+    SUBSTITUTION_ROLLUP_TABLES,
     TTFT_BUCKETS,
     RequestLog,
 )
@@ -86,26 +95,77 @@ def rollup_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[di
     return list(acc.values())
 
 
-def coarsen(deltas: Iterable[dict], span_s: int) -> list[dict]:
-    """Re-bucket per-minute counter rows into buckets of ``span_s`` seconds (cheaper than
-    re-folding the records: a batch has far fewer minute rows than records)."""
+def coarsen(
+    deltas: Iterable[dict], span_s: int, key: Sequence[str] = ROLLUP_KEY, counters: Sequence[str] = _COUNTERS
+) -> list[dict]:
+    """Re-bucket per-minute counter rows (of the table family with ``key`` and ``counters``) into
+    buckets of ``span_s`` seconds (cheaper than re-folding the records: a batch has far fewer
+    minute rows than records)."""
     acc: dict[tuple, dict] = {}
     for d in deltas:
         start = d["minute"] // span_s * span_s
-        key = (start, *(d[k] for k in ROLLUP_KEY[1:]))
-        row = acc.get(key)
+        k = (start, *(d[c] for c in key[1:]))
+        row = acc.get(k)
         if row is None:
-            acc[key] = {**d, "minute": start}
+            acc[k] = {**d, "minute": start}
         else:
-            for c in _COUNTERS:
+            for c in counters:
                 row[c] += d[c]
     return list(acc.values())
+
+
+def _detail_key(r: AttemptRecord, span_s: int) -> tuple:
+    return (int(r.ts // span_s) * span_s, r.provider, r.model, r.requested_model, r.intent, r.source)
+
+
+def error_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[dict]:
+    """Fold the failed attempts among ``records`` into one row per error-rollup key."""
+    acc: dict[tuple, dict] = {}
+    for r in records:
+        if r.status == "ok":
+            continue
+        key = (*_detail_key(r, span_s), r.error_class or NO_ERROR_CLASS)
+        row = acc.get(key)
+        if row is None:
+            row = acc[key] = {**dict(zip(ERROR_ROLLUP_KEY, key, strict=True)), "attempts": 0, "requests": 0}
+        row["attempts"] += 1
+        row["requests"] += bool(r.final)
+    return list(acc.values())
+
+
+def substitution_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[dict]:
+    """Fold the substituted final attempts among ``records`` into one row per substitution-rollup key."""
+    acc: dict[tuple, dict] = {}
+    for r in records:
+        if not (r.substituted and r.final):
+            continue
+        key = _detail_key(r, span_s)
+        row = acc.get(key)
+        if row is None:
+            row = acc[key] = {
+                **dict(zip(SUBSTITUTION_ROLLUP_KEY, key, strict=True)),
+                **{c: 0 for c in SUBSTITUTION_ROLLUP_SUMS},
+            }
+        row["requests"] += 1
+        row["prompt_tokens"] += r.prompt_tokens
+        row["cached_tokens"] += r.cached_tokens
+        row["completion_tokens"] += r.completion_tokens
+        row["cost_usd"] += r.cost_usd
+    return list(acc.values())
+
+
+# The detail families, in the order every writer upserts them (after the main rollups):
+# (tables by span, key, counters, fold).
+DETAIL_FAMILIES = (
+    (ERROR_ROLLUP_TABLES, ERROR_ROLLUP_KEY, ERROR_ROLLUP_SUMS, error_deltas),
+    (SUBSTITUTION_ROLLUP_TABLES, SUBSTITUTION_ROLLUP_KEY, SUBSTITUTION_ROLLUP_SUMS, substitution_deltas),
+)
 
 
 _STATEMENTS: dict[tuple[str, str], object] = {}
 
 
-def _upsert(engine: Engine, table):
+def _upsert(engine: Engine, table, key: Sequence[str] = ROLLUP_KEY, counters: Sequence[str] = _COUNTERS):
     # Building the 108-column ON CONFLICT clause costs more than executing it: build it once.
     cached = _STATEMENTS.get((engine.dialect.name, table.name))
     if cached is not None:
@@ -119,8 +179,8 @@ def _upsert(engine: Engine, table):
     else:  # pragma: no cover - config refuses other databases
         raise RuntimeError(f"unsupported database {dialect}")
     stmt = stmt.on_conflict_do_update(
-        index_elements=ROLLUP_KEY,
-        set_={c: table.c[c] + stmt.excluded[c] for c in _COUNTERS},
+        index_elements=list(key),
+        set_={c: table.c[c] + stmt.excluded[c] for c in counters},
     )
     _STATEMENTS[(engine.dialect.name, table.name)] = stmt
     return stmt
@@ -199,15 +259,15 @@ def new_records(records: Sequence[AttemptRecord], present: set[tuple[str, int]])
     return out
 
 
-def cell_key(delta: dict) -> tuple:
+def cell_key(delta: dict, key: Sequence[str] = ROLLUP_KEY) -> tuple:
     """A rollup cell's key in the one order every writer upserts in."""
-    return tuple(delta[k] for k in ROLLUP_KEY)
+    return tuple(delta[k] for k in key)
 
 
-def in_lock_order(deltas: Iterable[dict]) -> list[dict]:
+def in_lock_order(deltas: Iterable[dict], key: Sequence[str] = ROLLUP_KEY) -> list[dict]:
     """The rollup rows sorted by cell key: the order every transaction takes their row locks in, so
     no two writers ever wait for each other in a cycle."""
-    return sorted(deltas, key=cell_key)
+    return sorted(deltas, key=lambda d: cell_key(d, key))
 
 
 def _record_key(r: AttemptRecord) -> tuple[str, int, float]:
@@ -261,6 +321,14 @@ def _insert(engine: Engine, records: Sequence[AttemptRecord]) -> int:
         for span, model in sorted(ROLLUP_TABLES.items()):
             deltas = in_lock_order(per_minute if span == 60 else coarsen(per_minute, span))
             conn.execute(_upsert(engine, model.__table__), deltas)  # type: ignore[attr-defined]
+        for tables, key, counters, fold in DETAIL_FAMILIES:
+            minute_rows = fold(fresh, 60)
+            if not minute_rows:
+                continue
+            for span, detail in sorted(tables.items()):
+                rows = minute_rows if span == 60 else coarsen(minute_rows, span, key, counters)
+                stmt = _upsert(engine, detail.__table__, key, counters)
+                conn.execute(stmt, in_lock_order(rows, key))
     return len(fresh)
 
 
@@ -321,6 +389,8 @@ def delete_before(
 # Rollup table -> bucket span (s); the cutoff is floored to a bucket start so only whole buckets
 # older than it go.
 _ROLLUP_NAMES = {model.__tablename__: span for span, model in ROLLUP_TABLES.items()}  # type: ignore[attr-defined]
+# The detail rollups (error classes, substitutions) go with the main rollups of their span.
+_DETAIL_NAMES = {model.__tablename__: span for tables, *_ in DETAIL_FAMILIES for span, model in tables.items()}
 
 
 def prune(
@@ -360,6 +430,12 @@ def prune(
         )
     cutoffs = (minute_rollups_before, rollups_5m_before, rollups_1h_before)
     for (name, span), before in zip(sorted(_ROLLUP_NAMES.items(), key=lambda kv: kv[1]), cutoffs, strict=True):
+        if before is not None:
+            cutoff = int(before // span) * span
+            out[name] = delete_before(engine, name, "minute", cutoff, first_batch=first_batch, clock=clock)
+    by_span = dict(zip((60, 300, 3600), cutoffs, strict=True))
+    for name, span in sorted(_DETAIL_NAMES.items(), key=lambda kv: (kv[1], kv[0])):
+        before = by_span[span]
         if before is not None:
             cutoff = int(before // span) * span
             out[name] = delete_before(engine, name, "minute", cutoff, first_batch=first_batch, clock=clock)

@@ -14,7 +14,7 @@ from app.dashboard.overview import OVERVIEW_WINDOW_S
 from app.dashboard.providers import provider_statuses, status_rows
 from app.dashboard.safe_text import inert
 from app.monitor.figures import span_label
-from app.monitor.incidents import banner_text
+from app.monitor.incidents import banner_text, refusals_text
 from ui import resources
 from ui.state import OverviewState
 
@@ -29,6 +29,9 @@ def incidents_and_ratio() -> None:
     for incident in incidents:
         show = st.error if incident.severity == "error" else st.warning
         show(banner_text(incident, read_at), icon=":material/warning:")
+    refusals = resources.gateway_refusals(OVERVIEW_WINDOW_S)
+    if refusals is not None:
+        st.warning(refusals_text(refusals), icon=":material/block:")
     now = time.time()
     canary = resources.current_canary()
     left, right = st.columns([1, 3], vertical_alignment="center")

@@ -1,6 +1,7 @@
 """Request drill-down: find requests by request id, session id or gateway key name, and read one
-request's attempts (provider, model, status, error, latency, TTFT, the wait before each retry),
-tokens, cost, canary side, intent, substitution and the prompt when stored. Every text that came
+request: a failed one leads with why (error class and message) and then its attempts; its attempts
+(provider, model, status, error, latency, TTFT, the wait before each retry), tokens, cost, canary
+side, intent, substitution and the prompt when stored. Every text that came
 from a caller or an upstream is shown as plain text."""
 
 import streamlit as st
@@ -14,6 +15,24 @@ MS = st.column_config.NumberColumn(format="%.1f")
 LABELS = {"request": "Request id", "session": "Session id", "key": "Gateway key name"}
 engine = resources.engine()
 INTENT_MODELS = intent_models(resources.settings().intents)
+
+
+def show_facts(view) -> None:
+    st.subheader("Request")
+    facts = view.facts()
+    st.dataframe(facts, hide_index=True, width="stretch", height=35 * (len(facts) + 1) + 3, key="request_facts")
+
+
+def show_attempts(view) -> None:
+    st.subheader("Attempt timeline")
+    st.dataframe(
+        view.timeline_rows(),
+        hide_index=True,
+        width="stretch",
+        column_config={name: MS for name in ("latency ms", "TTFT ms", "wait before ms")},
+        key="request_timeline",
+    )
+
 
 st.title("Request drill-down")
 asked = query_from_params(st.query_params.to_dict())
@@ -41,17 +60,14 @@ if kind == "request":
     if view is None:
         st.warning("No request with that id is logged (ids are exact; records are written within seconds).")
         st.stop()
-    st.subheader("Request")
-    facts = view.facts()
-    st.dataframe(facts, hide_index=True, width="stretch", height=35 * (len(facts) + 1) + 3, key="request_facts")
-    st.subheader("Attempt timeline")
-    st.dataframe(
-        view.timeline_rows(),
-        hide_index=True,
-        width="stretch",
-        column_config={name: MS for name in ("latency ms", "TTFT ms", "wait before ms")},
-        key="request_timeline",
-    )
+    why = view.why()
+    if why is not None:  # a failure leads with why, then the attempts that tried
+        st.error(why.markdown())
+        show_attempts(view)
+        show_facts(view)
+    else:
+        show_facts(view)
+        show_attempts(view)
     st.subheader("Prompt")
     if view.prompt_text:
         st.text(view.prompt_text)  # plain text: a prompt is caller data

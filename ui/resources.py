@@ -114,6 +114,21 @@ def _live(key: tuple[str, str], providers: tuple[str, ...], primary: str, window
     return figures, found, now
 
 
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _refusals(key: tuple[str, str], providers: tuple[str, ...], primary: str, window_s: int):
+    from app.monitor.incidents import gateway_refusals
+
+    figures, _, read_at = _live(key, providers, primary, window_s)
+    return gateway_refusals(engine(), now=read_at, last_minute=figures.providers_last_minute)
+
+
+def gateway_refusals(window_s: int = 900):
+    """The requests the gateway refused before any attempt in the last minute (``None``: none),
+    from the same reading as :func:`live`."""
+    s = settings()
+    return _refusals(_config_key(), tuple(s.providers), s.routing.primary, window_s)
+
+
 def live(window_s: int = 900):
     """``(figures, incidents, read_at)``: the named figures (last minute and ``window_s``) and
     the providers in an incident now, read together so the banner and the tiles agree."""
@@ -213,18 +228,16 @@ def faults() -> dict:
     return _faults(_config_key())
 
 
-BREAKER_LOOKBACK_S = 86_400  # a breaker that opened and saw no traffic since still counts as open
-
-
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _breakers(key: tuple[str, str]) -> dict[str, tuple[str, float]]:
-    from db.events import latest_breaker_states
+    from app.dashboard.providers import live_breaker_states
 
-    return latest_breaker_states(engine(), since=time.time() - BREAKER_LOOKBACK_S)
+    return live_breaker_states(engine(), now=time.time())
 
 
 def breakers() -> dict[str, tuple[str, float]]:
-    """Each provider's newest circuit-breaker transition, recorded by any gateway process."""
+    """Each provider's circuit breaker as the live gateway processes report it (the worst state
+    any of them holds, and since when)."""
     return _breakers(_config_key())
 
 

@@ -21,6 +21,14 @@ from core.faults import FaultSettings, effective_faults
 __all__ = ["FAILING_ERROR_RATE", "FAILING_MIN_ATTEMPTS", "ProviderStatus", "provider_statuses", "status_rows"]
 
 
+def live_breaker_states(engine: Any, *, now: float) -> dict[str, tuple[str, float]]:
+    """``{provider: (state, since)}``: the worst breaker state a live gateway process holds for
+    each provider (:func:`db.breakers.live_breakers`) and since when (``now`` when unknown)."""
+    from db.breakers import live_breakers
+
+    return {p: (b.state, b.since if b.since is not None else now) for p, b in live_breakers(engine, now=now).items()}
+
+
 class HealthLike(Protocol):
     attempts: int
     errors: int
@@ -84,9 +92,9 @@ def provider_statuses(
 
     ``figures`` (the page's :func:`app.monitor.figures.live_figures`) gives each provider's attempt
     error rate over the last minute (which decides "failing recently") and over the window; without
-    it the rate is ``health``'s. ``breakers`` is each provider's newest circuit-breaker transition
-    (state, epoch seconds) as recorded by any gateway process; an open or half-open breaker is the
-    provider's state."""
+    it the rate is ``health``'s. ``breakers`` is each provider's circuit breaker across the live
+    gateway processes (state, since: :func:`live_breaker_states`); an open or half-open breaker is
+    the provider's state."""
     health = health or {}
     breakers = breakers or {}
     faults = faults or {}

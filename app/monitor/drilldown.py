@@ -16,11 +16,13 @@ from urllib.parse import urlencode
 from sqlalchemy import Engine
 
 from app import catalog
+from app.dashboard.safe_text import inert
 from app.monitor.export import time_utc
 from app.monitor.levels import chosen_model
 from db.drilldown import SEARCH_KINDS, Match, SearchError, find_requests, request_attempts
 
 PAGE_PATH = "request"  # the drill-down page's URL path
+GATEWAY = "gateway"  # the provider of a request the gateway refused itself (app.routing.core.GATEWAY)
 # Query parameter per search kind: /request?id=..., /request?session=..., /request?key=...
 PARAMS = {"request": "id", "session": "session", "key": "key"}
 MAX_QUERY = 256
@@ -81,6 +83,27 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class Why:
+    """Why a request failed, for the top of its drill-down: the final error and where it happened."""
+
+    error_class: str
+    message: str
+    http_status: int | None
+    refused_by_gateway: bool  # before any provider was asked
+    attempts: int
+    last: str  # "provider / model" of the last attempt
+
+    def markdown(self) -> str:
+        """The alert's text; what came from the log (the message above all) is shown inert."""
+        status = f" (HTTP {self.http_status})" if self.http_status else ""
+        if self.refused_by_gateway:
+            where = "Refused by the gateway itself, before any provider was asked."
+        else:
+            where = f"{self.attempts} attempt{'s' if self.attempts > 1 else ''} failed; the last at {inert(self.last)}."
+        return f"**Failed: {inert(self.error_class)}**{status}: {inert(self.message)}  \n{where}"
+
+
+@dataclass(frozen=True)
 class RequestStory:
     """Everything the request view shows about one request."""
 
@@ -116,6 +139,25 @@ class RequestStory:
     def embeddings(self) -> bool:
         return self.api == "embeddings"
 
+    @property
+    def refused_by_gateway(self) -> bool:
+        """Refused before any provider was asked (a key, a limit, the routing policy)."""
+        return self.provider == GATEWAY or self.intent == "refused"
+
+    def why(self) -> Why | None:
+        """Why the request failed (its final attempt's error), None when it did not."""
+        if self.status != "error" or not self.attempts:
+            return None
+        last = self.attempts[-1]
+        return Why(
+            error_class=last.error_class or "error",
+            message=last.error_message or "(no message logged)",
+            http_status=last.http_status,
+            refused_by_gateway=self.refused_by_gateway,
+            attempts=len(self.attempts),
+            last=f"{last.provider} / {last.model}",
+        )
+
     def timeline_rows(self) -> list[dict]:
         return [
             {
@@ -148,7 +190,7 @@ class RequestStory:
             ("request id", self.request_id),
             ("started", self.started_utc + " UTC"),
             ("status", self.status),
-            ("answered by", f"{self.provider} / {self.model}"),
+            self._outcome(),
             ("model asked for", self.requested_model),
             ("model chosen", text(self.chosen_model)),
             ("substituted", "yes" if self.substituted else "no"),
@@ -166,6 +208,13 @@ class RequestStory:
             ("total time", f"{self.total_ms:,.0f} ms"),
         ]
         return [{"field": k, "value": v} for k, v in pairs]
+
+    def _outcome(self) -> tuple[str, str]:
+        if self.status != "error":
+            return ("answered by", f"{self.provider} / {self.model}")
+        if self.refused_by_gateway:
+            return ("refused by", "the gateway, before any provider was asked")
+        return ("last tried", f"{self.provider} / {self.model}")
 
     def _answer_facts(self) -> list[tuple[str, str]]:
         # An embedding has input tokens only: no completion, finish reason or tool calls to show.

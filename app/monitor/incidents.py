@@ -1,7 +1,9 @@
 """Incidents: which provider is in trouble now, since when, what it fails with and what the
 gateway did about it, for the Overview's banner.
 
-A provider is **in an incident** while its circuit breaker is open or half-open, or while it is
+A provider is **in an incident** while a live gateway process holds its circuit breaker open or
+half-open (each process reports its breakers with a heartbeat, :mod:`db.breakers`; a process that
+stopped reporting, one that exited or was killed mid-incident, no longer counts), or while it is
 failing (at least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error
 rate of at least :data:`FAILING_ERROR_RATE`).
 
@@ -26,6 +28,7 @@ from sqlalchemy import Engine
 from app.dashboard.fmt import pct
 from app.dashboard.safe_text import inert
 from app.monitor.figures import LAST_MINUTE_S, Counts, figure_label
+from db.breakers import LiveBreaker, live_breakers
 from db.events import events_between
 from db.incidents import breaker_transitions, error_classes, first_failure
 from db.monitor import minute_floor, part_cells
@@ -39,6 +42,10 @@ MAX_CLASSES = 4
 # request would have started on): a provider whose every failure is one of these is not failing,
 # its requests are being refused, and the banner says so.
 REFUSAL_CLASSES = frozenset({"breaker_open", "no_route", "refused_by_policy", "deadline"})
+# The provider name of the rows of requests the gateway refused before any attempt
+# (app.routing.core.GATEWAY): the substitution policy, every breaker open, admission (key, limit,
+# budget). They are never a provider's incident; the Overview shows them as the gateway's.
+GATEWAY = "gateway"
 
 
 def breaker_incident_start(changes: Iterable[tuple[float, str]], now: float, quiet_s: float = QUIET_S) -> float | None:
@@ -167,12 +174,21 @@ def build_incidents(
     classes: Mapping[str, Sequence[tuple[str, int]]] | None = None,
     rollbacks: Sequence[tuple[float, str]] = (),
     primary: str | None = None,
+    live: Mapping[str, LiveBreaker] | None = None,
 ) -> list[Incident]:
-    """The providers in an incident now, worst first (open breakers, then failing, then half-open)."""
+    """The providers in an incident now, worst first (open breakers, then failing, then half-open).
+
+    ``live`` is each breaker across the live processes (:func:`db.breakers.live_breakers`): the
+    breaker's state is the worst one a live process holds. Without it (``None``) the newest of
+    ``transitions`` says the state. ``transitions`` (every process's, merged) date the incident."""
     out = []
     for name in providers:
         changes = sorted(transitions.get(name, ()))
-        state = changes[-1][1] if changes else None
+        if live is not None:
+            held = live.get(name)
+            state = held.state if held else None
+        else:
+            state = changes[-1][1] if changes else None
         breaker_state = state if state in ("open", "half_open") else None
         counts = last_minute.get(name, Counts())
         if breaker_state is None and not is_failing(counts):
@@ -199,6 +215,37 @@ def build_incidents(
     return sorted(out, key=lambda i: (rank[i.breaker_state], i.start))
 
 
+@dataclass(frozen=True)
+class GatewayRefusals:
+    """Requests the gateway itself refused before asking any provider, in the last minute."""
+
+    requests: int
+    classes: tuple[tuple[str, int], ...] = ()
+
+
+def gateway_refusals(engine: Engine, *, now: float, last_minute: Mapping[str, Counts]) -> GatewayRefusals | None:
+    """The last minute's refusals by the gateway (``None`` when there were none): their count from
+    ``last_minute`` (the page's :attr:`~app.monitor.figures.LiveFigures.providers_last_minute`) and
+    their error classes (a ``ts``-indexed read of that minute)."""
+    counts = last_minute.get(GATEWAY)
+    if counts is None or not counts.requests:
+        return None
+    classes = error_classes(engine, provider=GATEWAY, since=now - LAST_MINUTE_S, until=now)
+    return GatewayRefusals(counts.requests, tuple(classes))
+
+
+def refusals_text(refusals: GatewayRefusals) -> str:
+    """The Overview's line about them: whose they are (the gateway's, no provider was asked) and why."""
+    n = refusals.requests
+    why = ", ".join(f"{inert(cls)} ({k:,})" for cls, k in refusals.classes[:MAX_CLASSES])
+    more = len(refusals.classes) - MAX_CLASSES
+    return (
+        f"**Gateway: {n:,} request{'s' if n != 1 else ''} refused before any attempt in the last "
+        f"{LAST_MINUTE_S:g} s** (no provider was asked, so none is blamed)"
+        + (f": {why}" + (f" and {more} more" if more > 0 else "") if why else "")
+    )
+
+
 def current_incidents(
     engine: Engine,
     providers: Sequence[str],
@@ -209,15 +256,16 @@ def current_incidents(
 ) -> list[Incident]:
     """Read and build :func:`build_incidents`. ``last_minute`` is each provider's last-minute
     counts (:attr:`app.monitor.figures.LiveFigures.providers_last_minute`, already read by the page).
-    Queries: the lookback's breaker transitions; then, only when some provider is in trouble, its
-    per-minute rollups, the guardrail's rollbacks and the error classes since each start."""
+    Queries: the live processes' breakers and the lookback's breaker transitions; then, only when
+    some provider is in trouble, its per-minute rollups, the guardrail's rollbacks and the error
+    classes since each start."""
     since = now - LOOKBACK_S
+    live = live_breakers(engine, now=now)
     transitions = breaker_transitions(engine, since=since, until=now)
     suspects = [
         p
         for p in providers
-        if is_failing(last_minute.get(p, Counts()))
-        or (transitions.get(p) and transitions[p][-1][1] in ("open", "half_open"))
+        if is_failing(last_minute.get(p, Counts())) or (p in live and live[p].state in ("open", "half_open"))
     ]
     if not suspects:
         return []
@@ -241,6 +289,7 @@ def current_incidents(
         minutes=minutes,
         rollbacks=rollbacks,
         primary=primary,
+        live=live,
     )
     out = []
     for i in found:

@@ -58,6 +58,14 @@ class BreakerSnapshot:
     failures: int
     opened_at: float | None
     retry_at: float | None  # when an open breaker lets its next probe through
+    cooled: bool = False  # open, and its cooldown is over: the next request is let through as a probe
+
+    @property
+    def reported_state(self) -> State:
+        """The state as other processes and ``/metrics`` are told: an open breaker whose cooldown
+        is over refuses nothing any more (the next request probes), so it is reported half-open;
+        otherwise :attr:`state`. An idle process then never reports "open" for hours."""
+        return "half_open" if self.cooled else self.state
 
 
 class CircuitBreaker:
@@ -127,7 +135,8 @@ class CircuitBreaker:
         with self._lock:
             attempts, failures = self._totals(now)
             retry_at = self._opened_at + self.policy.cooldown_s if self._state == "open" and self._opened_at else None
-            return BreakerSnapshot(self._state, attempts, failures, self._opened_at, retry_at)
+            cooled = retry_at is not None and now >= retry_at
+            return BreakerSnapshot(self._state, attempts, failures, self._opened_at, retry_at, cooled)
 
     @property
     def state(self) -> State:

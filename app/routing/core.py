@@ -741,10 +741,11 @@ class RoutingCore:
         if failure is not None:
             failure = replace(failure, message=self.clean(failure.message), body=self._clean_body(failure.body))
         outcome = breaker_outcome(failure)
-        if outcome is not None:
-            self.breakers[attempt.provider].record(outcome, self.clock())
+        breaker = self.breakers.get(attempt.provider)
+        if outcome is not None and breaker is not None:
+            breaker.record(outcome, self.clock())
         usage = usage or Usage()
-        adjusted = self.adjusted_params(plan, attempt.provider)
+        adjusted = self.adjusted_params(plan, attempt.provider) if attempt.provider in self.settings.providers else []
         number = len(plan.records) + 1
         latency_ms = (self.clock() - attempt.t0) * 1000.0
         plan.records.append(
@@ -871,12 +872,13 @@ class RoutingCore:
 
     def no_route(self, plan: Plan, stop: NoRoute) -> None:
         """The request ended with nothing more to try. When no attempt was made at all (every
-        breaker open, the deadline gone), the request still gets its one final row, of its own
-        error class and zero latency, so every rate counts it."""
+        breaker open, the deadline gone, the substitution policy refused it), the request still
+        gets its one final row, of its own error class and zero latency, so every rate counts it.
+        That row is the gateway's (provider :data:`GATEWAY`), like an admission refusal's: no
+        provider was asked, so none is blamed for it."""
         if plan.records or stop.error_class is None:
             return
-        provider = plan.routes[0][0] if plan.routes else self.settings.routing.primary
-        attempt = Attempt(provider, plan.model, False, False, False, 0.0, ts=self.wall(), t0=self.clock())
+        attempt = Attempt(GATEWAY, plan.model, False, False, False, 0.0, ts=self.wall(), t0=self.clock())
         self.record(plan, attempt, failure=Failure(stop.error_class, str(stop)), final=True)
 
     def commit(self, plan: Plan) -> None:

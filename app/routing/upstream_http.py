@@ -1,5 +1,5 @@
-"""The async driver's HTTP client for real (``http(s)://``) upstreams, without the SDK: pyqwest
-(Rust's reqwest on hyper), one transport per provider.
+"""The async driver's HTTP client for real (``http(s)://``) upstreams, without the SDK: pyreqwest
+(Rust's reqwest on hyper), one client per provider.
 
 hyper owns the wire: message framing, ``1xx`` interim answers read past, bytes after a response's
 end closing the connection instead of reaching the next caller, head-size limits, keep-alive. What
@@ -19,7 +19,10 @@ is ours stays small and strict:
   event whose data has an ``error`` raises ``openai.APIError``; after ``[DONE]`` the rest of the
   body is read in the background so the connection goes back to the pool.
 
-Cancelling a request (the caller went away, a deadline) drops its connection.
+Cancelling a request (the caller went away, a deadline) once its answer has begun drops its
+connection at once. pyreqwest cannot abort a request still waiting for the answer's head: that one
+is abandoned (its connection never reused) and ends at the attempt's own timeout, which every
+request carries.
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ import logging
 import weakref
 import zlib
 from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import timedelta
 from typing import Any
 
 import httpx2
 import openai
-import pyqwest
+from pyreqwest import exceptions as rq
+from pyreqwest.client import Client, ClientBuilder
+from pyreqwest.proxy import ProxyBuilder
+from pyreqwest.response import Response
 
 from app.routing.body_limit import ResponseTooLarge
 from app.routing.errors import BadResponse
@@ -52,7 +59,6 @@ DRAIN_S = 1.0  # after [DONE], how long the end of the body may take for the con
 DRAIN_BYTES = 64 * 1024
 PIECE = 64 * 1024  # the largest piece a decoder hands on at once
 ACCEPT_ENCODING = "gzip, deflate"
-_NOWHERE = "http://127.0.0.1:9"  # the proxy of a direct provider, never used (its host is exempt)
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet[HttpUpstream] = weakref.WeakSet()
@@ -112,7 +118,7 @@ class _Inflater:
 class _Body:
     """A response body, decoded, counted against the limit on decoded bytes."""
 
-    def __init__(self, response: pyqwest.Response, limit: int):
+    def __init__(self, response: Response, limit: int):
         self.response = response
         self.limit = limit
         self.total = 0
@@ -128,8 +134,9 @@ class _Body:
         self.stages = [_Inflater("gzip" if c == "x-gzip" else c) for c in reversed(codings)]
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        async for chunk in self.response.content:
-            for piece in self._decode(bytes(chunk), 0):
+        reader = self.response.body_reader
+        while (chunk := await reader.read_chunk()) is not None:
+            for piece in self._decode(chunk.to_bytes(), 0):
                 yield self._counted(piece)
         for stage in self.stages:
             stage.end()
@@ -221,44 +228,56 @@ def _stream_error(data: Mapping[str, Any], url: str) -> openai.APIError:
 
 
 # -- errors ------------------------------------------------------------------------------------
+def _causes(exc: BaseException) -> list[str]:
+    details = getattr(exc, "details", None)
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    return [str(c.get("message", "")) for c in causes or () if isinstance(c, Mapping)]
+
+
 def _mapped(exc: BaseException, net: NetConf) -> BaseException:
-    """A pyqwest failure as the httpx2 exception the router classifies; anything else as is."""
-    detail = str(exc) or type(exc).__name__
-    via = f" via {net.describe_proxy()}" if net.proxy else ""
-    if isinstance(exc, pyqwest.ConnectTimeout):
+    """A pyreqwest failure as the httpx2 exception the router classifies; anything else as is."""
+    if not isinstance(exc, rq.PyreqwestError):
+        return exc
+    causes = _causes(exc)
+    # The innermost causes say what happened ("Connection refused", "message head is too large").
+    detail = "; ".join(c for c in causes[-2:] if c) or (str(exc.args[0]) if exc.args else type(exc).__name__)
+    if isinstance(exc, rq.ConnectTimeoutError) and any("connect" in c.lower() for c in causes):
+        # pyreqwest also calls the request's own timeout, passed before the answer's head, a connect
+        # timeout; only a cause from the connector means no connection was made.
+        via = f" via {net.describe_proxy()}" if net.proxy else ""
         return httpx2.ConnectTimeout(f"no connection in time{via}: {detail}")
-    if isinstance(exc, ConnectionError):
+    if isinstance(exc, rq.RequestTimeoutError):
+        return httpx2.ReadTimeout(f"no answer in time: {detail}")
+    if isinstance(exc, rq.ConnectError):
         if net.proxy:
             return httpx2.ConnectError(f"could not reach the upstream through {net.describe_proxy()}: {detail}")
         return httpx2.ConnectError(f"could not connect: {detail}")
-    if isinstance(exc, TimeoutError):
-        return httpx2.ReadTimeout(f"no answer in time: {detail}")
-    if isinstance(exc, pyqwest.WriteError):
+    if isinstance(exc, rq.WriteError):
         return httpx2.WriteError(detail)
-    if isinstance(exc, pyqwest.ReadError):
+    if isinstance(exc, rq.ReadError):
         return httpx2.ReadError(detail)
-    if isinstance(exc, pyqwest.RemoteProtocolError):
-        return httpx2.RemoteProtocolError(f"malformed answer from upstream: {detail}")
-    return exc
+    return httpx2.RemoteProtocolError(f"malformed answer from upstream: {detail}")
 
 
 # -- calls -------------------------------------------------------------------------------------
 class _Call:
     """One request in flight: the streamed request's context, its response and decoded body."""
 
-    __slots__ = ("body", "headers", "open", "raw_headers", "response")
+    __slots__ = ("body", "context", "headers", "raw_headers", "response")
 
-    def __init__(self, response: pyqwest.Response, limit: int):
+    def __init__(self, context: Any, response: Response, limit: int):
+        self.context = context
         self.response = response
-        self.open = True
         self.raw_headers = [(k.lower(), v) for k, v in response.headers.items()]
         self.headers = httpx2.Headers(self.raw_headers)
         self.body = _Body(response, limit)
 
     async def close(self) -> None:
-        if self.open:
-            self.open = False
-            await self.response.aclose()
+        """End the request: a body read to its end leaves the connection in the pool, any other is
+        dropped with its connection."""
+        context, self.context = self.context, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
 
 
 class HttpUpstream:
@@ -287,39 +306,41 @@ class HttpUpstream:
         headers["Accept-Encoding"] = ACCEPT_ENCODING
         headers["Authorization"] = f"Bearer {sdk.api_key}"  # the SDK adds it per request (bearer_auth)
         self._headers = headers
-        self._host = httpx2.URL(self.base_url).host
         self._client = self._build(connect_timeout_s, max_idle)
         self._drains: set[asyncio.Task] = set()
         _live.add(self)
 
-    def _build(self, connect_timeout_s: float, max_idle: int) -> pyqwest.Client:
-        identity = self.net.identity_pem()
-        self._transport = pyqwest.HTTPTransport(
-            tls_ca_cert=self.net.ca_pem(),
-            # The system's trust store costs hundreds of ms to load the first time: only for TLS.
-            tls_include_system_certs=self.base_url.startswith("https://"),
-            tls_cert=identity if self.net.client_cert else None,
-            tls_key=self.net.key_pem(),
-            http_version=pyqwest.HTTPVersion.HTTP1,
-            # The proxy resolved for this provider. A direct one still names a proxy, one that exempts
-            # the upstream's host: that turns off the library's own reading of the environment.
-            proxy=pyqwest.Proxy(self.net.proxy) if self.net.proxy else pyqwest.Proxy(_NOWHERE, no_proxy=self._host),
-            connect_timeout=connect_timeout_s,
-            read_timeout=None,
-            pool_idle_timeout=KEEPALIVE_S,
-            pool_max_idle_per_host=max_idle,
-            enable_gzip=False,
-            enable_brotli=False,
-            enable_zstd=False,
-            follow_redirects=False,
-            enable_otel=False,
+    def _build(self, connect_timeout_s: float, max_idle: int) -> Client:
+        b = (
+            ClientBuilder()
+            .follow_redirects(False)
+            .referer(False)
+            .gzip(False)  # decoded here, against the limit
+            .brotli(False)
+            .zstd(False)
+            .deflate(False)
+            .http1_only()
+            .tcp_nodelay(True)
+            .no_proxy()  # the environment was read by netconf; its answer is set below
+            .connect_timeout(timedelta(seconds=connect_timeout_s))
+            .pool_idle_timeout(timedelta(seconds=KEEPALIVE_S))
+            .pool_max_idle_per_host(max_idle)
+            .default_headers(self._headers)
         )
-        return pyqwest.Client(self._transport)
+        if self.net.proxy:
+            b = b.proxy(ProxyBuilder.all(self.net.proxy))
+        ca = self.net.ca_pem()
+        if ca:
+            b = b.add_root_certificate_pem(ca)
+        cert, key = self.net.identity_pem(), self.net.key_pem()
+        if cert:
+            b = b.identity_pem(key + b"\n" + cert if key and key != cert else cert)
+        return b.build()
 
     async def aclose(self) -> None:
         for task in list(self._drains):
             task.cancel()
-        await self._transport.aclose()
+        await self._client.close()
         _live.discard(self)
 
     def _drain(self, call: _Call) -> None:
@@ -330,10 +351,9 @@ class HttpUpstream:
             try:
                 async with asyncio.timeout(DRAIN_S):
                     seen = 0
-                    async for chunk in call.response.content:
+                    reader = call.response.body_reader
+                    while seen <= DRAIN_BYTES and (chunk := await reader.read_chunk()) is not None:
                         seen += len(chunk)
-                        if seen > DRAIN_BYTES:
-                            break
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is dropped, nothing lost
                 pass
             finally:
@@ -354,28 +374,29 @@ class HttpUpstream:
     ) -> UpstreamAnswer | UpstreamStream:
         url = f"{self.base_url}/{path.lstrip('/')}"
         content = body if isinstance(body, bytes) else fastjson.dumps(body)
-        send_headers = {**self._headers, **headers} if headers else self._headers
+        builder = self._client.post(url).body_bytes(content)
+        if headers:
+            builder = builder.headers(dict(headers))
+        # Every request carries its attempt's timeout: the bound of one that was cancelled before
+        # its answer's head (see the module's docstring). A stream's reads are timed by the driver.
+        builder = builder.timeout(timedelta(seconds=timeout_s))
+        if stream:
+            builder = builder.streamed_read_buffer_limit(0)  # each chunk handed on as it comes
         call: _Call | None = None
         try:
-            # Non-streamed: the whole answer within the attempt's timeout, as the SDK's; a stream's
-            # reads are timed by the driver. A cancel (the caller left, a deadline) aborts the
-            # request and drops its connection.
-            async with asyncio.timeout(None if stream else timeout_s) as scope:
-                response = await self._transport.execute(
-                    pyqwest.Request("POST", url, pyqwest.Headers(send_headers.items()), content)
-                )
-                call = _Call(response, self.max_response_bytes)
-                declared = _content_length(call.headers)
-                if declared is not None and declared > self.max_response_bytes and not call.body.stages:
-                    raise _too_large(self.max_response_bytes, declared)
-                if response.status >= 300:
-                    raise await self._status_error(call, url)
-                if stream:
-                    return UpstreamStream(self, call, url)
-                content = await call.body.read()
-            del scope
+            context = builder.build_streamed()
+            response = await context.__aenter__()
+            call = _Call(context, response, self.max_response_bytes)
+            declared = _content_length(call.headers)
+            if declared is not None and declared > self.max_response_bytes and not call.body.stages:
+                raise _too_large(self.max_response_bytes, declared)
+            if response.status >= 300:
+                raise await self._status_error(call, url)
+            if stream:
+                return UpstreamStream(self, call, url)
+            content = await call.body.read()
             answer = UpstreamAnswer(response.status, call.headers, content)
-            call.open = False  # read to its end: the connection is back in the pool
+            await call.close()
             return answer
         except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             if call is not None:
@@ -399,19 +420,19 @@ def _content_length(headers: httpx2.Headers) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-async def _closing(transport: pyqwest.HTTPTransport) -> None:
-    await transport.aclose()
-
-
 @atexit.register
 def _close_all() -> None:
     """Clients still alive when the interpreter ends are closed and let go of first: a pyreqwest
     client deallocated during the interpreter's finalization aborts the process."""
     for upstream in list(_live):
         try:
-            asyncio.run(_closing(upstream._transport))
+            asyncio.run(_closing(upstream._client))
         except Exception:  # closed or not, it is let go of below
             log.debug("closing an upstream client at exit failed", exc_info=True)
-        upstream._client = upstream._transport = None  # type: ignore[assignment]
+        upstream._client = None  # type: ignore[assignment]
     _live.clear()
     gc.collect()
+
+
+async def _closing(client: Client) -> None:
+    await client.close()

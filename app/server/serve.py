@@ -74,7 +74,7 @@ class ServerMetrics(GatewayMetrics):
             log.warning("metrics: breaker states unreadable (%s)", type(exc).__name__)
             breakers = {}
         for provider, snapshot in breakers.items():
-            self.set_breaker_state(provider, snapshot.state)
+            self.set_breaker_state(provider, snapshot.reported_state)
         return super().exposition()
 
 

@@ -181,7 +181,7 @@ def test_a_coding_prompt_at_zero_percent_is_neither_sent_to_the_primary_nor_answ
         10,
         "the playground's request_log row",
     )
-    assert rows == [("direct", "error", "refused_by_policy", "fallback")]
+    assert rows == [("gateway", "error", "refused_by_policy", "fallback")]
     assert_no_exception(page)
     screenshot(page, "playground-cost-safe-routing")
 

@@ -762,3 +762,102 @@ def test_a_process_that_exits_without_closing_its_clients_exits_cleanly() -> Non
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     codes = [subprocess.run([sys.executable, "-c", program], env=env, capture_output=True).returncode for _ in range(8)]
     assert codes == [0] * 8
+
+
+# -- streams are handed on chunk by chunk; cancels ------------------------------------------------
+def test_a_streams_first_chunk_arrives_before_the_rest_is_sent() -> None:
+    """No read-ahead: the first event reaches the reader while the upstream still waits to send
+    the second (a buffered client would hold the first token back)."""
+    sent_second = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _: bytes, n: int) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(chunked(_chunk("first"))[0])
+        await writer.drain()
+        await asyncio.sleep(1.0)
+        sent_second.set()
+        for part in chunked(_chunk("second"), b"data: [DONE]\n\n"):
+            writer.write(part)
+        await writer.drain()
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            up = upstream(srv.url)
+            try:
+                got = await up.post("chat/completions", {"who": "s"}, headers=None, timeout_s=5, stream=True)
+                assert isinstance(got, UpstreamStream)
+                async with got:
+                    events = got.__aiter__()
+                    first = await events.__anext__()
+                    assert first["choices"][0]["delta"]["content"] == "first"
+                    assert not sent_second.is_set()
+                    rest = [e async for e in events]
+                assert [e["choices"][0]["delta"]["content"] for e in rest] == ["second"]
+            finally:
+                await up.aclose()
+
+    run(main())
+
+
+def _watch_close() -> tuple[Handler, asyncio.Event]:
+    closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes, n: int) -> None:
+        if b'"head"' in body:
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            writer.write(chunked(_chunk("a"))[0])
+            await writer.drain()
+        if await reader.read(1) == b"":
+            closed.set()
+
+    return handler, closed
+
+
+def test_cancelling_a_stream_that_has_begun_closes_its_connection_at_once() -> None:
+    handler, closed = _watch_close()
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            up = upstream(srv.url)
+            try:
+                got = await up.post("chat/completions", {"who": "head"}, headers=None, timeout_s=30, stream=True)
+                assert isinstance(got, UpstreamStream)
+
+                async def read() -> None:
+                    async with got:
+                        async for _ in got:
+                            pass
+
+                task = asyncio.ensure_future(read())
+                await asyncio.sleep(0.2)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await asyncio.wait_for(closed.wait(), 2.0)  # well inside the 30 s timeout
+            finally:
+                await up.aclose()
+
+    run(main())
+
+
+def test_a_request_cancelled_before_its_answer_began_ends_by_its_own_timeout() -> None:
+    """The one case the library cannot abort at once: bounded by the attempt's timeout, and its
+    connection is never handed to another caller."""
+    handler, closed = _watch_close()
+
+    async def main() -> None:
+        async with Server(handler) as srv:
+            up = upstream(srv.url)
+            try:
+                task = asyncio.ensure_future(call(up, "nohead", timeout=1.0))
+                await asyncio.sleep(0.2)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                started = time.monotonic()
+                await asyncio.wait_for(closed.wait(), 3.0)
+                assert time.monotonic() - started < 1.5
+            finally:
+                await up.aclose()
+
+    run(main())

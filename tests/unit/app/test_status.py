@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from app.__main__ import main
 from app.dashboard.log_health import log_counters
 from app.status import gateway_status, status_lines
@@ -128,16 +130,25 @@ def test_overview_counters_warn_while_the_database_refuses_writes() -> None:
     assert log_counters(SimpleNamespace()) is None
 
 
-def test_status_shows_a_breaker_another_process_opened(tmp_path) -> None:
+def test_status_shows_a_breaker_another_live_process_holds_open(tmp_path) -> None:
+    import time
+
     from app.config import load_settings
+    from db.breakers import LIVE_S, ReportedBreaker, beat
     from db.engine import dispose_all, get_engine
     from db.events import record_breaker_change
 
     url = f"sqlite:///{tmp_path / 'gateway.db'}"
     settings = load_settings(REPO / "gateway.toml", env={"DATABASE_URL": url})
     engine = get_engine(url)
+    now = time.time()
+    report = dict(pid=1, host="h", source="loadgen")
     try:
         assert record_breaker_change(engine, "holysheep", "closed", "open", "10/10 attempts failed in 30 s")
+        beat(engine, process="p-live", breakers={"holysheep": ReportedBreaker("open", now - 30)}, now=now, **report)
+        # A process that stopped reporting (killed with its breaker open) no longer counts.
+        gone = {"holysheep": ReportedBreaker("open", now - 900), "direct": ReportedBreaker("open", now - 900)}
+        beat(engine, process="p-dead", breakers=gone, now=now - LIVE_S - 1, **report)
         state = SimpleNamespace(value=0.1, age_s=0.2, last_error=None)
         gateway = SimpleNamespace(
             settings=settings,
@@ -148,8 +159,9 @@ def test_status_shows_a_breaker_another_process_opened(tmp_path) -> None:
         )
         status = gateway_status(gateway, slots=[])
         holysheep = next(p for p in status["providers"] if p["name"] == "holysheep")
-        assert holysheep["breaker_recorded"]["state"] == "open"
-        assert "holysheep (primary, breaker open (recorded by a gateway process at" in status_lines(status)[1]
+        assert holysheep["breaker_recorded"]["state"] == "open" and holysheep["breaker_recorded"]["processes"] == 1
+        assert holysheep["breaker_recorded"]["ts"] == pytest.approx(now - 30)
+        assert "holysheep (primary, breaker open (held by 1 live gateway process since" in status_lines(status)[1]
         assert next(p for p in status["providers"] if p["name"] == "direct")["breaker_recorded"] is None
     finally:
         dispose_all()

@@ -37,6 +37,7 @@ from app.monitor.series import window_series
 from app.monitor.view import monitor_view
 from core.records import AttemptRecord
 from db import canary
+from db.breakers import ReportedBreaker, beat
 from db.events import Event, record_breaker_change
 from db.requests import insert_batch
 
@@ -324,6 +325,16 @@ def test_current_incidents_reads_the_log_and_the_breaker_events(engine):
     canary.set_ratio(engine, 0.0, expected_version=st.version, actor="guardrail", reason="primary error rate 100 %")
     with engine.begin() as conn:
         conn.execute(sql("update canary_audit set ts = :ts"), {"ts": start + 90})
+    # A live process holds the breaker open (its heartbeat: db.breakers); the transitions date it.
+    beat(
+        engine,
+        process="p1",
+        breakers={"holysheep": ReportedBreaker("open", start + 60 + 15 * 14)},
+        now=T0,
+        pid=1,
+        host="h",
+        source="api",
+    )
     f = live_figures(engine, now=T0, window_s=900)
     found = current_incidents(
         engine, ["holysheep", "direct"], now=T0, last_minute=f.providers_last_minute, primary="holysheep"

@@ -413,3 +413,30 @@ def test_latest_breaker_state_per_provider_across_processes(eng):
     assert latest == {"holysheep": ("half_open", 4e9)}  # direct's transition is older than `since`
     assert latest_breaker_states(eng, since=0.0)["direct"] == ("open", 1.0)
     assert breaker_state_of("garbage") == "unknown" and breaker_state_of("a -> nonsense: x") == "unknown"
+
+
+def test_a_failed_requests_story_says_why_first(eng):
+    insert_batch(
+        eng,
+        [
+            rec(T0, request_id="f-1", status="error", error_class="timeout", http_status=504, final=False),
+            rec(T0 + 1, "direct", request_id="f-1", attempt=2, status="error", error_class="server_error",
+                http_status=502, error_message="bad gateway", fallback=True),
+            rec(T0 + 2, "gateway", request_id="f-2", status="error", error_class="budget_exceeded", http_status=429,
+                error_message="this key's daily budget of $0.01 is used up", intent="refused", side="none"),
+            rec(T0 + 3, request_id="ok-1"),
+        ],
+    )  # fmt: skip
+    why = m.load_story(eng, "f-1").why()
+    assert (why.error_class, why.message, why.http_status, why.attempts, why.last) == (
+        "server_error",
+        "bad gateway",
+        502,
+        2,
+        "direct / gpt-4.1",
+    )
+    assert not why.refused_by_gateway
+    refused = m.load_story(eng, "f-2")
+    assert refused.why().refused_by_gateway and refused.why().error_class == "budget_exceeded"
+    assert {"field": "refused by", "value": "the gateway, before any provider was asked"} in refused.facts()
+    assert m.load_story(eng, "ok-1").why() is None

@@ -4,6 +4,7 @@ window or a filter changes what they show."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -207,6 +208,66 @@ def test_request_page_shows_the_api_and_for_embeddings_embedding_tokens(app):
     facts = dict(zip(facts["field"], facts["value"], strict=True))
     assert (facts["API"], facts["embedding tokens"]) == ("embeddings", "100")
     assert "completion tokens" not in facts
+
+
+def _failure(request_id: str, attempt: int, provider: str, final: bool, **kw) -> AttemptRecord:
+    fields = {"model": "gpt-4.1", "requested_model": "auto", "intent": "general", "side": "primary"}
+    fields.update(status="error", latency_ms=40.0, final=final, source="api")
+    return AttemptRecord(request_id=request_id, attempt=attempt, ts=time.time() - 60 + attempt, provider=provider,
+                         **{**fields, **kw})  # fmt: skip
+
+
+def test_a_failed_requests_drilldown_leads_with_why_then_the_attempts(app):
+    msg = "upstream answered 503: <b>overloaded</b> ![x](http://e.x/i.png)"
+    insert_batch(
+        get_engine(os.environ["DATABASE_URL"]),
+        [
+            _failure("failed-1", 1, "alpha", False, error_class="timeout", http_status=504, error_message="no answer"),
+            _failure("failed-1", 2, "beta", True, error_class="server_error", http_status=503, error_message=msg),
+            _failure(
+                "refused-1",
+                1,
+                "direct",
+                True,
+                model="auto",
+                intent="refused",
+                side="none",
+                error_class="refused_by_policy",
+                http_status=400,
+                error_message="deepseek-chat-v3.2 is served",
+            ),
+        ],
+    )
+    at = app
+    at.switch_page("../pages/request.py")
+    at.query_params["id"] = "failed-1"
+    at.run()
+    assert not at.exception
+    why = at.error[0].value
+    assert why.startswith("**Failed: server\\_error** (HTTP 503): upstream answered 503")
+    assert "![x](" not in why and "\\<b\\>" in why  # the upstream's text is shown inert
+    assert "2 attempts failed" in why and "the last at beta" in why
+    assert [h.value for h in at.subheader][:2] == ["Attempt timeline", "Request"]
+    timeline = at.dataframe[0].value  # the attempts come right after why
+    assert list(timeline["error class"]) == ["timeout", "server_error"] and list(timeline["error"]) == [
+        "no answer",
+        msg,
+    ]
+    facts = at.dataframe[1].value
+    facts = dict(zip(facts["field"], facts["value"], strict=True))
+    assert facts["last tried"] == "beta / gpt-4.1" and "answered by" not in facts
+
+    at.query_params["id"] = "refused-1"
+    at.run()
+    assert at.error[0].value.startswith("**Failed: refused\\_by\\_policy** (HTTP 400)")
+    assert "Refused by the gateway itself, before any provider was asked" in at.error[0].value
+    facts = at.dataframe[1].value
+    facts = dict(zip(facts["field"], facts["value"], strict=True))
+    assert facts["refused by"] == "the gateway, before any provider was asked"
+
+    at.query_params["id"] = "recent-3"  # a success: no alert, the request first
+    at.run()
+    assert not at.error and [h.value for h in at.subheader][:2] == ["Request", "Attempt timeline"]
 
 
 def test_custom_range_is_validated(app):

@@ -11,6 +11,7 @@ from sqlalchemy import text as sql
 
 from app.monitor.figures import FIGURE_NAMES
 from core.records import AttemptRecord
+from db.breakers import ReportedBreaker, beat
 from db.events import record_breaker_change
 from db.requests import insert_batch
 from tests.unit.ui.test_entry import _env, engine, open_app, shown
@@ -97,6 +98,16 @@ def test_a_failing_provider_raises_a_banner_that_follows_the_breaker_without_a_r
         ids = [r[0] for r in conn.execute(sql("select id from ops_event order by id"))]
         for n, id_ in enumerate(ids):
             conn.execute(sql("update ops_event set ts = :ts where id = :id"), {"ts": now - 40 + 5 * n, "id": id_})
+    # A live gateway process holds it open (its heartbeat, db.breakers).
+    beat(
+        engine(),
+        process="p1",
+        breakers={"holysheep": ReportedBreaker("open", now - 20)},
+        now=time.time(),
+        pid=1,
+        host="h",
+        source="api",
+    )
     resources.refresh()
     at.run()
     text = banners(at)[0]
@@ -105,3 +116,18 @@ def test_a_failing_provider_raises_a_banner_that_follows_the_breaker_without_a_r
     assert f"first opened at {first_open} UTC, opened 3 times since" in text
     table = at.dataframe[0].value
     assert table[table["provider"] == "holysheep"].iloc[0]["state"] == "breaker open"
+
+
+def test_refusals_before_any_attempt_are_shown_as_the_gateways(env):
+    now = time.time()
+    refused = dict(status="error", error_class="refused_by_policy", latency_ms=0.0, side="fallback")
+    rows = [rec(now - 30 + k, "gateway", request_id=f"g{k}", **refused) for k in range(10)]
+    rows += [rec(now - 30 + k, "direct", request_id=f"d{k}") for k in range(5)]
+    insert_batch(engine(), rows)
+    at = open_app()
+    assert not at.error  # no provider's incident
+    texts = [shown(w.value) for w in at.warning]
+    assert len(texts) == 1 and texts[0].startswith("**Gateway: 10 requests refused before any attempt"), texts
+    assert "refused_by_policy (10)" in texts[0]
+    table = at.dataframe[0].value
+    assert table[table["provider"] == "direct"].iloc[0]["state"] != "failing recently"

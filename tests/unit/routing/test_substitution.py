@@ -366,8 +366,9 @@ def test_explicit_deepseek_pinned_to_the_fallback_side_is_refused_before_any_cal
     client = client_factory(sqlite_url, transports={"holysheep": transport, "direct": transport})
     with pytest.raises(SubstitutionRefused) as info:
         client.chat(user("hi"), model=DS, route="fallback")
-    # No call, and the request is in the log once, as the policy's refusal (issue 17).
-    assert calls == [] and [r[:2] for r in rows(client)] == [("fallback", "direct")]
+    # No call, and the request is in the log once, as the policy's refusal: the gateway's row,
+    # since no provider was asked.
+    assert calls == [] and [r[:2] for r in rows(client)] == [("fallback", "gateway")]
     assert refusal_classes(client) == ["refused_by_policy"]
     msg = str(info.value)
     assert "direct would answer with gpt-4.1 at 14.29x the price" in msg

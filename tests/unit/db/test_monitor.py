@@ -413,7 +413,7 @@ def test_db_returns_the_cells_sql_summed(engine):
 # cursors that do not fall on minute boundaries.
 
 
-T0_DETAIL_ROLLUPS = 1_800_000_000 // 86_400 * 86_400 - 2 * 3600  # 22:00 UTC of a day in 2027: the span crosses midnight
+T_ROLLUPS = 1_800_000_000 // 86_400 * 86_400 - 2 * 3600  # 22:00 UTC of a day in 2027: the span crosses midnight
 SPAN_S = 3 * 3600 + 17 * 60  # past hour boundaries, with partial minutes and hours
 PROVIDERS = ("alpha", "beta", "gateway")
 MODELS = ("m1", "m2")
@@ -421,7 +421,7 @@ CLASSES = ("timeout", "server_error", "rate_limited", None)
 
 
 def make_records(n: int, seed: int = 1) -> list[AttemptRecord]:
-    """``n`` attempts over :data:`SPAN_S` from ``T0_DETAIL_ROLLUPS``: failures of every class (and none),
+    """``n`` attempts over :data:`SPAN_S` from ``T_ROLLUPS``: failures of every class (and none),
     substitutions, final and not, several providers, models, sources and keys."""
     rng = random.Random(seed)
     out = []
@@ -431,7 +431,7 @@ def make_records(n: int, seed: int = 1) -> list[AttemptRecord]:
             AttemptRecord(
                 request_id=f"q{seed}-{i:05d}",
                 attempt=1 + rng.randrange(2),
-                ts=T0_DETAIL_ROLLUPS + rng.random() * SPAN_S,
+                ts=T_ROLLUPS + rng.random() * SPAN_S,
                 provider=rng.choice(PROVIDERS),
                 model=rng.choice(MODELS),
                 requested_model=rng.choice(("auto", "m1", "m3")),
@@ -544,9 +544,9 @@ def _raw_subs(rows, since, until, providers=()) -> dict[tuple, tuple]:
 def _windows(rows, rng: random.Random, n: int) -> list[tuple[float, float]]:
     # Windows ending on, just after and between rows; some shorter than two minutes, some hours long.
     out = [
-        (T0_DETAIL_ROLLUPS - 60.0, T0_DETAIL_ROLLUPS + SPAN_S + 60.0),
-        (T0_DETAIL_ROLLUPS, T0_DETAIL_ROLLUPS + 3600.0),
-        (T0_DETAIL_ROLLUPS + 59.5, T0_DETAIL_ROLLUPS + 61.0),
+        (T_ROLLUPS - 60.0, T_ROLLUPS + SPAN_S + 60.0),
+        (T_ROLLUPS, T_ROLLUPS + 3600.0),
+        (T_ROLLUPS + 59.5, T_ROLLUPS + 61.0),
     ]
     stamps = sorted(r["ts"] for r in rows)
     for _ in range(n):
@@ -575,12 +575,12 @@ def test_error_classes_and_substitutions_answer_what_the_raw_rows_answer(engine)
         assert got == _raw_subs(rows, since, until), (since, until)
     only_beta = dbm.substitution_sums(
         engine,
-        since=T0_DETAIL_ROLLUPS,
-        until=T0_DETAIL_ROLLUPS + SPAN_S,
+        since=T_ROLLUPS,
+        until=T_ROLLUPS + SPAN_S,
         filters=dbm.MonitorFilters(providers=("beta",)),
     )
     assert {s.provider for s in only_beta} == {"beta"}
-    assert len(only_beta) == len(_raw_subs(rows, T0_DETAIL_ROLLUPS, T0_DETAIL_ROLLUPS + SPAN_S, ("beta",)))
+    assert len(only_beta) == len(_raw_subs(rows, T_ROLLUPS, T_ROLLUPS + SPAN_S, ("beta",)))
 
 
 @pytest.mark.parametrize(
@@ -631,12 +631,12 @@ def test_the_table_count_equals_a_raw_count_for_any_window_and_cursor(engine, fi
             got = dbm.count_log_rows(engine, since=since, until=until, filters=filters, rows=row_filters, newer_than=c)
             assert got == want, (since, until, c)
     # The cap still bounds what is reported.
-    total = sum(matches(row, T0_DETAIL_ROLLUPS - 60, T0_DETAIL_ROLLUPS + SPAN_S + 60) for row in rows)
+    total = sum(matches(row, T_ROLLUPS - 60, T_ROLLUPS + SPAN_S + 60) for row in rows)
     if total > 5:
         capped = dbm.count_log_rows(
             engine,
-            since=T0_DETAIL_ROLLUPS - 60,
-            until=T0_DETAIL_ROLLUPS + SPAN_S + 60,
+            since=T_ROLLUPS - 60,
+            until=T_ROLLUPS + SPAN_S + 60,
             filters=filters,
             rows=row_filters,
             cap=5,
@@ -648,23 +648,23 @@ def test_pruning_keeps_the_rollups_equal_to_the_rows_that_remain(engine) -> None
     insert_batch(engine, make_records(500, seed=6))
     # Midnight: every resolution is cut at the same instant, and on PostgreSQL the day partition
     # before it is dropped whole.
-    cutoff = float(T0_DETAIL_ROLLUPS + 2 * 3600)
+    cutoff = float(T_ROLLUPS + 2 * 3600)
     out = prune(engine, raw_before=cutoff, minute_rollups_before=cutoff, rollups_1h_before=cutoff)
     assert out["request_error_rollup"] > 0 and out["request_substitution_rollup_1h"] > 0
     rows = raw_rows(engine)
     assert rows and min(r["ts"] for r in rows) >= cutoff
     assert_rollups_match_log(engine)
-    assert dbm.error_classes_between(engine, since=T0_DETAIL_ROLLUPS, until=T0_DETAIL_ROLLUPS + SPAN_S) == _raw_classes(
-        rows, T0_DETAIL_ROLLUPS, T0_DETAIL_ROLLUPS + SPAN_S
+    assert dbm.error_classes_between(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == _raw_classes(
+        rows, T_ROLLUPS, T_ROLLUPS + SPAN_S
     )
 
 
 def test_rollups_kept_past_the_log_do_not_count_rows_the_table_cannot_show(engine) -> None:
     insert_batch(engine, make_records(300, seed=7))
-    cutoff = float(T0_DETAIL_ROLLUPS + 3600 + 17)
+    cutoff = float(T_ROLLUPS + 3600 + 17)
     prune(engine, raw_before=cutoff)  # the rollups are kept longer than the log
     rows = raw_rows(engine)
-    assert dbm.count_log_rows(engine, since=T0_DETAIL_ROLLUPS, until=T0_DETAIL_ROLLUPS + SPAN_S) == len(rows)
+    assert dbm.count_log_rows(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == len(rows)
 
 
 def test_migration_0013_backfills_from_the_rows_already_logged(db_url: str) -> None:

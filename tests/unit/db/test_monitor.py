@@ -667,8 +667,8 @@ def test_rollups_kept_past_the_log_do_not_count_rows_the_table_cannot_show(engin
     assert dbm.count_log_rows(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == len(rows)
 
 
-def test_migration_0013_backfills_from_the_rows_already_logged(db_url: str) -> None:
-    engine = create_db_engine(db_url)
+def test_migration_0013_backfills_from_the_rows_already_logged(empty_db_url: str) -> None:
+    engine = create_db_engine(empty_db_url)
     upgrade(engine, "0012")
     records = make_records(400, seed=8)
     if engine.dialect.name == "postgresql":

@@ -488,7 +488,13 @@ def test_prune_deletes_old_raw_rows_and_minute_rollups_only(engine):
     deleted = prune(engine, raw_before=now - 30 * 86400, minute_rollups_before=now - 30 * 86400)
     # PostgreSQL drops the old day's partition (and the one made ahead of it); SQLite deletes rows.
     dropped = 2 if engine.dialect.name == "postgresql" else 0
-    assert deleted == {"request_log": 2, "request_log_partitions_dropped": dropped, "request_rollup": 1}
+    assert deleted == {
+        "request_log": 2,
+        "request_log_partitions_dropped": dropped,
+        "request_rollup": 1,
+        "request_error_rollup": 0,  # no failed or substituted request among them
+        "request_substitution_rollup": 0,
+    }
     assert count(RequestLog) == 1 and count(RequestRollup) == 1
     # Without their own cutoffs the long windows stay intact.
     assert count(RequestRollup5m) == 2 and count(RequestRollup1h) == 2

@@ -111,14 +111,24 @@ def on_quick(action: str) -> None:
 
 
 st.title("Canary control")
-m1, m2 = st.columns([1, 3], vertical_alignment="center")
-m1.metric("Current canary ratio", ratio_pct(current.ratio))
-m2.markdown(
-    f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
-    f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {current.version}, set by "
-    f"**{inert(current.updated_by)}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
-    f"{inert(current.reason)}"
-)
+
+
+@st.fragment(run_every=settings.dashboard.refresh_s)
+def current_ratio() -> None:
+    live = get_state(engine)  # uncached, like the page's own read
+    if live.version != current.version:
+        st.rerun(scope="app")  # moved (a guardrail rollback, another operator): redraw the whole page
+    m1, m2 = st.columns([1, 3], vertical_alignment="center")
+    m1.metric("Current canary ratio", ratio_pct(live.ratio))
+    m2.markdown(
+        f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(live.ratio)} of new sessions, "
+        f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {live.version}, set by "
+        f"**{inert(live.updated_by)}** {ago(live.updated_at, time.time())} ({when(live.updated_at)}): "
+        f"{inert(live.reason)}"
+    )
+
+
+current_ratio()
 g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 read_only = auth.viewer_note()

@@ -19,18 +19,24 @@ def page_config() -> None:
     st.set_page_config(page_title="LLM gateway", page_icon="🛰️", layout="wide")
 
 
+def _sidebar_ratio() -> None:
+    canary = resources.current_canary()
+    st.metric(
+        "Canary ratio",
+        ratio_pct(canary.ratio),
+        help=f"set by {inert(canary.updated_by)}: {inert(canary.reason, limit=300)}",
+    )
+    st.caption(f"Database: {inert(resources.database_label(resources.settings().database_url))}")
+    freshness = ratio_freshness(resources.client())
+    if freshness is not None:
+        (st.warning if freshness.stale else st.caption)(freshness.text())
+
+
 def sidebar() -> None:
     with st.sidebar:
-        canary = resources.current_canary()
-        st.metric(
-            "Canary ratio",
-            ratio_pct(canary.ratio),
-            help=f"set by {inert(canary.updated_by)}: {inert(canary.reason, limit=300)}",
-        )
-        st.caption(f"Database: {inert(resources.database_label(resources.settings().database_url))}")
-        freshness = ratio_freshness(resources.client())
-        if freshness is not None:
-            (st.warning if freshness.stale else st.caption)(freshness.text())
+        # The ratio refreshes on its own like the pages' live parts (a guardrail rollback shows
+        # within one interval on every page), without rerunning the page around it.
+        st.fragment(_sidebar_ratio, run_every=resources.settings().dashboard.refresh_s)()
         auth.who_panel()
         if st.button("Refresh", help="Re-read everything from the database"):
             resources.refresh()

@@ -23,10 +23,15 @@ __all__ = ["FAILING_ERROR_RATE", "FAILING_MIN_ATTEMPTS", "ProviderStatus", "prov
 
 def live_breaker_states(engine: Any, *, now: float) -> dict[str, tuple[str, float]]:
     """``{provider: (state, since)}``: the worst breaker state a live gateway process holds for
-    each provider (:func:`db.breakers.live_breakers`) and since when (``now`` when unknown)."""
+    each provider whose breaker some live process holds open or half-open
+    (:func:`db.breakers.live_breakers`), and since when (``now`` when unknown); closed ones absent."""
     from db.breakers import live_breakers
 
-    return {p: (b.state, b.since if b.since is not None else now) for p, b in live_breakers(engine, now=now).items()}
+    return {
+        p: (b.state, b.since if b.since is not None else now)
+        for p, b in live_breakers(engine, now=now).items()
+        if b.state != "closed"
+    }
 
 
 class HealthLike(Protocol):

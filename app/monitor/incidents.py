@@ -1,11 +1,12 @@
 """Incidents: which provider is in trouble now, since when, what it fails with and what the
 gateway did about it, for the Overview's banner.
 
-A provider is **in an incident** while a live gateway process holds its circuit breaker open or
-half-open (each process reports its breakers with a heartbeat, :mod:`db.breakers`; a process that
-stopped reporting, one that exited or was killed mid-incident, no longer counts), or while it is
-failing (at least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error
-rate of at least :data:`FAILING_ERROR_RATE`).
+A provider is **in an incident** while a live gateway process holds its circuit breaker open
+(each process reports its breakers with a heartbeat, :mod:`db.breakers`; a process that stopped
+reporting, one that exited or was killed mid-incident, no longer counts; a half-open breaker, whose
+cooldown is over, counts only while the provider is also failing), or while it is failing (at
+least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error rate of at
+least :data:`FAILING_ERROR_RATE`).
 
 The incident's **start** survives the breaker's cycling: open -> half-open -> open -> ... is one
 incident until the breaker has stayed closed for :data:`QUIET_S` seconds (:func:`breaker_incident_start`).
@@ -184,19 +185,22 @@ def build_incidents(
     out = []
     for name in providers:
         changes = sorted(transitions.get(name, ()))
+        counts = last_minute.get(name, Counts())
+        held = None
         if live is not None:
             held = live.get(name)
-            state = held.state if held else None
+            # Half-open alone is no incident: a breaker whose cooldown is over refuses nothing and
+            # waits for a probe that may never come (no traffic goes there after a rollback).
+            state = held.state if held and (held.state == "open" or is_failing(counts)) else None
         else:
             state = changes[-1][1] if changes else None
         breaker_state = state if state in ("open", "half_open") else None
-        counts = last_minute.get(name, Counts())
         if breaker_state is None and not is_failing(counts):
             continue
         b_start = breaker_incident_start(changes, now) if breaker_state else None
         f_start = failing_since(minutes.get(name, {}), now)
         starts = [s for s in (b_start, f_start) if s is not None]
-        start = min(starts) if starts else (changes[-1][0] if changes else now - LAST_MINUTE_S)
+        start = min(starts) if starts else _breaker_since(changes, held, now - LAST_MINUTE_S)
         opens = [ts for ts, s in changes if s == "open" and b_start is not None and ts >= b_start]
         out.append(
             Incident(
@@ -204,7 +208,7 @@ def build_incidents(
                 start=start,
                 last_minute=counts,
                 breaker_state=breaker_state,
-                breaker_since=changes[-1][0] if breaker_state else None,
+                breaker_since=_breaker_since(changes, held, now) if breaker_state else None,
                 breaker_opened=opens[0] if opens else None,
                 openings=len(opens),
                 error_classes=tuple((classes or {}).get(name, ())),
@@ -213,6 +217,13 @@ def build_incidents(
         )
     rank = {"open": 0, None: 1, "half_open": 2}
     return sorted(out, key=lambda i: (rank[i.breaker_state], i.start))
+
+
+def _breaker_since(changes: Sequence[tuple[float, str]], held: LiveBreaker | None, default: float) -> float:
+    # The newest recorded transition; else when the live process holding it says it moved.
+    if changes:
+        return changes[-1][0]
+    return held.since if held is not None and held.since is not None else default
 
 
 @dataclass(frozen=True)
@@ -263,9 +274,7 @@ def current_incidents(
     live = live_breakers(engine, now=now)
     transitions = breaker_transitions(engine, since=since, until=now)
     suspects = [
-        p
-        for p in providers
-        if is_failing(last_minute.get(p, Counts())) or (p in live and live[p].state in ("open", "half_open"))
+        p for p in providers if is_failing(last_minute.get(p, Counts())) or (p in live and live[p].state == "open")
     ]
     if not suspects:
         return []

@@ -73,6 +73,7 @@ def test_an_open_breaker_past_its_cooldown_is_reported_half_open() -> None:
 
 def test_the_banner_follows_the_live_processes_not_the_merged_transitions() -> None:
     transitions = {"holysheep": [(NOW - 600, "open")]}  # a process that died with it open
+    held_open = {"holysheep": LiveBreaker("open", NOW - 30, 1, 1)}
     quiet = {"holysheep": Counts()}
     common = dict(now=NOW, last_minute=quiet, transitions=transitions, minutes={})
     assert [i.breaker_state for i in build_incidents(["holysheep"], **common)] == ["open"]  # no live view
@@ -80,6 +81,15 @@ def test_the_banner_follows_the_live_processes_not_the_merged_transitions() -> N
     assert build_incidents(["holysheep"], live={"holysheep": LiveBreaker("closed", None, 1, 1)}, **common) == []
     held = build_incidents(["holysheep"], live={"holysheep": LiveBreaker("open", NOW - 600, 2, 1)}, **common)
     assert [(i.provider, i.breaker_state, i.start) for i in held] == [("holysheep", "open", NOW - 600)]
+    # Half-open (cooldown over, waiting for a probe that no traffic brings) is no incident alone...
+    waiting = {"holysheep": LiveBreaker("half_open", NOW - 600, 1, 1)}
+    assert build_incidents(["holysheep"], live=waiting, **common) == []
+    # ...but it is while the provider also fails.
+    failing = {**common, "last_minute": {"holysheep": Counts(attempts=10, attempt_errors=10)}}
+    assert [i.breaker_state for i in build_incidents(["holysheep"], live=waiting, **failing)] == ["half_open"]
+    # Only heartbeats, no recorded transition: the live report dates the breaker.
+    alone = build_incidents(["holysheep"], live=held_open, **{**common, "transitions": {}})
+    assert [(i.breaker_since, i.start) for i in alone] == [(NOW - 30, NOW - 30)]
 
 
 def test_a_gateway_reports_its_breakers_and_deletes_them_on_close(client_factory, sqlite_url) -> None:

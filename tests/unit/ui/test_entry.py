@@ -239,10 +239,32 @@ def test_overview_shows_canary_kpis_and_provider_states(env):
     assert any(c.value.startswith("Routing re-reads the ratio every 0.5 s") for c in at.sidebar.caption)
 
 
-def test_overview_shows_a_breaker_another_process_opened(env):
-    from db.events import record_breaker_change
+def test_overview_shows_a_breaker_another_live_process_holds_open(env):
+    import time
 
-    assert record_breaker_change(engine(), "holysheep", "closed", "open", "10/10 attempts failed in 30 s")
+    from db.breakers import LIVE_S, ReportedBreaker, beat
+
+    now = time.time()
+    beat(
+        engine(),
+        process="live",
+        breakers={"holysheep": ReportedBreaker("open", now - 5)},
+        now=now,
+        pid=1,
+        host="h",
+        source="api",
+    )
+    # A process that stopped reporting with direct's breaker open no longer counts.
+    old = now - LIVE_S - 1
+    beat(
+        engine(),
+        process="gone",
+        breakers={"direct": ReportedBreaker("open", old)},
+        now=old,
+        pid=2,
+        host="h",
+        source="api",
+    )
     at = open_app()
     table = at.dataframe[0].value
     row = table[table["provider"] == "holysheep"].iloc[0]

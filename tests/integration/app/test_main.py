@@ -381,6 +381,10 @@ def test_prune_keeps_recent_rows_and_refuses_bad_arguments(cli):
         "request_rollup": 0,
         "request_rollup_5m": 0,
         "request_rollup_1h": 0,
+        "request_error_rollup": 0,
+        "request_error_rollup_1h": 0,
+        "request_substitution_rollup": 0,
+        "request_substitution_rollup_1h": 0,
     }
     assert len(_request_rows(cli.database_url)) == 1  # today's request is kept
     for args in (
@@ -422,7 +426,7 @@ def run_cli_users(tmp_path: Path):
     env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'users.db'}", GATEWAY_CONFIG=str(config))
 
     def run_cli_users(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run_cli_users(
+        return subprocess.run(
             [sys.executable, "-m", "app", *args],
             cwd=REPO,
             env=env,

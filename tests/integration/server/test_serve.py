@@ -550,7 +550,7 @@ PG = os.environ.get("TEST_POSTGRES_URL")
 
 
 def post_serve_scale(server, key, body):
-    return httpx2.post_serve_scale(
+    return httpx2.post(
         f"{server.base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
     )
 

@@ -421,7 +421,7 @@ def up_scripted_upstream():
 
 
 def post_scripted_upstream(up_scripted_upstream, path, body, **kw):
-    return httpx2.post_scripted_upstream(f"{up_scripted_upstream.url}{path}", json=body, timeout=5, **kw)
+    return httpx2.post(f"{up_scripted_upstream.url}{path}", json=body, timeout=5, **kw)
 
 
 def test_reply_any_body_status_and_headers(up_scripted_upstream):
@@ -486,7 +486,7 @@ def test_openai_like_answers_each_endpoint_validly(up_scripted_upstream):
         assert validate_exchange(method, path, 200, r.headers["content-type"], r.content) >= 1
     assert (
         len(
-            httpx2.post_scripted_upstream(
+            httpx2.post(
                 f"{up_scripted_upstream.url}/d/v1/embeddings", json={"input": ["a", "b", "c"]}
             ).json()["data"]
         )
@@ -554,13 +554,13 @@ def test_wire_tap_records_and_validates_what_a_client_read(up_scripted_upstream)
         reply(chat_body(M)), sse(text_chunks(M, "x y")), reply({**chat_body(M), "system_fingerprint": None})
     )
     with tap.client() as client:
-        client.post_scripted_upstream(f"{up_scripted_upstream.base_url()}/chat/completions", json={"model": M})
+        client.post(f"{up_scripted_upstream.base_url()}/chat/completions", json={"model": M})
         with client.stream(
             "POST", f"{up_scripted_upstream.base_url()}/chat/completions", json={"model": M, "stream": True}
         ) as r:
             assert b"".join(r.iter_bytes()).endswith(b"data: [DONE]\n\n")
         assert [ex.sent_json for ex in tap.exchanges] == [{"model": M}, {"model": M, "stream": True}]
         assert tap.validate_all() == 1 + 4  # the completion; role, two words, finish (no usage: not asked)
-        client.post_scripted_upstream(f"{up_scripted_upstream.base_url()}/chat/completions", json={"model": M})
+        client.post(f"{up_scripted_upstream.base_url()}/chat/completions", json={"model": M})
     with pytest.raises(SchemaError, match=r"POST /v1/chat/completions -> 200: .*\$\.system_fingerprint"):
         tap.validate_all()

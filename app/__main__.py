@@ -133,7 +133,17 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
         ratio = validate_ratio(float(parse_decimal(args.ratio, field="ratio", lo=0, hi=1)))
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if not args.reason.strip():
+    if args.dry_run:
+        import time
+
+        from app.dashboard.canary_preview import ratio_preview
+
+        settings = _settings()
+        for line in ratio_preview(_engine(settings), settings, ratio, now=time.time()).lines():
+            print(line)
+        print("dry run: nothing written")
+        return 0
+    if not (args.reason or "").strip():
         raise CliError("--reason must not be empty")
     from app.accounts import RESERVED_ACTORS
 
@@ -361,8 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_canary_show)
     cset = csub.add_parser("set")
     cset.add_argument("ratio", help="share of traffic for the primary, 0 to 1 (e.g. 0.25)")
-    cset.add_argument("--reason", required=True)
+    cset.add_argument("--reason", default=None, help="why (required unless --dry-run)")
     cset.add_argument("--actor", default=None)
+    cset.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show what the new ratio would do, from the last hour of traffic; write nothing",
+    )
     cset.set_defaults(func=cmd_canary_set)
 
     lg = sub.add_parser("loadgen", help="generate traffic through the routing client")

@@ -899,3 +899,16 @@ def error_classes_between(engine: Engine, *, since: float, until: float) -> list
         for q in queries:
             found.update(r[0] for r in conn.execute(q))
     return sorted(found)
+
+
+def request_mix(engine: Engine, *, since: float, until: float) -> dict[tuple[str, str, str], int]:
+    """Final requests of ``[since, until]`` by (model asked for, intent, canary side): a ``ts``
+    range of the raw log, read on demand (the canary preview), not on a page's refresh."""
+    log = RequestLog.__table__
+    q = (
+        select(log.c.requested_model, log.c.intent, log.c.side, func.count())
+        .where(log.c.ts >= since, log.c.ts <= until, log.c.final.is_(true()))
+        .group_by(log.c.requested_model, log.c.intent, log.c.side)
+    )
+    with engine.connect() as conn:
+        return {(r[0], r[1], r[2]): int(r[3]) for r in conn.execute(q)}

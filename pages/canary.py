@@ -124,7 +124,7 @@ def current_ratio() -> None:
         f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(live.ratio)} of new sessions, "
         f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {live.version}, set by "
         f"**{inert(live.updated_by)}** {ago(live.updated_at, time.time())} ({when(live.updated_at)}): "
-        f"{inert(live.reason)}"
+        f"{inert(live.reason)}  \n{inert(resources.split_causes(15).exposure(15))}"
     )
 
 
@@ -183,6 +183,15 @@ with form_col:
         disabled=read_only,
     )
     field_error("reason")
+    typed = canary_form.preview_ratio(st.session_state.get(PCT_KEY), current.ratio)
+    if typed is not None:
+        shown = resources.ratio_preview(typed)
+        with st.expander(f"Before you apply: what {ratio_pct(typed)} would do", expanded=True):
+            st.caption(shown.lines()[0])
+            if shown.warning():
+                st.warning(inert(shown.warning()))
+            if shown.rows:
+                st.dataframe(shown.table(), hide_index=True, key="canary_preview")
     st.button("Apply", type="primary", on_click=on_apply, disabled=read_only)
 
     st.markdown("**Quick actions**")

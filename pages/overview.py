@@ -39,7 +39,8 @@ def incidents_and_ratio() -> None:
     right.markdown(
         f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(canary.ratio)} of traffic, "
         f"**{inert(settings.routing.fallback)}** the rest.  \nSet by **{inert(canary.updated_by)}** "
-        f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {inert(canary.reason)}"
+        f"{ago(canary.updated_at, now)} ({when(canary.updated_at)}): {inert(canary.reason)}  \n"
+        f"{inert(resources.split_causes(15).exposure(15))}"
     )
     st.caption(resources.gateway_server().line())
 

@@ -19,6 +19,9 @@ def page_config() -> None:
     st.set_page_config(page_title="LLM gateway", page_icon="🛰️", layout="wide")
 
 
+EXPOSURE_MINUTES = 15  # the canary's real share, shown next to the ratio
+
+
 def _sidebar_ratio() -> None:
     canary = resources.current_canary()
     st.metric(
@@ -26,6 +29,7 @@ def _sidebar_ratio() -> None:
         ratio_pct(canary.ratio),
         help=f"set by {inert(canary.updated_by)}: {inert(canary.reason, limit=300)}",
     )
+    st.caption(inert(resources.split_causes(EXPOSURE_MINUTES).exposure(EXPOSURE_MINUTES)))
     st.caption(f"Database: {inert(resources.database_label(resources.settings().database_url))}")
     freshness = ratio_freshness(resources.client())
     if freshness is not None:

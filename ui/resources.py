@@ -189,6 +189,18 @@ def overview_figures():
     return _overview_figures(_config_key())
 
 
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _ratio_preview(key: tuple[str, str], ratio: float):
+    from app.dashboard.canary_preview import ratio_preview
+
+    return ratio_preview(engine(), settings(), ratio, now=time.time())
+
+
+def ratio_preview(ratio: float):
+    """What canary ``ratio`` would do, from the last hour of traffic (a few seconds' cache)."""
+    return _ratio_preview(_config_key(), float(ratio))
+
+
 def split(minutes: int):
     return _split(_config_key(), minutes)
 

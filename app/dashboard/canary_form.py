@@ -119,6 +119,16 @@ def apply_ratio(
     )
 
 
+def preview_ratio(typed: object, current: float) -> float | None:
+    """The ratio (0..1) to preview for what the operator typed, ``None`` when it is not a valid
+    change (a refused value has its own message; the current value changes nothing)."""
+    try:
+        ratio = parse_percent(typed)
+    except (TypeError, ValueError):
+        return None
+    return None if ratio == current else ratio
+
+
 QUICK_ACTIONS = {
     "rollback": (0.0, "Roll back to 0 %", "all traffic goes to the fallback"),
     "promote": (100.0, "Promote to 100 %", "all traffic goes to the primary"),

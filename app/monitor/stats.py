@@ -183,6 +183,18 @@ class SplitByCause:
             got += self.fail_over
         return ratio(got, self.total - self.refused)
 
+    def exposure(self, minutes: int) -> str:
+        """The primary's real share of requests next to the ratio, by cause: the ratio bounds only
+        what it assigns; models only the primary serves, and fail-over, add to it."""
+        share = self.share(self.primary)
+        if share is None:
+            return f"Real exposure, last {minutes} min: no requests."
+        moved = self.moved.get(self.primary, 0)
+        return (
+            f"Real exposure, last {minutes} min: {self.primary} got {share:.0%} of requests "
+            f"({self.by_ratio.get(self.primary, 0):,} by the ratio, {moved:,} moved for a model only it serves)"
+        )
+
     def sentences(self) -> list[str]:
         """One line per provider: its share and the causes, in words."""
         out = []
@@ -198,8 +210,14 @@ class SplitByCause:
             tail = f"; {failed:,} of them failed or were refused" if failed else ""
             out.append(f"{p} got {share:.0%} of requests: " + ", ".join(parts) + tail + ".")
         if self.refused:
-            out.append(f"{self.refused:,} refused by the gateway itself (key, limit, budget).")
+            out.append(
+                f"{self.refused:,} refused by the gateway itself before any attempt "
+                "(key, limit, budget, substitution policy, every breaker open)."
+            )
         return out
+
+
+GATEWAY = "gateway"  # the provider of the rows of requests refused before any attempt (app.routing.core)
 
 
 def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, minutes: int) -> SplitByCause:
@@ -214,7 +232,7 @@ def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, m
         total += requests
         failed[provider] = failed.get(provider, 0) + errs
         own = primary if side == "primary" else fallback if side == "fallback" else None
-        if own is None:
+        if own is None or provider == GATEWAY:  # refused before any attempt: nobody got it
             refused += requests
         elif provider == own:
             by_ratio[provider] = by_ratio.get(provider, 0) + requests

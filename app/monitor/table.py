@@ -230,13 +230,19 @@ def request_page(
     count_cap: int = COUNT_CAP,
 ) -> RequestPage:
     """The page ``cursor`` points at (the newest page when its anchor no longer has rows on that
-    side). Queries: the page (one more row than shown, to know whether there are more), the
-    bounded count, and for a page below the first the bounded count of matching rows above it."""
+    side). Queries: the bounded count (no page read when it is 0), the page (one more row than
+    shown, to know whether there are more), and for a page below the first the bounded count of
+    matching rows above it."""
     filters = filters or NO_FILTERS
     cursor = cursor or TableCursor()
     read: dict[str, Any] = dict(since=since, until=until, filters=filters, rows=rows)
     got: list[dict] = []
     has_older = has_newer = False
+    # The count comes from the rollups: when nothing matches, no page read walks the window to
+    # find that out (a filter combination that matches nothing would read every candidate row).
+    total = count_log_rows(engine, **read, cap=count_cap)
+    if total == 0:
+        return RequestPage([], 1, 0, 0, False, False, False, since, until)
     if cursor.newer_than is not None:
         got = log_page(engine, **read, newer_than=cursor.newer_than, limit=page_size + 1)
         if len(got) > page_size:
@@ -251,7 +257,6 @@ def request_page(
         has_newer = False
     if len(got) > page_size:
         got, has_older = got[:page_size], True
-    total = count_log_rows(engine, **read, cap=count_cap)
     above = 0
     if got and has_newer:
         above = count_log_rows(engine, **read, newer_than=(got[0]["ts"], got[0]["id"]), cap=count_cap)

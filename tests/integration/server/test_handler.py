@@ -538,6 +538,21 @@ def test_only_allow_listed_client_headers_are_forwarded(proxy_factory, up):
     assert seen["authorization"] == f"Bearer {KEY}"
 
 
+def test_a_forwarded_header_sent_twice_or_with_a_control_character_is_a_400_and_reaches_no_upstream(proxy_factory, up):
+    proxy = proxy_factory(direct='forward_headers = ["openai-organization"]\n')
+    body = {"model": "gpt-4.1", "messages": [{"role": "user", "content": "x"}]}
+
+    async def go(headers: list[tuple[str, str]]) -> httpx2.Response:
+        async with proxy.http() as c:
+            return await c.post("/v1/chat/completions", json=body, headers=headers)
+
+    twice = proxy.run(go([("OpenAI-Organization", "org-1"), ("openai-organization", "org-2")]))
+    assert twice.status_code == 400 and "more than once" in twice.json()["error"]["message"]
+    control = proxy.run(go([("openai-organization", "org\x7f1")]))
+    assert control.status_code == 400 and "control character" in control.json()["error"]["message"]
+    assert up.requests_for("direct") == []
+
+
 # ------------------------------------------------------------------------------- models and CORS
 def test_models_retrieve(proxy_factory):
     proxy = proxy_factory()

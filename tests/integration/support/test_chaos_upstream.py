@@ -485,11 +485,7 @@ def test_openai_like_answers_each_endpoint_validly(up_scripted_upstream):
         assert r.status_code == 200, path
         assert validate_exchange(method, path, 200, r.headers["content-type"], r.content) >= 1
     assert (
-        len(
-            httpx2.post(
-                f"{up_scripted_upstream.url}/d/v1/embeddings", json={"input": ["a", "b", "c"]}
-            ).json()["data"]
-        )
+        len(httpx2.post(f"{up_scripted_upstream.url}/d/v1/embeddings", json={"input": ["a", "b", "c"]}).json()["data"])
         == 3
     )
     assert httpx2.get(f"{up_scripted_upstream.url}/d/v1/models/gpt-4.1").json()["id"] == "gpt-4.1"

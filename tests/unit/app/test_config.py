@@ -319,3 +319,52 @@ def test_simulated_latency_is_held_at_most_max_hold():
 
 
 # -- the command line ----------------------------------------------------------------------------
+
+
+REAL = 'base_url = "https://api.openai.com/v1"\napi_key_env = "OPENAI_API_KEY"\n'
+
+
+def _real(extra: str, base_url: str = "https://api.openai.com/v1") -> str:
+    """The shipped config with ``direct`` a real provider with ``extra`` lines."""
+    return BASE.replace(
+        'base_url = "sim://direct"\napi_key_env = "OPENAI_API_KEY"\n',
+        f'base_url = "{base_url}"\napi_key_env = "OPENAI_API_KEY"\n{extra}',
+    )
+
+
+@pytest.mark.parametrize(
+    ("base_url", "extra", "expect"),
+    [
+        ("https://user:pw@api.example.com/v1", "", "must not carry a user name or password"),
+        ("https://api.example.com/v1?key=1", "", "must not have a query or fragment"),
+        ("https://api.example.com/v1#x", "", "must not have a query or fragment"),
+        ("https://api.example.com/v1", 'forward_headers = ["expect"]\n', "hop-by-hop"),
+        ("https://api.example.com/v1", 'forward_headers = ["transfer-encoding"]\n', "hop-by-hop"),
+        ("https://api.example.com/v1", 'forward_headers = ["proxy-authorization"]\n', "hop-by-hop"),
+        ("https://api.example.com/v1", 'forward_headers = ["accept-encoding"]\n', "hop-by-hop"),
+        ("https://api.example.com/v1", 'forward_headers = ["host"]\n', "the gateway sets host itself"),
+        ("https://api.example.com/v1", 'forward_headers = ["X-Org", "x-org"]\n', "listed more than once"),
+        ("https://api.example.com/v1", 'proxy = "socks5://p:1080"\n', 'must be "none" or an http:// or https://'),
+        ("https://api.example.com/v1", 'proxy = "http://p:3128/path"\n', "no path or query"),
+        ("https://api.example.com/v1", 'ca_bundle = "/nonexistent/ca.pem"\n', "is not a file"),
+    ],
+)
+def test_the_config_refuses_what_no_upstream_connection_should_carry(tmp_path, base_url, extra, expect):
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, _real(extra, base_url)), env={})
+    assert expect in str(info.value)
+    assert "providers.direct" in str(info.value)  # the field is named
+
+
+def test_proxy_and_tls_files_load_and_a_key_needs_its_certificate(tmp_path):
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82\x01")
+    ok = load_settings(write(tmp_path, _real(f'proxy = "none"\nca_bundle = "{pem}"\n')), env={})
+    assert ok.providers["direct"].proxy == "none" and ok.providers["direct"].ca_bundle == str(pem)
+    assert ok.providers["direct"].net().proxy is None
+    with pytest.raises(ConfigError, match="not a PEM file"):
+        load_settings(write(tmp_path, _real(f'ca_bundle = "{not_pem}"\n')), env={})
+    with pytest.raises(ConfigError, match="client_key needs client_cert"):
+        load_settings(write(tmp_path, _real(f'client_key = "{pem}"\n')), env={})

@@ -706,3 +706,32 @@ def test_sign_out_ends_every_session_of_the_account(env):
     assert Accounts(engine()).get("olga").session_epoch == epoch + 1
     other.run()  # the other tab's next run: signed out too
     assert other.title[0].value == "Sign in"
+
+
+def test_canary_previews_a_typed_ratio_from_the_last_hour_before_apply(env):
+    import time as _time
+
+    from core.records import AttemptRecord
+    from db.requests import insert_batch
+
+    now = _time.time()
+    rows = [
+        AttemptRecord(
+            f"p{i}", 1, now - 60 + i, "holysheep", "deepseek-chat-v3.2", "auto", "coding", "fallback", "ok", 5.0
+        )
+        for i in range(6)
+    ]
+    insert_batch(engine(), rows)
+    at = open_app("../pages/canary.py")
+    assert not [e for e in at.expander if "Before you apply" in e.label]  # nothing typed yet
+    at.number_input(key="canary_pct").set_value(0.0).run()
+    assert not at.exception
+    (box,) = [e for e in at.expander if "Before you apply" in e.label]
+    assert "what 0 % would do" in box.label
+    head = shown(box.caption[0].value)
+    assert "6 requests" in head and "refused 0.0 % now -> 100.0 %" in head
+    table = box.dataframe[0].value
+    assert table.iloc[0]["model"] == "deepseek-chat-v3.2" and table.iloc[0]["refused after"] == 6
+    assert get_state(engine()).ratio == 0.1 and audit_log(engine()) == []  # a preview writes nothing
+    # The real exposure sits next to the ratio: holysheep got every request (moved for its model).
+    assert any("Real exposure, last 15 min: holysheep got 100% of requests" in shown(m.value) for m in at.markdown)

@@ -24,12 +24,13 @@ _TF5_INDEXER = "transformers 5: StaticIndexedLayer keeps the indexer keys in the
 # the first update) per K and per V tensor of each layer, whatever the batch and length
 # (cache_utils.py Fp8QuantizedLayer._quantize / update; measured, scripts/kv_ground_truth.py), and
 # QuantizedCache.__init__ refuses a model whose layer_types are not all full_attention
+# {what}: what the layer caches, "K/V" or (an MLA layer) "MLA latent".
 _TF5_FP8 = (
-    "transformers 5: StaticCache K/V in the model dtype; fp8 = QuantizedCache(backend='fp8'): float8_e4m3fn K/V "
-    "+ one float32 scale per K and per V tensor of each layer (cache_utils.py Fp8QuantizedLayer)"
+    "transformers 5: StaticCache {what} in the model dtype; fp8 = QuantizedCache(backend='fp8'): float8_e4m3fn "
+    "{what} + one float32 scale per K and per V tensor of each layer (cache_utils.py Fp8QuantizedLayer)"
 )
 _TF5_STATIC = (
-    "transformers 5: StaticCache K/V in the model dtype; no fp8 cache for this model (QuantizedCache takes "
+    "transformers 5: StaticCache {what} in the model dtype; no fp8 cache for this model (QuantizedCache takes "
     "full-attention-only models, cache_utils.py QuantizedCache.__init__)"
 )
 _VLLM_STATE = (
@@ -46,6 +47,10 @@ _VLLM_DS_MLA = (
     "vLLM: an fp8 KV dtype stores DeepSeek-V3.2's latent as fp8_ds_mla "
     "(models/config.py DeepseekV32ForCausalLM.verify_and_update_config)"
 )
+
+
+def _cached(kind: str) -> str:
+    return "MLA latent" if kind == "mla" else "K/V"
 
 
 def apply(groups: tuple[Any, ...], engine_id: str, model_type: str, ssm_cache_dtype: str | None) -> tuple[Any, ...]:
@@ -69,9 +74,9 @@ def apply(groups: tuple[Any, ...], engine_id: str, model_type: str, ssm_cache_dt
             elif g.kind == "indexer":
                 g = dataclasses.replace(g, layout="tf5_static", convention=_TF5_INDEXER)
             elif tf5_quantizable:  # full / MLA only: fp8 is QuantizedCache's, with its scales
-                g = dataclasses.replace(g, layout="tf5_fp8", convention=_TF5_FP8)
+                g = dataclasses.replace(g, layout="tf5_fp8", convention=_TF5_FP8.format(what=_cached(g.kind)))
             elif g.kind in ("full", "sliding", "chunked", "mla"):
-                g = dataclasses.replace(g, layout="tf5_static", convention=_TF5_STATIC)
+                g = dataclasses.replace(g, layout="tf5_static", convention=_TF5_STATIC.format(what=_cached(g.kind)))
         elif engine_id == "vllm":
             if g.kind in ("mamba", "mamba2", "linear_attention"):
                 if model_type == "nemotron_h":

@@ -48,28 +48,57 @@ class Engine:
     name: str
     mla_layout: str  # "latent" | "decompressed"
     allocator: str  # "vllm" | "blocks" | "tokens"
-    note: str
+    mla_note: str  # what it stores for MLA layers
+    alloc_note: str  # how it allocates the cache
 
+    @property
+    def note(self) -> str:
+        """How it allocates, and what it stores for MLA layers (which only MLA models have)."""
+        return f"{self.alloc_note}; MLA layers: {self.mla_note}"
+
+    def convention(self, kind: str) -> str:
+        """The engine's rule for a layer group of ``kind`` (a ``LayerGroup.kind``), for a part
+        whose bytes carry no more specific convention: what it stores for that kind of layer, and
+        how it allocates. A plain attention layer is K and V whatever the engine's MLA layout."""
+        stored = {
+            "mla": self.mla_note,
+            "mla_kv": "MLA decompressed to K/V per head",
+            "indexer": "indexer keys per token",
+        }.get(kind)
+        if stored is None:
+            stored = STATE_STORED if kind in STATE_KINDS else "K and V per KV head"
+        return f"{self.name}: {stored}; {self.alloc_note}"
+
+
+#: Layer kinds whose cache is a fixed-size state per sequence, not per token.
+STATE_KINDS = frozenset({"mamba", "mamba2", "linear_attention", "lightning"})
+STATE_STORED = "recurrent and convolution state per sequence (fixed size, not per token)"
 
 ENGINES: dict[str, Engine] = {
     e.id: e
     for e in (
-        Engine("vllm", "vLLM (v1)", "latent", "vllm", "MLA latent; vLLM v1 block allocator (groups, padding)"),
-        Engine("sglang", "SGLang", "latent", "tokens", "MLA latent; token pool (page size 1): exactly the tokens held"),
+        Engine("vllm", "vLLM (v1)", "latent", "vllm", "MLA latent", "vLLM v1 block allocator (groups, padding)"),
+        Engine(
+            "sglang", "SGLang", "latent", "tokens", "MLA latent", "token pool (page size 1): exactly the tokens held"
+        ),
         Engine(
             "trtllm",
             "TensorRT-LLM",
             "latent",
             "blocks",
-            "MLA latent; paged blocks of block-size tokens per layer group",
+            "MLA latent",
+            "paged blocks of block-size tokens per layer group",
         ),
-        Engine("transformers5", "transformers >= 5", "latent", "tokens", "MLA latent; cache holds exactly the tokens"),
+        Engine(
+            "transformers5", "transformers >= 5", "latent", "tokens", "MLA latent", "cache holds exactly the tokens"
+        ),
         Engine(
             "transformers4",
             "transformers 4.x",
             "decompressed",
             "tokens",
-            "MLA decompressed to K/V per head; cache holds exactly the tokens",
+            "MLA decompressed to K/V per head",
+            "cache holds exactly the tokens",
         ),
     )
 }

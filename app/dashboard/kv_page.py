@@ -146,8 +146,8 @@ class KvInputs:
 
 
 def model_options() -> dict[str, str]:
-    """Catalog id -> display name, then the custom-config option."""
-    return {**{k: m.name for k, m in catalog.models().items()}, CUSTOM: "Custom config.json"}
+    """The custom-config option first (paste or upload any config.json), then catalog id -> display name."""
+    return {CUSTOM: "Custom config.json", **{k: m.name for k, m in catalog.models().items()}}
 
 
 def gpu_options() -> dict[str, str]:
@@ -667,7 +667,10 @@ def build_page_data(v: KvInputs) -> PageData:
             f"{cap.max_concurrency:,} such sequences fit."
         )
 
-    # The verdict names the answer to "how many would be enough", fitting or not.
+    # The verdict names the engine it was computed for, whichever it is (its allocator decides
+    # what a sequence holds), and the answer to "how many would be enough", fitting or not.
+    chosen = ENGINES[v.engine]
+    verdict += f" Engine: {chosen.name}, {chosen.alloc_note}."
     needed = gpus_needed(plan_for, batch=v.batch, pp=v.pp, tp_choices=(*TP_CANDIDATES, v.tp))
     verdict += " " + needed.text(gpu.name)
 
@@ -781,7 +784,7 @@ def build_page_data(v: KvInputs) -> PageData:
             "B/sequence": size,
             "bytes": size * v.batch,
             "readable": fmt_bytes(size * v.batch),
-            "convention": g.convention or f"{ENGINES[v.engine].name}: {ENGINES[v.engine].note}",
+            "convention": g.convention or ENGINES[v.engine].convention(g.kind),
         }
         for g in whole.groups
         for part, dtype, size in g.parts

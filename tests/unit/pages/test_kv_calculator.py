@@ -263,3 +263,13 @@ def test_the_verdict_comes_first_and_names_the_gpus_needed():
         at.error[0].value.startswith("Does not fit")
         and "8 x NVIDIA H100 80GB (SXM) would be enough" in at.error[0].value
     )
+
+
+def test_custom_config_is_offered_first_and_sglang_is_named_in_the_verdict():
+    at = run(engine="sglang")
+    assert not at.exception
+    model = at.selectbox(key="kv_model")
+    assert model.options[0] == "Custom config.json" and model.value != "custom"  # first, not chosen
+    assert "Engine: SGLang, token pool" in (at.success or at.error)[0].value
+    convention = next(el for el in at.dataframe if "convention" in el.value.columns).value["convention"]
+    assert not any("MLA" in c for c in convention)  # the default model is a plain GQA model

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from app.dashboard.fmt import utc_time
+from app.display.fmt import utc_time
 from app.monitor.drilldown import request_link
 from app.monitor.export import EXPORT_MAX_ROWS, time_utc
 from db.monitor import (

@@ -7,7 +7,7 @@ import pytest
 from app.catalog import UnknownModelError
 from app.config import ProviderNotConfigured
 from app.dashboard.answer import answer_meta, build_messages, explain_failure
-from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd
+from app.display.fmt import ago, ms, pct, ratio_pct, usd
 from app.routing import AllRoutesFailed, AttemptInfo, StreamBrokenError
 from tests.configs import two_providers
 

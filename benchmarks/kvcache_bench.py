@@ -41,7 +41,7 @@ def _p50(render, repeats: int) -> float:
 
 def run(repeats: int = 50) -> list[dict]:
     """p50 over `repeats` runs of validate_inputs + build_page_data for each scenario."""
-    from app.kvcache import page_data
+    from app.dashboard import kv_page as page_data
 
     scenarios = {
         "defaults": ({**page_data.DEFAULTS}, None),

@@ -26,8 +26,8 @@ class GuardrailSettings(BaseModel):
     the threshold, with at least ``min_requests`` attempts in it. The ``[guardrail]`` table of the
     config gives the defaults; the canary page stores overrides in the database.
 
-    On by default (issue 17: in a drill with 60 % of the primary's attempts failing, nothing
-    automatic happened for five minutes because it was off). 20 % over 5 minutes is far above a
+    On by default: an operator who has not turned it on still gets a rollback when the primary
+    fails most of its attempts. 20 % over 5 minutes is far above a
     healthy provider's few percent and well below an outage's, and 20 attempts keep one unlucky
     minute of light traffic from tripping it."""
 

@@ -2,7 +2,8 @@
 
 Content is a string, a list of typed parts (``{"type": "text", "text": ...}``, image parts, ...) or
 ``None`` (an assistant turn that only calls tools). Only text counts: the router's intent rules and
-token estimate, the simulator's tokenizer and its canned answers all read it through here.
+token estimate, the simulator's tokenizer and its canned answers all read it through here. The one
+token estimate the gateway makes before an upstream's real usage is known lives here too.
 """
 
 from __future__ import annotations
@@ -28,3 +29,19 @@ def content_text(content: Any, sep: str = "\n") -> str:
 def messages_text(messages: Sequence[Mapping[str, Any]], sep: str = "\n") -> str:
     """The text of a whole conversation, every piece of every message joined by ``sep``."""
     return sep.join(piece for m in messages for piece in text_parts(m.get("content")))
+
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(chars: int, chars_per_token: int = CHARS_PER_TOKEN) -> int:
+    """Tokens in ``chars`` characters of text, rounded up: the rough count that intent rules,
+    admission and a cut stream's cost use before (or instead of) the upstream's real usage."""
+    return -(-chars // chars_per_token)
+
+
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]], chars_per_token: int = CHARS_PER_TOKEN) -> int:
+    """A prompt's estimate: its text, plus 4 tokens a message for the framing the API adds. It errs
+    high, so admission reserves enough; the real counts settle it."""
+    chars = sum(len(piece) for m in messages for piece in text_parts(m.get("content")))
+    return estimate_tokens(chars, chars_per_token) + 4 * len(messages)

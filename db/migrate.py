@@ -1,18 +1,22 @@
 """Alembic migrations applied programmatically: ``upgrade(engine)`` brings a database to head.
 
-Two processes starting together (the dashboard and a CLI command, say) may both try to migrate;
-the loser of that race retries once after the winner has committed.
+A database already at head is recognised by one read of ``alembic_version`` against the head
+revision (read from the scripts once per process), so opening an up-to-date database does not run
+Alembic's environment at all. Two processes starting together (the dashboard and a CLI command, say)
+may both try to migrate; the loser of that race retries once after the winner has committed.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, inspect
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 log = logging.getLogger(__name__)
@@ -28,7 +32,27 @@ def alembic_config(engine: Engine | None = None) -> Config:
     return cfg
 
 
+@cache
+def head_revision() -> str | None:
+    """The newest revision of the migration scripts."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def at_head(engine: Engine) -> bool:
+    """Whether the database's schema is already the newest revision."""
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table("alembic_version"):
+                return False
+            versions = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    except DBAPIError:
+        return False
+    return versions == [head_revision()]
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
+    if revision == "head" and at_head(engine):
+        return
     for attempt in range(3):
         try:
             with engine.begin() as conn:

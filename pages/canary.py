@@ -13,8 +13,8 @@ import streamlit as st
 
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
-from app.dashboard.fmt import ago, ratio_pct, when
-from app.dashboard.safe_text import inert
+from app.display.fmt import ago, ratio_pct, when
+from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
 from core.faults import effective_faults
 from db.canary import get_state

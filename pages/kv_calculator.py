@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from app.kvcache import page_data as kv
+from app.dashboard import kv_page as kv
 from ui.state import KvPageState
 
 state = KvPageState.get()

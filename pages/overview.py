@@ -8,11 +8,11 @@ import pandas as pd
 import streamlit as st
 
 from app.dashboard import demo_traffic
-from app.dashboard.fmt import ago, ms, pct, ratio_pct, usd, utc_time, when
 from app.dashboard.log_health import log_counters
 from app.dashboard.overview import OVERVIEW_WINDOW_S
 from app.dashboard.providers import provider_statuses, status_rows
-from app.dashboard.safe_text import inert
+from app.display.fmt import ago, ms, pct, ratio_pct, usd, utc_time, when
+from app.display.safe_text import inert
 from app.monitor.figures import span_label
 from app.monitor.incidents import banner_text, refusals_text
 from ui import resources

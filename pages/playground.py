@@ -4,8 +4,8 @@ import streamlit as st
 
 from app.catalog import model_names
 from app.dashboard.answer import build_messages, parse_max_tokens
-from app.dashboard.safe_text import inert
 from app.dashboard.structured import FORMATS, chat_params
+from app.display.safe_text import inert
 from ui import render, resources
 from ui.state import PlaygroundState
 

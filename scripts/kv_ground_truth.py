@@ -14,7 +14,7 @@ prefills a short prompt through the model so every cache layer allocates its ten
 layer allocates its full ``max_cache_len`` on first use, so the bytes do not depend on how many
 tokens the prompt has), then sums every tensor each cache layer holds: K/V, indexer keys,
 convolution states and recurrent states, each with its shape and dtype. The result is written to
-tests/fixtures/kvcache/transformers5_truth.json, which tests/unit/test_kvcache_ground_truth.py
+tests/fixtures/kvcache/transformers5_truth.json, which tests/unit/kvcache/test_engines.py
 compares with ``kv_cache_bytes(for_engine(spec, "transformers5"), L, kv_dtype="bf16")``.
 """
 

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs Debian's chromium, postgresql, prometheus, nodejs and npm when
-# missing, installs the pinned Node clients of tests/clients (npm ci), starts a PostgreSQL cluster
-# for the database tests (and stops it again if this script started it), then runs pytest (unit,
-# real-client, AppTest page tests and the Playwright browser tests) in two processes.
+# Runs the test tiers: `scripts/test.sh` all three (unit, integration, e2e), `scripts/test.sh TIER
+# [pytest args]` one of them. Installs Debian's chromium, postgresql, prometheus, nodejs and npm when
+# missing, installs the pinned Node clients of tests/integration/clients (npm ci), starts a
+# PostgreSQL cluster for the database tests (and stops it again if this script started it). Each
+# tier prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+tiers=(unit integration e2e)
+case "${1:-}" in
+  unit | integration | e2e) tiers=("$1"); shift ;;
+esac
 
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -20,7 +26,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # The Node clients the real-client tests run (openai, ai, @ai-sdk/*, zod), exactly as locked.
-npm ci --prefix tests/clients/node --no-audit --no-fund --loglevel=error --prefer-offline
+npm ci --prefix tests/integration/clients/node --no-audit --no-fund --loglevel=error --prefer-offline
 
 PG_VERSION=$(ls /usr/lib/postgresql | sort -V | tail -1)
 if ! pg_lsclusters -h | awk -v v="$PG_VERSION" '$1==v && $2=="main"' | grep -q .; then
@@ -45,15 +51,30 @@ su postgres -c "psql -tAc \"select 1 from pg_database where datname='gateway_tes
 
 export TEST_POSTGRES_URL="postgresql+psycopg://ci:ci@127.0.0.1:5432/gateway_test"
 export REQUIRE_POSTGRES=1
-# Two runs: Playwright's sync API keeps an asyncio loop running in the worker's main thread for the
-# whole session, which would break the asyncio tests of the server if they shared a worker with it.
+# Bytecode caches on even where the environment turns them off: without them every pytest worker
+# and every process a test starts compiles the whole tree again (and pytest rewrites every test
+# module's asserts again), about 10 s of CPU per process.
+unset PYTHONDONTWRITEBYTECODE
 status=0
-# worksteal, not loadfile: a worker that runs out of tests takes over the queue of the other, so
-# one file of minutes (real serve processes, a throwaway PostgreSQL) no longer ends the run alone.
-# Module-scoped fixtures (one serve process for a file's tests) still hold: a stolen test starts
-# its own copy of the fixture on the other worker.
-.venv/bin/python -m pytest -n 2 --dist worksteal -m "not e2e" "$@" || status=$?
-# The browser tests in one process: two Streamlit servers and two Chromiums at once on two cores made
-# their waits flaky.
-.venv/bin/python -m pytest -m e2e "$@" || status=$?
+tier() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@" || status=$?
+  echo "== tier $name: $((SECONDS - start)) s"
+}
+for t in "${tiers[@]}"; do
+  case $t in
+    # No processes, no sockets, no PostgreSQL (tests/unit/conftest.py enforces it).
+    unit) tier unit .venv/bin/python -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal "$@" ;;
+    # Real processes, loopback upstreams, PostgreSQL, real clients; and the unit tier's database
+    # tests on PostgreSQL. worksteal: a worker that runs out of tests takes over the other's queue,
+    # so one file of minutes does not end the run alone; module-scoped fixtures (one serve process
+    # for a file's tests) still hold, a stolen test starting its own copy on the other worker.
+    integration) tier integration .venv/bin/python -m pytest tests/integration tests/unit \
+      -m "integration or postgres" -n 2 --dist worksteal "$@" ;;
+    # In one process: Playwright's sync API keeps an asyncio loop running in its worker's main
+    # thread, and two Streamlit servers with two Chromiums at once on two cores made waits flaky.
+    e2e) tier e2e .venv/bin/python -m pytest tests/e2e "$@" ;;
+  esac
+done
 exit $status

@@ -1,60 +1,180 @@
 """Shared fixtures: temporary databases (SQLite file, and PostgreSQL when TEST_POSTGRES_URL is set),
 settings with an instant simulator, and routing clients wired to them.
 
-PostgreSQL tests get a schema of their own per test (via the connection's search_path), so they can
-run in parallel against one server. With REQUIRE_POSTGRES=1 (CI) a missing server is a failure, not a
-skip.
+Databases are cheap: each test process migrates one template per backend once, and every test gets
+a fresh copy of it (SQLite: the file copied; PostgreSQL: ``CREATE DATABASE ... TEMPLATE``), so a
+test pays milliseconds, not the whole migration chain. The migration tests use ``empty_db_url``
+(nothing migrated yet). PostgreSQL databases of tests live beside each other on one server, so
+tests run in parallel against it. With REQUIRE_POSTGRES=1 (CI) a missing server is a failure, not
+a skip.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from tests.support import examples
 
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = os.environ.get("TEST_POSTGRES_URL", "")
 
+# Property tests set their own counts through tests.support.examples; the profiles carry the rest.
+settings.register_profile("quick", deadline=None, max_examples=10)
+settings.register_profile("thorough", deadline=None, max_examples=100)
+settings.load_profile(examples.PROFILE)
 
-def _pg_schema_url(schema: str) -> str:
-    sep = "&" if "?" in PG_URL else "?"
-    return f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head, once per test process; copy it, never open it."""
+    from db.engine import create_db_engine
+    from db.migrate import upgrade
+
+    path = tmp_path_factory.getbasetemp() / "template.db"
+    engine = create_db_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    engine.dispose()
+    return path
+
+
+def copy_sqlite(template: Path, dest: Path) -> str:
+    """A migrated database at ``dest`` (a copy of the template), as a URL."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # sqlite3's backup API, not a file copy: the template's WAL (if a checkpoint left one) comes too.
+    src = sqlite3.connect(template)
+    out = sqlite3.connect(dest)
+    try:
+        src.backup(out)
+    finally:
+        out.close()
+        src.close()
+    return f"sqlite:///{dest}"
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'gateway.db'}"
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> str:
+    """A fresh SQLite database, already migrated."""
+    return copy_sqlite(sqlite_template, tmp_path / "gateway.db")
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def empty_sqlite_url(tmp_path: Path) -> str:
+    """A SQLite URL with nothing there yet (for the migration tests)."""
+    return f"sqlite:///{tmp_path / 'empty.db'}"
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+def _require_pg() -> None:
     if not PG_URL:
         if os.environ.get("REQUIRE_POSTGRES") == "1":
             pytest.fail("REQUIRE_POSTGRES=1 but TEST_POSTGRES_URL is not set")
         pytest.skip("TEST_POSTGRES_URL not set (make test starts PostgreSQL and sets it)")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+
+
+def _pg_db_url(name: str) -> str:
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+class _PgDatabases:
+    """Creates and drops the test databases on the server of TEST_POSTGRES_URL."""
+
+    def __init__(self) -> None:
+        self.admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+        self.template: str | None = None
+
+    def create(self, *, template: str | None = None) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        clause = f' TEMPLATE "{template}"' if template else ""
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"{clause}'))
+        return name
+
+    def drop(self, name: str) -> None:
+        with self.admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+    def migrated_template(self) -> str:
+        if self.template is None:
+            from db.engine import create_db_engine
+            from db.migrate import upgrade
+
+            name = self.create()
+            engine = create_db_engine(_pg_db_url(name))
+            try:
+                upgrade(engine)
+            finally:
+                engine.dispose()
+            self.template = name
+        return self.template
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.drop(self.template)
+        self.admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def _pg_databases() -> Iterator[_PgDatabases]:
+    _require_pg()
+    dbs = _PgDatabases()
+    yield dbs
+    dbs.close()
+
+
+def _pg_database(dbs: _PgDatabases, *, migrated: bool) -> Iterator[str]:
+    name = dbs.create(template=dbs.migrated_template() if migrated else None)
     try:
-        yield _pg_schema_url(schema)
+        yield _pg_db_url(name)
     finally:
         from db.engine import dispose_all
 
         dispose_all()
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+        dbs.drop(name)
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh PostgreSQL database of the test's own, already migrated."""
+    _require_pg()
+    yield from _pg_database(request.getfixturevalue("_pg_databases"), migrated=True)
+
+
+@pytest.fixture
+def empty_pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL database of the test's own with nothing in it (for the migration tests)."""
+    _require_pg()
+    yield from _pg_database(request.getfixturevalue("_pg_databases"), migrated=False)
+
+
+# -- both --------------------------------------------------------------------------------------
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest) -> str:
-    """Run a test once on SQLite and once on PostgreSQL."""
+    """Run a test once on SQLite and once on PostgreSQL (a migrated database of its own)."""
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_db_url(request: pytest.FixtureRequest) -> str:
+    """Like ``db_url``, but nothing migrated yet."""
+    return request.getfixturevalue("empty_sqlite_url" if request.param == "sqlite" else "empty_pg_url")
 
 
 @pytest.fixture
@@ -69,8 +189,9 @@ def engine(db_url: str):
 
 
 @pytest.fixture
-def settings_factory(tmp_path: Path):
-    """Build validated Settings from TOML text (default: the repo's gateway.toml), instant simulator."""
+def settings_factory(tmp_path: Path, sqlite_template: Path):
+    """Build validated Settings from TOML text (default: the repo's gateway.toml), instant simulator.
+    Without ``database_url``, the database is ``tmp_path/gateway.db`` (a migrated copy)."""
     from app.config import load_settings
 
     def make(
@@ -79,8 +200,10 @@ def settings_factory(tmp_path: Path):
         body = toml if toml is not None else (REPO / "gateway.toml").read_text()
         path = tmp_path / f"gateway-{uuid.uuid4().hex[:6]}.toml"
         path.write_text(body)
-        env = {"DATABASE_URL": database_url or f"sqlite:///{tmp_path / 'gateway.db'}"}
-        s = load_settings(path, env=env)
+        if database_url is None:
+            default = tmp_path / "gateway.db"
+            database_url = f"sqlite:///{default}" if default.exists() else copy_sqlite(sqlite_template, default)
+        s = load_settings(path, env={"DATABASE_URL": database_url})
         # Telemetry journals (PostgreSQL's default is ./data/journal) stay inside the test's tmp_path.
         telemetry = s.telemetry
         if telemetry.journal_dir is None:

@@ -31,7 +31,7 @@ import streamlit as st
 from app.accounts import Accounts, User, store_problem
 from app.config import ConfigError, lookup
 from app.dashboard.identity import LOCAL, SHARED_PASSWORD, Identity, oidc_name, oidc_role
-from app.dashboard.safe_text import inert
+from app.display.safe_text import inert
 from app.sessions import SessionSecretError, resume
 from ui import resources, session_cookie
 from ui.state import AuthState

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import streamlit as st
 
 from app.config import ConfigError
-from app.dashboard.fmt import ratio_pct
 from app.dashboard.identity import Identity
 from app.dashboard.log_health import ratio_freshness
-from app.dashboard.safe_text import inert
+from app.display.fmt import ratio_pct
+from app.display.safe_text import inert
 from ui import auth, resources
 
 

@@ -7,8 +7,8 @@ import streamlit as st
 
 from app.dashboard.answer import AnswerMeta, FailureView, explain_failure, preview
 from app.dashboard.answer import answer_meta as build_answer_meta
-from app.dashboard.safe_text import inert, safe_markdown, safe_stream
 from app.dashboard.structured import structured_view
+from app.display.safe_text import inert, safe_markdown, safe_stream
 from app.monitor import request_link
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from app.catalog import UnknownModelError, model_names
 from app.config import ConfigError, ProviderNotConfigured, Settings
-from app.dashboard.fmt import ms, usd
+from app.display.fmt import ms, usd
 from app.routing import AllRoutesFailed, ChatResult, StreamBrokenError
 from core.bounds import parse_int
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.dashboard.fmt import pct, ratio_pct, when
 from app.dashboard.identity import Identity, refusal
+from app.display.fmt import pct, ratio_pct, when
 from core.canary import GuardrailSettings, ratio_in_range
 from core.faults import FaultSettings
 from db.canary import MAX_REASON, CanaryState, StaleCanaryError, get_guardrail, get_state, set_guardrail, set_ratio

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.dashboard.fmt import utc_time
+from app.display.fmt import utc_time
 from app.monitor.charts import TIME_AXIS_TITLE, TIME_ZONE
 from app.monitor.stats import SplitPoint
 from db.canary import AuditEntry, CanaryState

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.config import Settings, key_state
-from app.dashboard.fmt import pct, ratio_pct, utc_time
+from app.display.fmt import pct, ratio_pct, utc_time
 from app.monitor.figures import ATTEMPT_ERROR_RATE, LAST_MINUTE_S, LiveFigures, figure_label
 from app.monitor.incidents import FAILING_ERROR_RATE, FAILING_MIN_ATTEMPTS
 from core.faults import FaultSettings, effective_faults

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from sqlalchemy import Engine
 
 from app import catalog
-from app.dashboard.safe_text import inert
+from app.display.safe_text import inert
 from app.monitor.export import time_utc
 from app.monitor.levels import chosen_model
 from db.drilldown import SEARCH_KINDS, Match, SearchError, find_requests, request_attempts

@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Engine
 
-from app.dashboard.fmt import pct
-from app.dashboard.safe_text import inert
+from app.display.fmt import pct
+from app.display.safe_text import inert
 from app.monitor.figures import LAST_MINUTE_S, Counts, figure_label
 from db.breakers import LiveBreaker, live_breakers
 from db.events import events_between

@@ -164,7 +164,7 @@ def observed_split(engine: Engine, *, now: float, minutes: int) -> list[SplitPoi
 
 @dataclass(frozen=True)
 class SplitByCause:
-    """Where a window's requests went and why (issue 17): the canary ratio assigned a side; a
+    """Where a window's requests went and why: the canary ratio assigned a side; a
     request then reached the other provider by fail-over (a primary request failed) or because
     its model is served by that provider only; the gateway refused some itself."""
 

@@ -3,7 +3,7 @@ the page's :class:`~db.monitor.MonitorFilters`), where the operator is (:class:`
 keyset position, never an offset), one page of rows with failures marked first
 (:func:`request_page`), and whether the table follows new rows or holds still.
 
-Holding still (issue 17, point 8): an auto-refresh that redraws the grid under the pointer turns a
+Holding still: an auto-refresh that redraws the grid under the pointer turns a
 click on "open" into a click on another row. The table follows the newest rows only on its first
 page with no filter of any kind; as soon as the operator pages or filters, it reads up to a fixed
 time (:attr:`TableCursor.held_at`) from a fixed anchor row, so re-reading gives the same rows, and
@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from app.dashboard.fmt import utc_time
+from app.display.fmt import utc_time
 from app.monitor.drilldown import request_link
 from app.monitor.export import EXPORT_MAX_ROWS, time_utc
 from db.monitor import (

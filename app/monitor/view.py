@@ -20,7 +20,7 @@ from typing import Any, Literal
 import plotly.graph_objects as go
 from sqlalchemy import Engine
 
-from app.dashboard.fmt import ms, pct, usd, utc_time
+from app.display.fmt import ms, pct, usd, utc_time
 from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
 from app.monitor.figures import (
     ATTEMPT_ERROR_RATE,

@@ -1,11 +1,12 @@
-"""AsyncRoutingClient: the async driver of the one routing policy (issue 9).
+"""AsyncRoutingClient: the async driver of the one routing policy.
 
-It owns only the I/O: ``openai.AsyncOpenAI`` clients on ``httpx2.AsyncClient``, ``await`` for the
-backoff, ``asyncio`` deadlines and cancellation. Everything else is the :class:`RoutingClient` it is
-built from, shared and not copied: planning (canary split, intent rules, substitution), the
-retry/fallback decision loop (:meth:`RoutingClient._attempts`, which yields the backoff to its
-driver instead of sleeping), the circuit breakers, failure classification, the attempt records and
-the telemetry hand-off. A request routed here is logged exactly as the sync client logs it.
+It owns only the I/O: the upstream HTTP clients, ``await`` for the backoff, ``asyncio`` deadlines
+and cancellation. Everything else is the :class:`~app.routing.core.RoutingCore` it shares with the
+sync :class:`RoutingClient` it is built from: planning (canary split, intent rules, substitution),
+the retry/fallback decision loop (:meth:`RoutingCore.attempts`, a generator that yields the backoff
+to its driver instead of sleeping), the circuit breakers, failure classification, the attempt
+records and the telemetry hand-off. A request routed here is logged exactly as the sync client logs
+it.
 
 Deadlines are the sync driver's :class:`~app.routing.deadline.AttemptDeadline`, enforced with
 ``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a

@@ -12,12 +12,12 @@ hand-off are here too. Nothing in this module sends a byte or sleeps: the sync d
 (:class:`app.routing.async_client.AsyncRoutingClient`) each perform only the I/O this decides
 (h11's sans-I/O design; httpcore's one design for sync and async).
 
-The gateway is a transparent proxy (issue 15): the caller's body is forwarded as sent except what
+The gateway is a transparent proxy: the caller's body is forwarded as sent except what
 the gateway owns (``model``, the session/cache hint headers, ``stream_options.include_usage``,
 and a provider's explicit ``drop_params`` / ``rename_params``); the upstream's answer is kept
 whole, with only ``model`` set to the model routed to.
 
-Incident behaviour (issue 7): every text from an upstream or a caller is cleaned once
+Hostile input: every text from an upstream or a caller is cleaned once
 (:func:`core.text.clean`, provider keys scrubbed) before it is stored, logged or shown; a 200 that
 is not an answer of the API asked is a ``bad_response`` failure; each attempt runs under a
 deadline and the whole request under ``request_deadline_s``; a circuit breaker per provider skips a
@@ -48,13 +48,14 @@ from app.routing.canary import Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
 from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
-from app.routing.intent import estimate_tokens, message_text
+from app.routing.intent import message_text
 from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
 from app.routing.result import AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
 from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide, model_on
 from core.errors import InvalidRequest
 from core.ids import IdSource
+from core.messages import estimate_tokens
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
@@ -371,7 +372,7 @@ class RoutingCore:
                 routes = [(p, fb) for p, fb in routes if chosen in self.settings.providers[p].models]
                 if not routes:
                     raise NoProvider(f"no provider on this route serves the embedding model {chosen!r}")
-                est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+                est = estimate_tokens(len(message_text(msgs)), self.settings.intents.chars_per_token)
             elif model in (None, "", "auto"):
                 decision = classify_intent(msgs, self.settings.intents)
                 chosen, intent, est = decision.model, decision.intent, decision.estimated_tokens
@@ -381,7 +382,7 @@ class RoutingCore:
                 if info.kind != "chat":
                     raise InvalidRequest(f"{model!r} is an embedding model; use it with the embeddings API")
                 chosen, intent, requested = model, "explicit", model
-                est = estimate_tokens(message_text(msgs), self.settings.intents.chars_per_token)
+                est = estimate_tokens(len(message_text(msgs)), self.settings.intents.chars_per_token)
             if api != "embeddings":  # an embedding model is never substituted: its routes all serve it
                 routes = self._cost_safe_routes(chosen, routes, forced=route is not None, by_intent=requested == "auto")
             if api == "responses":

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.config import IntentConfig, IntentRule
-from core.messages import messages_text
+from core.messages import estimate_tokens, messages_text
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,6 @@ class IntentDecision:
 def message_text(messages: Sequence[dict]) -> str:
     """Every text piece of the conversation, one per line (see :mod:`core.messages`)."""
     return messages_text(messages)
-
-
-def estimate_tokens(text: str, chars_per_token: int = 4) -> int:
-    return len(text) // chars_per_token
 
 
 @lru_cache(maxsize=64)
@@ -60,7 +56,7 @@ def classify(messages: Sequence[dict], cfg: IntentConfig) -> IntentDecision:
     # Only what the user wrote decides the intent; a system prompt saying "you are a python
     # tutor" should not send every question to the coding model.
     user_text = message_text([m for m in messages if m.get("role") == "user"])
-    tokens = estimate_tokens(message_text(messages), cfg.chars_per_token)
+    tokens = estimate_tokens(len(message_text(messages)), cfg.chars_per_token)
     if tokens > cfg.long_context_tokens:
         return IntentDecision("long_context", cfg.long_context_model, tokens)
     for rule in cfg.rules:

@@ -1,10 +1,11 @@
 """The routing decisions as pure functions of plain inputs: retry, resend without hints, fail over
 or stop; which attempts count against a provider's breaker; deadline arithmetic.
 
-No I/O, no clock, no randomness here: the sync :class:`app.routing.client.RoutingClient` and its
-async driver (:class:`app.routing.async_client.AsyncRoutingClient`) read the clock, draw the backoff
-and perform the I/O, then ask these functions what to do next. Tested once, without a network
-(``tests/unit/test_routing_policy.py``).
+No I/O, no clock, no randomness here: the routing core (:class:`app.routing.core.RoutingCore`)
+reads its injected clock, draws the backoff from its injected randomness and asks these functions
+what to do next; the two drivers (:class:`app.routing.client.RoutingClient`,
+:class:`app.routing.async_client.AsyncRoutingClient`) only perform the I/O it decides. Tested once,
+without a network (``tests/unit/routing/test_policy.py``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ attempt takes a slot before it sends and gives it back when its answer is read o
 closed. When every slot is taken the attempt waits, at most ``pool_timeout_s`` (and never past the
 request's deadline); when the wait runs out it fails with :class:`PoolSaturated`, which the
 classifier turns into ``gateway_overloaded``: no retry, no fallback, nothing told to the
-provider's circuit breaker, and the caller gets 503 with ``Retry-After``. Before, a wait in the
-HTTP client's pool ran down the attempt's deadline and was counted as the upstream timing out:
-500 streams to a healthy upstream opened both breakers.
+provider's circuit breaker, and the caller gets 503 with ``Retry-After``. A wait for a slot is the
+gateway's own saturation, so it must never run down the attempt's deadline and count as the
+upstream timing out (which would open the breakers of healthy upstreams under load).
 
 The figures (:attr:`ProviderPool.in_use`, :attr:`waiting`, :attr:`limit`, :attr:`exhausted`)
 are read by the server's ``/metrics`` at each scrape.

@@ -9,7 +9,6 @@ cancellation, so a client that disconnects mid-stream still has its spend record
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 
@@ -24,20 +23,6 @@ from db import limits
 from db.keys import KeyRecord
 
 log = logging.getLogger(__name__)
-
-CHARS_PER_TOKEN = 4  # a cheap upper-ish estimate for admission; settle() corrects it to real counts
-
-
-def estimate_prompt_tokens(messages: list[dict]) -> int:
-    """Rough prompt size from the text in ``messages`` (only used before the real usage is known)."""
-    chars = 0
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        elif isinstance(content, list):
-            chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-    return math.ceil(chars / CHARS_PER_TOKEN) + 4 * len(messages)
 
 
 class Admission:

@@ -64,7 +64,7 @@ class ChatReply:
 
 @dataclass
 class ChatStreamReply:
-    """A streamed answer: SSE event bytes (built with :class:`app.server.wire.ChunkStream`)."""
+    """A streamed answer: SSE event bytes, forwarded as they come."""
 
     events: AsyncIterator[bytes]
     headers: Mapping[str, str] = field(default_factory=dict)

@@ -5,7 +5,7 @@ A lookup is a database round trip; doing one per request would cost more than th
 so results are kept for ``ttl_s`` seconds, keyed by the key's SHA-256 (the plaintext is never kept).
 A revoked key therefore stops working within ``ttl_s`` in every process.
 
-Known keys and unknown ones live in separate caches (issue 18): a client presenting random keys
+Known keys and unknown ones live in separate caches: a client presenting random keys
 fills only the negative cache (bounded, cleared when full), never the known-keys cache, so it cannot
 evict the keys of running applications. The known-keys cache drops its least recently used entry
 when full, which only real keys can make it.

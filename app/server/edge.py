@@ -1,10 +1,9 @@
 """The server's edge: the bounds a connection meets before the application sees a request.
 
-uvicorn's httptools protocol (the parser the server has always used) reads a request head of any
-size for as long as a client cares to send it, and holds any number of connections. One client
-streaming a header value grew the process by 266 MB in a minute; 1,100 connections each sending a
-header byte a second took every file descriptor, and ``/healthz`` with them (issue 18). The
-protocol here is uvicorn's, with per connection:
+uvicorn's httptools protocol reads a request head of any size for as long as a client cares to
+send it, and holds any number of connections: one client streaming a header value can grow the
+process without bound, and slow connections each sending a header byte a second can take every
+file descriptor, ``/healthz`` with them. The protocol here is uvicorn's, with per connection:
 
 - a bounded head: at most ``max_header_bytes`` (request line and headers) and ``max_headers``
   header lines, else 431 and the connection closed. httptools buffers a header until its end, so

@@ -38,10 +38,11 @@ from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
-from app.server.admission import Admission, estimate_prompt_tokens
+from app.server.admission import Admission
 from app.server.asgi import ChatReply, ChatStreamReply
 from app.server.metrics import GatewayMetrics
 from core.errors import InvalidRequest
+from core.messages import estimate_prompt_tokens, estimate_tokens
 from db.keys import KeyRecord
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ class ChatHandler:
 
     def log_refusal(self, api: str, model: str | None, key: Any, err: wire.WireError, *, stream: bool = False) -> None:
         """A request the gateway refused itself (key, limit, budget, its own database) gets its one
-        row in the request log, so every rate counts it (issue 17)."""
+        row in the request log, so every rate counts it."""
         self.client.core.log_refusal(
             api,
             model,
@@ -393,7 +394,9 @@ class ChatHandler:
 def _partial_cost(model: str, req: wire.ChatRequest, delivered_chars: int) -> float:
     """A cut stream's cost as far as it went: the prompt plus the characters delivered."""
     try:
-        return catalog.cost_usd(model, estimate_prompt_tokens(_prompt_messages(req)), 0, -(-delivered_chars // 4))
+        return catalog.cost_usd(
+            model, estimate_prompt_tokens(_prompt_messages(req)), 0, estimate_tokens(delivered_chars)
+        )
     except InvalidRequest:
         return 0.0
 

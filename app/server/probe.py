@@ -1,7 +1,8 @@
 """Is the gateway server up? One ``GET /healthz`` with a short timeout, for the dashboard's Overview.
 
 The address comes from ``GATEWAY_SERVER_URL`` (``make run`` sets it to the server it started),
-else the default ``http://127.0.0.1:8000``.
+else the default ``http://127.0.0.1:8000``. The probes of a process share one HTTP client: building
+one loads the system trust store, which takes longer than the probe itself.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 import httpx2
 
@@ -33,8 +35,17 @@ def server_url(env: Mapping[str, str] | None = None) -> str:
     return (env.get(ENV) or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}").rstrip("/")
 
 
+@cache
+def _client() -> httpx2.Client:
+    return httpx2.Client()
+
+
+def _get(url: str, *, timeout: float) -> httpx2.Response:
+    return _client().get(url, timeout=timeout)
+
+
 def server_status(
-    url: str | None = None, *, get: Callable[..., httpx2.Response] = httpx2.get, timeout_s: float = TIMEOUT_S
+    url: str | None = None, *, get: Callable[..., httpx2.Response] = _get, timeout_s: float = TIMEOUT_S
 ) -> ServerStatus:
     root = (url or server_url()).rstrip("/")
     if root.endswith("/v1"):

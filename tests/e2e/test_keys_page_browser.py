@@ -89,6 +89,22 @@ def dashboard(tmp_path):
         stop_server(dash)
 
 
+def choose_revoke_key(page, name: str) -> None:
+    """Pick ``name`` in the Revoke form's "Key" box (the page's last selectbox). A click that lands
+    while the page is still re-rendering can leave the list closed: open it again, a few times."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    for _ in range(4):
+        page.get_by_test_id("stSelectbox").last.click()
+        try:
+            page.get_by_role("option", name=name).click(timeout=10_000)
+            return
+        except PlaywrightTimeoutError:
+            page.keyboard.press("Escape")
+            wait_ready(page)
+    raise AssertionError(f"the Revoke form's Key list never offered {name!r}")
+
+
 def key_rows(dash) -> list[tuple]:
     return dash.query("select name, rpm, tpm, budget_micro_usd, budget_period, revoked_at from gateway_key order by id")
 
@@ -132,9 +148,8 @@ def test_enter_never_submits_the_key_form_the_secret_stays_and_revoke_confirms(d
     # Enter in the form again, and a click elsewhere on the page: the secret stays.
     page.get_by_label("Name", exact=True).press("Enter")
     wait_ready(page)
-    page.get_by_test_id("stSelectbox").last.click()  # "Key", in the Revoke form
     with rerun(page):
-        page.get_by_role("option", name="ops-tiny").click()
+        choose_revoke_key(page, "ops-tiny")
     expect(page.get_by_test_id("stCode").first).to_have_text(secret)
     screenshot(page, "keys-secret-stays")
 
@@ -145,8 +160,7 @@ def test_enter_never_submits_the_key_form_the_secret_stays_and_revoke_confirms(d
     assert len(key_rows(dash)) == 1
 
     # Revoke asks first; Cancel revokes nothing; Yes revokes.
-    page.get_by_test_id("stSelectbox").last.click()
-    page.get_by_role("option", name="ops-tiny").click()
+    choose_revoke_key(page, "ops-tiny")
     with rerun(page):
         page.get_by_role("button", name="Revoke", exact=True).click()
     expect(page.get_by_test_id("stAlertContentWarning").first).to_contain_text("Revoke 'ops-tiny'?")
@@ -156,8 +170,7 @@ def test_enter_never_submits_the_key_form_the_secret_stays_and_revoke_confirms(d
         page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_role("button", name="Yes, revoke 'ops-tiny'")).to_have_count(0)
     assert key_rows(dash)[0][5] is None
-    page.get_by_test_id("stSelectbox").last.click()
-    page.get_by_role("option", name="ops-tiny").click()
+    choose_revoke_key(page, "ops-tiny")
     with rerun(page):
         page.get_by_role("button", name="Revoke", exact=True).click()
     with rerun(page):

@@ -4,7 +4,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-30
 
-Rows written twice before this revision (a batch retried after its commit, issue 7 #5) are removed
+Rows written twice before this revision (a batch retried after its commit) are removed
 first, keeping the lowest id of each (request_id, attempt), and their counts are taken back out of
 the three rollup tables, which had counted every copy. The composite unique index replaces the
 single-column request_id index (its prefix serves the same lookups).

@@ -17,11 +17,13 @@ import platform
 import socket
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 _REASON = "a unit test starts no process, binds no port and uses no PostgreSQL: tests/integration"
 _breaches: list[str] = []
+HERE = Path(__file__).resolve().parent
 
 # platform caches what it learns by running `uname -p`; learn it before the rule is on.
 platform.processor()
@@ -57,7 +59,9 @@ def _guarded(name: str):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    if item.get_closest_marker("postgres") is not None:
+    # pytest calls this hook for every item of the session, not only those below this conftest:
+    # the integration tier runs in the same session as the unit tier's PostgreSQL tests.
+    if HERE not in Path(str(item.fspath)).parents or item.get_closest_marker("postgres") is not None:
         yield
         return
     with pytest.MonkeyPatch.context() as mp:

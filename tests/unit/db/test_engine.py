@@ -59,7 +59,7 @@ def test_postgres_sessions_have_statement_and_lock_timeouts(pg_url: str) -> None
             lock = conn.exec_driver_sql("SHOW lock_timeout").scalar()
             path = conn.exec_driver_sql("SHOW search_path").scalar()
         assert (statement, lock) == ("12s", "3s")
-        assert path == "public, pg_catalog"  # the URL's own options are kept
+        assert path == "public,pg_catalog"  # the URL's own options are kept
     finally:
         dispose_all()
 

@@ -174,11 +174,14 @@ class Nginx:
                 self.proc.wait()
 
 
-def start(work: Path, upstream_port: int, floor_port: int, *, model: str, chunks: int) -> Nginx:
+def start(
+    work: Path, upstream_port: int, floor_port: int, *, model: str, chunks: int, config_text: str | None = None
+) -> Nginx:
+    """nginx on the two ports with :func:`config`, or with ``config_text`` (a variant of it)."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "tmp").mkdir(exist_ok=True)
     conf = work / "nginx.conf"
-    conf.write_text(config(work, upstream_port, floor_port, model, chunks))
+    conf.write_text(config_text if config_text is not None else config(work, upstream_port, floor_port, model, chunks))
     proc = subprocess.Popen(
         [NGINX, "-p", str(work), "-c", str(conf), "-e", str(work / "error.log")],
         stdout=subprocess.DEVNULL,

@@ -309,10 +309,23 @@ def _wrk(target: Target, connections: int, seconds: float, work: Path) -> WrkRun
     cmd = [WRK, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "--latency", "-s", str(script)]
     done = subprocess.run([*cmd, target.base + PATH], capture_output=True, text=True, check=False)
     cpu = _cpu_s(pids) - cpu0
+    ok, errors, elapsed, lat = wrk_counts(done, target.name)
+    return WrkRun(
+        rps=ok / elapsed if elapsed > 0 else 0.0,
+        ok=ok,
+        errors=errors,
+        p50_ms=lat.get("50"),
+        p99_ms=lat.get("99"),
+        cpu_ms_per_req=1000.0 * cpu / ok if pids and ok else None,
+    )
+
+
+def wrk_counts(done: subprocess.CompletedProcess, name: str) -> tuple[int, int, float, dict[str, float]]:
+    """(requests answered 2xx/3xx, errors, elapsed s, {"50": ms, "99": ms}) from a finished wrk run."""
     out = done.stdout
     total = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", out)
     if done.returncode != 0 or total is None:
-        raise RuntimeError(f"wrk failed against {target.name}: {done.stderr.strip()[-300:] or out[-300:]}")
+        raise RuntimeError(f"wrk failed against {name}: {done.stderr.strip()[-300:] or out[-300:]}")
     n, elapsed = int(total.group(1)), _ms(total.group(2) + total.group(3)) / 1000.0
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = int(bad.group(1)) if bad else 0
@@ -320,15 +333,8 @@ def _wrk(target: Target, connections: int, seconds: float, work: Path) -> WrkRun
     if sock:
         errors += sum(int(x) for x in sock.groups())
     ok = max(0, n - (int(bad.group(1)) if bad else 0))
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", out, re.M))
-    return WrkRun(
-        rps=ok / elapsed if elapsed > 0 else 0.0,
-        ok=ok,
-        errors=errors,
-        p50_ms=_ms(lat["50"]) if "50" in lat else None,
-        p99_ms=_ms(lat["99"]) if "99" in lat else None,
-        cpu_ms_per_req=1000.0 * cpu / ok if pids and ok else None,
-    )
+    lat = {k: _ms(v) for k, v in re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M)}
+    return ok, errors, elapsed, lat
 
 
 def _stream_once(target: Target) -> tuple[float, float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -41,12 +40,12 @@ from benchmarks.proxy_bench import (
     _drain,
     _family,
     _free_port,
-    _ms,
     _paused_all_but,
     _rss_mib,
     _start_ours,
     _start_portkey,
     _stop,
+    wrk_counts,
 )
 
 CHUNKS = int(os.environ.get("BENCH_STREAMS_CHUNKS", "50"))
@@ -108,31 +107,9 @@ def _lua_config(work: Path, port: int, floor_port: int) -> str:
 
 def _start_nginx(work: Path) -> nginx_upstream.Nginx:
     work.mkdir(parents=True, exist_ok=True)
-    (work / "tmp").mkdir(exist_ok=True)
     port, floor = _free_port(), _free_port()
-    conf = work / "nginx.conf"
-    conf.write_text(_lua_config(work, port, floor))
-    proc = subprocess.Popen(
-        [nginx_upstream.NGINX, "-p", str(work), "-c", str(conf), "-e", str(work / "error.log")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    import socket
-
-    deadline = time.monotonic() + 20
-    while True:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace")[-800:] if proc.stderr else ""
-            raise RuntimeError(f"nginx exited ({proc.returncode}): {err}")
-        try:
-            for p in (port, floor):
-                socket.create_connection(("127.0.0.1", p), timeout=0.5).close()
-            return nginx_upstream.Nginx(proc, port, floor)
-        except OSError:
-            if time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("nginx did not listen within 20 s") from None
-            time.sleep(0.05)  # waiting for nginx to listen, bounded
+    conf = _lua_config(work, port, floor)
+    return nginx_upstream.start(work, port, floor, model=MODEL, chunks=CHUNKS, config_text=conf)
 
 
 def _script(target: Target, work: Path) -> Path:
@@ -169,23 +146,12 @@ def _measure(target: Target, connections: int, work: Path, nginx_pids: list[int]
     )
     wall = time.monotonic() - t0
     cpu, up = _cpu_s(pids) - cpu0, _cpu_s(nginx_pids) - up0
-    out = done.stdout
-    total = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", out)
-    if done.returncode != 0 or total is None:
-        raise RuntimeError(f"wrk failed against {target.name}: {done.stderr.strip()[-300:] or out[-300:]}")
-    n, elapsed = int(total.group(1)), _ms(total.group(2) + total.group(3)) / 1000.0
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = int(bad.group(1)) if bad else 0
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    if sock:
-        errors += sum(int(x) for x in sock.groups())
-    ok = max(0, n - (int(bad.group(1)) if bad else 0))
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
+    ok, errors, elapsed, lat = wrk_counts(done, target.name)
     result = {
         "streams_s": ok / elapsed if elapsed > 0 else 0.0,
         "errors": float(errors),
-        "p50_ms": _ms(lat["50"]) if "50" in lat else float("nan"),
-        "p99_ms": _ms(lat["99"]) if "99" in lat else float("nan"),
+        "p50_ms": lat.get("50", float("nan")),
+        "p99_ms": lat.get("99", float("nan")),
         "upstream_cpu_share": up / wall,
     }
     if pids and ok:

@@ -21,7 +21,7 @@ class SSEEvent:
 
 
 class SSESplitter:
-    """``feed(bytes)`` -> the events completed so far; ``end()`` -> the last one, if unterminated."""
+    """``feed(bytes)`` -> the events completed so far; ``end()`` at the end of the stream."""
 
     def __init__(self) -> None:
         self._pending = bytearray()
@@ -57,9 +57,10 @@ class SSESplitter:
         return out
 
     def end(self) -> list[SSEEvent]:
-        rest, self._pending = bytes(self._pending), bytearray()
-        event = _parse(rest.rstrip(b"\n")) if rest.strip() else None
-        return [event] if event is not None else []
+        """At the end of the stream: an event without its closing blank line is not dispatched, as
+        the event-stream rules (and the SDK's decoder) say."""
+        self._pending = bytearray()
+        return []
 
 
 def _parse(block: bytes) -> SSEEvent | None:

@@ -198,11 +198,7 @@ class UpstreamStream:
                         self.done = True
                         return
                     yield sse
-            for sse in splitter.end():
-                if sse.data.startswith(b"[DONE]"):
-                    self.done = True
-                    return
-                yield sse
+            splitter.end()  # an event left without its closing blank line is not one
         except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             raise _mapped(exc, self._upstream.net) from None
 
@@ -386,7 +382,11 @@ class HttpUpstream:
         try:
             context = builder.build_streamed()
             response = await context.__aenter__()
-            call = _Call(context, response, self.max_response_bytes)
+            try:
+                call = _Call(context, response, self.max_response_bytes)
+            except BaseException:  # a coding refused by name: the answer is dropped with its connection
+                await context.__aexit__(None, None, None)
+                raise
             declared = _content_length(call.headers)
             if declared is not None and declared > self.max_response_bytes and not call.body.stages:
                 raise _too_large(self.max_response_bytes, declared)

@@ -29,7 +29,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from app import catalog
+from app import catalog, netconf
+from app.netconf import NetConf
 from core.bounds import BoundsError, parse_float, parse_int
 from core.canary import GuardrailSettings as GuardrailConfig
 from core.errors import ConfigurationError
@@ -164,10 +165,8 @@ class ProviderConfig(_Strict):
             raise ValueError(f"{', '.join(twice)} listed more than once (names are case-insensitive)")
         return v
 
-    def net(self) -> Any:
-        """The proxy and TLS settings this provider is reached with (:class:`app.routing.netconf.NetConf`)."""
-        from app.routing import netconf
-
+    def net(self) -> NetConf:
+        """The proxy and TLS settings this provider is reached with."""
         return netconf.resolve(
             self.base_url,
             proxy=self.proxy,

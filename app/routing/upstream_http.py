@@ -6,7 +6,7 @@ end closing the connection instead of reaching the next caller, head-size limits
 is ours stays small and strict:
 
 - redirects are never followed, cookies never kept, and the proxy and TLS trust are the ones
-  :mod:`app.routing.netconf` resolved for the provider (no hidden reading of the environment);
+  :mod:`app.netconf` resolved for the provider (no hidden reading of the environment);
 - bodies are decoded here (``gzip`` with every member, ``deflate`` zlib-wrapped or raw, stacked
   codings), piece by piece, and the response-size limit counts decoded bytes at every step, so a
   compressed bomb never grows past the limit in memory; a coding the gateway did not ask for is
@@ -44,9 +44,9 @@ from pyreqwest.client import Client, ClientBuilder
 from pyreqwest.proxy import ProxyBuilder
 from pyreqwest.response import Response
 
+from app.netconf import NetConf
 from app.routing.body_limit import ResponseTooLarge
 from app.routing.errors import BadResponse
-from app.routing.netconf import NetConf
 from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
 

@@ -23,7 +23,7 @@ import httpx2
 import openai
 import pytest
 
-from app.routing import netconf
+from app import netconf
 from app.routing.body_limit import ResponseTooLarge
 from app.routing.errors import BadResponse
 from app.routing.upstream_http import KEEPALIVE_S, HttpUpstream, UpstreamAnswer, UpstreamStream

@@ -29,12 +29,13 @@ class ResponseTooLarge(BadResponse):
     """An upstream response passed the configured size limit."""
 
 
-def _declared(response: httpx2.Response) -> int | None:
-    value = response.headers.get("content-length")
+def declared_length(headers: httpx2.Headers) -> int | None:
+    """The ``Content-Length`` an answer declares, when it is a plain number."""
+    value = headers.get("content-length")
     return int(value) if value is not None and value.isdigit() else None
 
 
-def _too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
+def too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
     got = f"declared {seen:,} bytes" if seen is not None else "more than that"
     return ResponseTooLarge(f"upstream response larger than the limit of {limit:,} bytes ({got})")
 
@@ -49,7 +50,7 @@ class _LimitedStream(httpx2.SyncByteStream):
         for chunk in self._inner:
             total += len(chunk)
             if total > self._limit:
-                raise _too_large(self._limit)
+                raise too_large(self._limit)
             yield chunk
 
     def close(self) -> None:
@@ -66,7 +67,7 @@ class _AsyncLimitedStream(httpx2.AsyncByteStream):
         async for chunk in self._inner:
             total += len(chunk)
             if total > self._limit:
-                raise _too_large(self._limit)
+                raise too_large(self._limit)
             yield chunk
 
     async def aclose(self) -> None:
@@ -82,11 +83,11 @@ class BodyLimitTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = self.inner.handle_request(request)
-        declared = _declared(response)
+        declared = declared_length(response.headers)
         if declared is not None:
             if declared > self.limit:
                 response.close()
-                raise _too_large(self.limit, declared)
+                raise too_large(self.limit, declared)
             return response
         stream = response.stream
         if isinstance(stream, httpx2.SyncByteStream):
@@ -106,11 +107,11 @@ class AsyncBodyLimitTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)
-        declared = _declared(response)
+        declared = declared_length(response.headers)
         if declared is not None:
             if declared > self.limit:
                 await response.aclose()
-                raise _too_large(self.limit, declared)
+                raise too_large(self.limit, declared)
             return response
         stream = response.stream
         if isinstance(stream, httpx2.AsyncByteStream):

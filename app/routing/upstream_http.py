@@ -45,7 +45,7 @@ from pyreqwest.proxy import ProxyBuilder
 from pyreqwest.response import Response
 
 from app.netconf import NetConf
-from app.routing.body_limit import ResponseTooLarge
+from app.routing.body_limit import declared_length, too_large
 from app.routing.errors import BadResponse
 from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
@@ -62,11 +62,6 @@ ACCEPT_ENCODING = "gzip, deflate"
 
 log = logging.getLogger(__name__)
 _live: weakref.WeakSet[HttpUpstream] = weakref.WeakSet()
-
-
-def _too_large(limit: int, declared: int | None = None) -> ResponseTooLarge:
-    got = f"declared {declared:,} bytes" if declared is not None else "more than that"
-    return ResponseTooLarge(f"upstream response larger than the limit of {limit:,} bytes ({got})")
 
 
 class UpstreamAnswer:
@@ -152,7 +147,7 @@ class _Body:
     def _counted(self, piece: bytes) -> bytes:
         self.total += len(piece)
         if self.total > self.limit:
-            raise _too_large(self.limit)
+            raise too_large(self.limit)
         return piece
 
     async def read(self) -> bytes:
@@ -387,9 +382,9 @@ class HttpUpstream:
             except BaseException:  # a coding refused by name: the answer is dropped with its connection
                 await context.__aexit__(None, None, None)
                 raise
-            declared = _content_length(call.headers)
+            declared = declared_length(call.headers)
             if declared is not None and declared > self.max_response_bytes and not call.body.stages:
-                raise _too_large(self.max_response_bytes, declared)
+                raise too_large(self.max_response_bytes, declared)
             if response.status >= 300:
                 raise await self._status_error(call, url)
             if stream:
@@ -413,11 +408,6 @@ class HttpUpstream:
             request=httpx2.Request("POST", url),
         )
         return self._sdk._make_status_error_from_response(rebuilt)
-
-
-def _content_length(headers: httpx2.Headers) -> int | None:
-    value = headers.get("content-length")
-    return int(value) if value is not None and value.isdigit() else None
 
 
 @atexit.register

@@ -25,12 +25,18 @@ latency_scale = 0.05
 
 [dashboard]
 refresh_s = 2
+
+[breaker]
+min_attempts = 5
 """
 
 
 def _guardrail_fast(text: str) -> str:
     # The guardrail acts on 5 attempts (the shipped 20 would outlast the breaker, which stops the
-    # primary's attempts after 10 failures).
+    # primary's attempts once it opens). The breaker opens on the same 5 failures: it counts each
+    # outcome as the attempt ends, the guardrail reads them from the log a flush later, so the breaker
+    # is open before the rollback stops the primary's traffic. With the breaker's shipped 10 and the
+    # guardrail's 5, a quick guardrail sent the primary no more traffic before the breaker opened.
     return text.replace("min_requests = 20", "min_requests = 5")
 
 

@@ -26,9 +26,10 @@ from db.models import ROLLUP_TABLES, RequestLog, RequestRollup, RequestRollup1h,
 from db.partitions import DAY_S, KEEPER, LEGACY, Partition, days_needed, droppable, list_partitions, missing_days
 from db.partitions import parse_bound as parse_partition_bound
 from db.requests import count_rows, in_lock_order, insert_batch, next_batch_size, prune, rollup_deltas
+from tests.support import paths
 from tests.support.records import attempt
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = str(paths.REPO)
 DAY0 = 1_800_000_000 // DAY_S * DAY_S  # a UTC midnight in 2027
 
 

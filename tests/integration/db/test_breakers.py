@@ -88,7 +88,12 @@ def test_a_process_killed_with_its_breaker_open_stops_counting(tmp_path) -> None
     try:
         held = wait_for(
             # Both processes' reports: the loadgen's open breaker can land before serve's first one.
-            lambda: (b := live_breakers(engine, now=time.time()).get("holysheep")) and b.processes == 2 and b.state == "open" and b,
+            lambda: (
+                (b := live_breakers(engine, now=time.time()).get("holysheep"))
+                and b.processes == 2
+                and b.state == "open"
+                and b
+            ),
             timeout_s=60,
             what="the loadgen process to report holysheep's breaker open, and serve its own",
         )

@@ -8,7 +8,6 @@ on PostgreSQL; migration 0012 on a populated table.
 from __future__ import annotations
 
 import json
-import os
 import random
 import select as io_select
 import subprocess

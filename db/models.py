@@ -137,6 +137,10 @@ class RequestLog(Base):
     reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # migration 0010: what a provider's drop_params / rename_params changed ("-a,b->c").
     adjusted_params: Mapped[str | None] = mapped_column(String(256))
+    # migration 0015: the [routes] name, the deployment ("provider/model") and why it was chosen.
+    route: Mapped[str | None] = mapped_column(String(128))
+    deployment: Mapped[str | None] = mapped_column(String(200))
+    route_why: Mapped[str | None] = mapped_column(String(200))
 
 
 class _RollupColumns:

@@ -479,6 +479,15 @@ def deployment_catalog_model(route: str, d: DeploymentConfig) -> str | None:
     return None
 
 
+def priced_as(settings: Settings, model: str) -> str:
+    """The catalog model a name a caller sends is priced as before it is routed: a route's first
+    deployment's (a route's name need not be in the catalog), else the name itself."""
+    route = settings.routes.get(model)
+    if route is None:
+        return model
+    return deployment_catalog_model(model, route.deployments[0]) or model
+
+
 def _check_route(
     name: str, route: RouteConfig, providers: Mapping[str, ProviderConfig], routes: Mapping[str, RouteConfig]
 ) -> None:

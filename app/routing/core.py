@@ -217,11 +217,13 @@ class StreamState:
         self.caller_usage = plan.caller_usage
         self.provider: str | None = None
         self.model: str | None = None
+        self.priced_as: str | None = None  # the catalog model the attempt is priced as
         self.attempts = 0
         self.upstream_headers: dict[str, str] = {}
 
     def attempting(self, attempt: Attempt, number: int) -> None:
         self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
+        self.priced_as = attempt.priced_as
 
 
 # ------------------------------------------------------------------------------------- the core

@@ -114,6 +114,16 @@ class RatioSource(Protocol):
     def age_s(self) -> float: ...
 
 
+class RouteRatioSource(Protocol):
+    """Every route's canary ratio as last loaded: a plain attribute read."""
+
+    value: Mapping[str, float]
+
+
+class _NoRouteRatios:
+    value: Mapping[str, float] = {}
+
+
 class TelemetrySink(Protocol):
     """Where a request's attempt records go (:class:`app.telemetry.writer.TelemetryWriter`)."""
 
@@ -281,8 +291,9 @@ class RoutingCore:
         }
         self.offers = chat_offers(settings.providers)
         self.route_table = routes_mod.build(settings.routes, rng)
-        #: Each route's canary share, as last read (a route without one: 0).
-        self.route_ratios: dict[str, float] = {}
+        #: Each route's canary share as last read (:func:`db.canary.read_route_ratios` through the
+        #: gateway's refresher); a route without a row: 0.
+        self.route_ratios: RouteRatioSource = _NoRouteRatios()
         # Caller headers some provider may receive (the union of the allow-lists), read once.
         self.forwardable = frozenset(h for p in settings.providers.values() for h in p.forward_headers)
         # Set by a server whose shutdown grace period ran out: what it cuts from then on is logged
@@ -302,7 +313,7 @@ class RoutingCore:
                 log.exception("breaker change hook %r failed", hook)
 
     def route_ratio(self, route: str) -> float:
-        return self.route_ratios.get(route, 0.0)
+        return self.route_ratios.value.get(route, 0.0)
 
     def breaker_states(self) -> dict[str, BreakerSnapshot]:
         now = self.clock()

@@ -6,8 +6,9 @@ A route (``[routes."NAME"]`` in the configuration) lists deployments: a provider
 name sent to it, a weight, and its rate limits when known. For one request, :meth:`RouteTable.order`
 puts the route's deployments in the order to try them, each with the reason it is where it is:
 
-- ``weighted``: drawn without replacement in proportion to the weights (a session's draw is seeded
-  by its id, so a session stays on one deployment while that one is healthy);
+- ``weighted``: the first by smooth weighted round-robin, so the split is exact (3:1 weights give
+  3 of every 4 requests), the rest drawn by weight; a session's order is a hash of its id, so a
+  session stays on one deployment while that one is healthy;
 - ``ordered``: as configured, the first healthy one takes all;
 - ``least_busy``: fewest attempts in flight first;
 - ``lowest_latency``: lowest moving average of latency first (a deployment never measured first,
@@ -200,6 +201,7 @@ class RouteTable:
         self.routes = dict(routes)
         self.rng = rng
         self.stats: dict[str, Stats] = {}
+        self._current: dict[str, dict[str, float]] = {}  # smooth weighted round-robin, per route
         for r in self.routes.values():
             for d in (*r.deployments, *((r.canary,) if r.canary else ())):
                 self.stats.setdefault(d.key, Stats())
@@ -322,11 +324,26 @@ class RouteTable:
         weighted = [d for d in ds if d.weight > 0]
         draws = {d.key: self.rng.random() if session_id is None else _unit(name, session_id, d.key) for d in weighted}
         keyed = sorted(weighted, key=lambda d: draws[d.key] ** (1.0 / d.weight), reverse=True)
+        if session_id is None and len(weighted) > 1:
+            # Without a session the first pick is smooth weighted round-robin (nginx's): the split
+            # is exact over every sum-of-weights requests, not only on average.
+            head = self._round_robin(name, weighted)
+            keyed.remove(head)
+            keyed.insert(0, head)
         total = sum(d.weight for d in weighted)
         sticky = " (session)" if session_id is not None else ""
         out = [t(d, f"weighted{sticky}: {d.weight:g} of {total:g}") for d in keyed]
         out += [t(d, "weighted: weight 0, only when the others failed") for d in ds if d.weight <= 0]
         return out
+
+    def _round_robin(self, route: str, ds: Sequence[Deployment]) -> Deployment:
+        current = self._current.setdefault(route, {})
+        total = sum(d.weight for d in ds)
+        for d in ds:
+            current[d.key] = current.get(d.key, 0.0) + d.weight
+        best = max(ds, key=lambda d: current[d.key])
+        current[best.key] -= total
+        return best
 
     # -- outcomes ---------------------------------------------------------------------------------
     def started(self, d: Deployment, now: float, tokens: int) -> None:

@@ -41,10 +41,17 @@ def first(t: RouteTable, **kw) -> str:
 # -- strategies ---------------------------------------------------------------------------------
 
 
-def test_weighted_splits_by_weight_within_five_percent():
+def test_weighted_splits_exactly_by_weight_in_every_round():
+    t = table("weighted", A, B)
+    picks = [first(t) for _ in range(400)]
+    for i in range(0, 400, 4):  # 3 of every 4, interleaved (smooth), not 3 in a row then 1
+        assert Counter(picks[i : i + 4]) == {"openai": 3, "azure-eu": 1}
+
+
+def test_weighted_split_with_a_session_is_within_five_percent_over_many_sessions():
     t = table("weighted", A, B)
     n = 4000
-    counts = Counter(first(t) for _ in range(n))
+    counts = Counter(first(t, session_id=f"s{i}") for i in range(n))
     assert abs(counts["openai"] / n - 0.75) < 0.05 and abs(counts["azure-eu"] / n - 0.25) < 0.05
 
 

@@ -474,3 +474,36 @@ def test_models_without_a_route_keep_the_two_sided_routing(client_factory, sqlit
 
     with client.engine.connect() as conn:
         assert conn.execute(text("select route, deployment from request_log")).one() == (None, None)
+
+
+def test_the_drill_down_shows_the_route_the_deployments_and_why(routed):
+    from app.monitor import load_story
+
+    client, ups = routed
+    ups["azure-eu"].answer = lambda body: httpx2.Response(503, json={"error": {"message": "eu is down"}})
+    r = client.chat(MSG, model="gpt-4.1")
+    client.flush()
+    story = load_story(client.engine, r.request_id)
+    assert story is not None and story.route == "gpt-4.1"
+    facts = {f["field"]: f["value"] for f in story.facts()}
+    assert facts["route"] == "gpt-4.1" and facts["strategy"] == "ordered: priority 2"
+    assert facts["answered by"] == "openai / gpt-4.1"
+    rows = story.timeline_rows()
+    assert [(x["provider"], x["model"], x["status"]) for x in rows] == [
+        ("azure-eu", "gpt-4.1-prod", "error"),
+        ("azure-eu", "gpt-4.1-prod", "error"),
+        ("openai", "gpt-4.1", "ok"),
+    ]
+    assert [x["chosen because"] for x in rows] == ["ordered: priority 1", "ordered: priority 1", "ordered: priority 2"]
+
+
+def test_the_drill_down_of_two_sided_routing_has_no_route_fields(client_factory, sqlite_url):
+    from app.monitor import load_story
+
+    client = client_factory(sqlite_url)
+    r = client.chat(MSG)
+    client.flush()
+    story = load_story(client.engine, r.request_id)
+    assert story is not None and story.route is None
+    assert "route" not in {f["field"] for f in story.facts()}
+    assert "chosen because" not in story.timeline_rows()[0]

@@ -219,14 +219,16 @@ def split_causes(minutes: int):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _audit(key: tuple[str, str], limit: int):
+def _audit(key: tuple[str, str], limit: int, scope: str | None):
     from db.canary import audit_log
 
-    return audit_log(engine(), limit=limit)
+    return audit_log(engine(), limit=limit, scope=scope)
 
 
-def audit(limit: int = 200):
-    return _audit(_config_key(), limit)
+def audit(limit: int = 200, scope: str | None = "global"):
+    """The canary audit, newest first: the global canary's (what its charts draw), or with
+    ``scope=None`` every scope's (the audit trail, routes' changes included)."""
+    return _audit(_config_key(), limit, scope)
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

@@ -16,7 +16,15 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.support import serve_process
-from tests.support.chaos_upstream import ChaosUpstream, Fault, bad_request, context_length, ok, rate_limited, unavailable
+from tests.support.chaos_upstream import (
+    ChaosUpstream,
+    Fault,
+    bad_request,
+    context_length,
+    ok,
+    rate_limited,
+    unavailable,
+)
 from tests.support.serve_process import cli, wait_for
 
 PROVIDERS = ("openai", "azure-eu", "anthropic", "vllm-a")
@@ -146,7 +154,9 @@ def ask(client: openai.OpenAI, model: str, content: str = "hello") -> openai.typ
 
 def test_models_lists_the_route_names(gateway):
     _, serve, client, _ = gateway
-    body = httpx2.get(f"{serve.base_url}/models", headers={"Authorization": f"Bearer {client.api_key}"}, timeout=10).json()
+    body = httpx2.get(
+        f"{serve.base_url}/models", headers={"Authorization": f"Bearer {client.api_key}"}, timeout=10
+    ).json()
     ids = [m["id"] for m in body["data"]]
     assert {"split", "failover", "policy", "long", "fast", "busy", "capped", "canaried"} <= set(ids)
     assert body["object"] == "list" and all(m["object"] == "model" for m in body["data"])
@@ -161,7 +171,7 @@ def test_the_weighted_split_over_400_requests(gateway):
 
 
 def test_failover_inside_a_route_cooldown_then_down_the_fallback_list(gateway):
-    up, serve, client, url = gateway
+    up, _, client, url = gateway
     up.set_default(by_model({"fo-vllm": unavailable()}, ok()), "vllm-a")
     try:
         for _ in range(6):
@@ -182,12 +192,14 @@ def test_failover_inside_a_route_cooldown_then_down_the_fallback_list(gateway):
     try:
         rows = wait_for(
             lambda: (
-                rs := engine.connect()
-                .execute(text("select deployment, route_why, status from request_log where route is not null"))
-                .all()
-            )
-            and any(r[0] == "anthropic/claude-sonnet-4-20250514" for r in rs)
-            and rs,
+                (
+                    rs := engine.connect()
+                    .execute(text("select deployment, route_why, status from request_log where route is not null"))
+                    .all()
+                )
+                and any(r[0] == "anthropic/claude-sonnet-4-20250514" for r in rs)
+                and rs
+            ),
             timeout_s=10,
             what="the failover's rows",
         )

@@ -157,7 +157,9 @@ def test_database_url_from_secrets_when_the_environment_has_none(tmp_path):
 
 REPO = paths.REPO
 # With one route, so the sweeps below reach [routes.NAME]'s numbers too.
-BASE_INPUT_BOUNDS = (REPO / "gateway.toml").read_text() + '\n[routes.r1]\ndeployments = [{ provider = "direct", model = "gpt-4.1" }]\n'
+BASE_INPUT_BOUNDS = (
+    REPO / "gateway.toml"
+).read_text() + '\n[routes.r1]\ndeployments = [{ provider = "direct", model = "gpt-4.1" }]\n'
 
 
 def _tables() -> dict[type[BaseModel], str]:

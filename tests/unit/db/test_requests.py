@@ -60,7 +60,9 @@ def test_duplicates_inside_one_batch_are_written_once(engine) -> None:
 
 
 # What migration 0008 added: absent from the log and the rollups before it.
-LATER_FIELDS = ("api", "finish_reason", "tool_calls", "reasoning_tokens", "adjusted_params", "route", "deployment", "route_why")  # 0008, 0010, 0015
+# (0008: api .. reasoning_tokens; 0010: adjusted_params; 0015: the route fields)
+LATER_FIELDS = ("api", "finish_reason", "tool_calls", "reasoning_tokens", "adjusted_params", "route", "deployment",
+                "route_why")  # fmt: skip
 LATER_COUNTERS = ("reasoning_tokens", "tool_calls", "responses_requests", "embeddings_requests", "completions_requests")
 
 

@@ -102,7 +102,6 @@ def test_lowest_latency_prefers_the_unmeasured_then_the_fastest_and_explores():
     t.finished(B, 1.0, health=True, cooldown_s=30, allowed_fails=3, latency_ms=180.0)
     picks = Counter(first(t) for _ in range(2000))
     assert 0.005 < picks["openai"] / 2000 < 0.06  # the exploration share (half of 5 % lands on openai)
-    targets, _ = table("lowest_latency", A, B, seed=3).order("r", now=0, prompt_tokens=1)
     t2 = table("lowest_latency", A, B, seed=11)
     t2.finished(A, 1.0, health=True, cooldown_s=30, allowed_fails=3, latency_ms=420.0)
     t2.finished(B, 1.0, health=True, cooldown_s=30, allowed_fails=3, latency_ms=180.0)
@@ -460,7 +459,7 @@ def test_a_plain_bad_request_is_not_a_fallback(routed):
 
 
 def test_auto_picks_a_route_by_its_intent_rule(routed):
-    client, ups = routed
+    client, _ = routed
     r = client.chat(MSG)  # the default intent model is gemini-2.5-flash, a route here
     assert r.requested_model == "auto" and r.model == "gemini-2.5-flash" and r.provider in ("gemini", "openai")
 

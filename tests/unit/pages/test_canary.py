@@ -54,7 +54,7 @@ def test_route_canaries_are_listed_and_set_with_a_reason(env):
     assert get_state(engine(), GLOBAL).version == 1  # the global canary did not move
     (entry,) = audit_log(engine(), scope=route_scope("gpt-4.1"))
     assert (entry.old_ratio, entry.new_ratio) == (0.0, pytest.approx(0.2))
-    assert "20 %" in [m.value for m in at.metric if m.label == "Route gpt-4.1"][0]
+    assert "20 %" in next(m.value for m in at.metric if m.label == "Route gpt-4.1")
     trail = at.dataframe[-1].value
     assert list(trail["canary"])[:1] == ["gpt-4.1"]
 

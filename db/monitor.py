@@ -501,6 +501,25 @@ def provider_sums(engine: Engine, *, providers: Sequence[str], since: float, unt
         }
 
 
+def deployment_sums(
+    engine: Engine, *, providers: Sequence[str], since: float, until: float
+) -> dict[tuple[str, str], ProviderSums]:
+    """Per deployment (provider, model routed to): one grouped rollup query over ``[since, until]``."""
+    if not providers:
+        return {}
+    t = RequestRollup.__table__
+    q = (
+        select(t.c.provider, t.c.model, *_sum_cols(("attempts", "errors", "requests")), *_sum_cols(LATENCY_BUCKETS))
+        .where(_rollup_range(since, until, MonitorFilters(providers=tuple(providers))))
+        .group_by(t.c.provider, t.c.model)
+    )
+    with engine.connect() as conn:
+        return {
+            (r.provider, r.model): ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[5:]))
+            for r in conn.execute(q).all()
+        }
+
+
 def last_error(engine: Engine, *, provider: str, since: float, until: float) -> tuple[str | None, float] | None:
     """``(error_class, ts)`` of the provider's newest failed attempt in the window (a ``ts``-indexed
     lookup; a minute of slack past ``until`` for rows of the minute in progress)."""

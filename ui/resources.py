@@ -104,6 +104,23 @@ def overview(window_s: int = 900):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _deployments(key: tuple[str, str], window_s: int) -> list[dict]:
+    from app.dashboard.deployments import deployment_rows
+    from db.canary import read_route_ratios
+    from db.monitor import deployment_sums
+
+    now = time.time()
+    s = settings()
+    sums = deployment_sums(engine(), providers=list(s.providers), since=now - window_s, until=now)
+    return deployment_rows(s, sums, read_route_ratios(engine()))
+
+
+def deployments(window_s: int) -> list[dict]:
+    """The routes' deployments with what they served over the last ``window_s`` seconds."""
+    return _deployments(_config_key(), window_s)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _live(key: tuple[str, str], providers: tuple[str, ...], primary: str, window_s: int):
     from app.monitor.figures import live_figures
     from app.monitor.incidents import current_incidents

@@ -628,6 +628,8 @@ def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> C
             message := _range_message(IntentConfig if prefix else FileConfig, loc[len(prefix) :], key, err.get("input"))
         ):
             lines.append(f"{path}: {message}")
+        elif not loc:  # a check across tables (routes naming providers): the message names its key
+            lines.append(f"{path}: {err['msg'].removeprefix('Value error, ')}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{path}: {key}: {msg} (got {err.get('input')!r})")

@@ -321,6 +321,19 @@ def test_a_bad_route_is_refused_with_the_field_named(tmp_path, route, message):
     with pytest.raises(ConfigError) as exc:
         load(tmp_path, text)
     assert "routes" in str(exc.value) and message in str(exc.value)
+    assert "got {" not in str(exc.value) and "\n" not in str(exc.value)  # one line, not the whole file echoed
+
+
+def test_the_example_in_gateway_toml_loads(tmp_path):
+    from tests.support import paths
+
+    shipped = (paths.REPO / "gateway.toml").read_text()
+    block = shipped[shipped.index('#   [routes."gpt-4.1"]') : shipped.index("# Canary guardrail")]
+    example = "\n".join(line[4:] for line in block.splitlines() if line.startswith("#   "))
+    p = tmp_path / "gateway.toml"
+    p.write_text(shipped + "\n" + example + "\n")
+    s = load_settings(p, env={"DATABASE_URL": f"sqlite:///{tmp_path / 'g.db'}"})
+    assert list(s.routes) == ["gpt-4.1", "gemini-2.5-flash"] and s.routes["gpt-4.1"].canary is not None
 
 
 def test_an_alias_the_catalog_cannot_price_is_refused(tmp_path):
@@ -506,3 +519,40 @@ def test_the_drill_down_of_two_sided_routing_has_no_route_fields(client_factory,
     assert story is not None and story.route is None
     assert "route" not in {f["field"] for f in story.facts()}
     assert "chosen because" not in story.timeline_rows()[0]
+
+
+SIM_ROUTES = """
+[routes."gpt-4.1"]
+strategy = "ordered"
+deployments = [{ provider = "holysheep" }, { provider = "direct" }]
+
+[routes."text-embedding-3-small"]
+deployments = [{ provider = "direct" }]
+"""
+
+
+@pytest.fixture
+def simulated(client_factory, sqlite_url):
+    from tests.support import paths
+
+    return client_factory(sqlite_url, toml=(paths.REPO / "gateway.toml").read_text() + SIM_ROUTES)
+
+
+def test_a_stream_through_a_route_is_accounted_to_its_deployment(simulated):
+    stream = simulated.chat(MSG, model="gpt-4.1", stream=True)
+    text = "".join(stream)
+    r = stream.result
+    assert text and r is not None and (r.provider, r.model) == ("holysheep", "gpt-4.1") and r.cost_usd > 0
+    simulated.flush()
+    from sqlalchemy import text as sql
+
+    with simulated.engine.connect() as conn:
+        row = conn.execute(sql("select route, deployment, stream, status from request_log")).one()
+    assert tuple(row) == ("gpt-4.1", "holysheep/gpt-4.1", True, "ok")
+
+
+def test_the_responses_api_and_embeddings_through_routes(simulated):
+    r = simulated.responses("hello", model="gpt-4.1")
+    assert r.provider == "holysheep" and r.text
+    e = simulated.embeddings(["one", "two"], model="text-embedding-3-small")
+    assert e.provider == "direct" and len(e.raw["data"]) == 2

@@ -13,6 +13,7 @@ import streamlit as st
 
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
+from app.dashboard.providers import provider_role
 from app.display.fmt import ago, ratio_pct, when
 from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
@@ -372,7 +373,7 @@ for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, 
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)
     with col, st.form(f"faults_{name}"):
-        st.markdown(f"**{inert(name)}** ({'primary' if name == settings.routing.primary else 'fallback'})")
+        st.markdown(f"**{inert(name)}** ({provider_role(settings, name)})")
         for key, field, label in zip(
             fault_keys(name), FAULT_FIELDS, ("Error rate (%)", "429 rate (%)", "Latency multiplier"), strict=True
         ):

@@ -45,7 +45,7 @@ from app.routing import routes as routes_mod
 from app.routing.answers import Answer, StreamAccount, Truncated, read_answer, responses_finish
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
-from app.routing.canary import Side, assign_side
+from app.routing.canary import PlanSide, Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
 from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
@@ -143,7 +143,7 @@ class Plan:
     requested_model: str
     model: str
     intent: str
-    side: Side
+    side: PlanSide
     routes: list[tuple[str, bool]]  # (provider name, is a fallback route)
     prompt_tokens_est: int
     session_id: str | None
@@ -530,7 +530,7 @@ class RoutingCore:
             requested_model=model or "auto",
             model=name,
             intent="embedding" if api == "embeddings" else intent,
-            side="primary" if canary else "fallback",
+            side="route_canary" if canary else "route",
             routes=[],
             prompt_tokens_est=est,
             session_id=session_id,

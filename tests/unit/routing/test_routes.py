@@ -556,3 +556,19 @@ def test_the_responses_api_and_embeddings_through_routes(simulated):
     assert r.provider == "holysheep" and r.text
     e = simulated.embeddings(["one", "two"], model="text-embedding-3-small")
     assert e.provider == "direct" and len(e.raw["data"]) == 2
+
+
+def test_a_routes_requests_are_not_counted_in_the_global_canary_split(simulated):
+    import time as _time
+
+    from app.monitor.stats import split_by_cause
+    from db.monitor import side_counts
+
+    for _ in range(6):
+        simulated.chat(MSG, model="gpt-4.1")  # the route (holysheep first: ordered)
+    simulated.chat(MSG, model="gemini-2.5-flash")  # no route: the two-sided routing
+    simulated.flush()
+    now = _time.time()
+    split = split_by_cause(simulated.engine, primary="holysheep", fallback="direct", now=now, minutes=15)
+    assert split.total == 1 and split.refused == 0 and not split.moved
+    assert sum(p + f for p, f in side_counts(simulated.engine, since=now - 900, until=now, step=60).values()) == 1

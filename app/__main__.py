@@ -111,15 +111,34 @@ def cmd_chat(args: argparse.Namespace) -> int:
             close_within(gateway)
 
 
-def cmd_canary_show(args: argparse.Namespace) -> int:
-    from db.canary import get_state
+def _route_scope(settings, route: str | None) -> str:
+    """The canary scope ``--route`` names: the global canary without it; a route with a canary
+    deployment with it, else a usage error naming the routes that have one."""
+    from db.canary import GLOBAL, route_scope
 
-    state = get_state(_engine(_settings()))
+    if route is None:
+        return GLOBAL
+    with_canary = [n for n, r in settings.routes.items() if r.canary is not None]
+    if route not in with_canary:
+        have = ", ".join(with_canary) if with_canary else "none (add canary = { provider = ... } to a route)"
+        raise CliError(f"--route {route!r} has no canary deployment; routes with one: {have}")
+    return route_scope(route)
+
+
+def cmd_canary_show(args: argparse.Namespace) -> int:
+    from db.canary import ensure_setting, get_state
+
+    settings = _settings()
+    engine = _engine(settings)
+    scope = _route_scope(settings, args.route)
+    ensure_setting(engine, 0.0, scope)
+    state = get_state(engine, scope)
     if args.json:
         print(json.dumps(state.to_dict()))
     else:
+        where = f"route {args.route} " if args.route else ""
         print(
-            f"canary ratio {state.ratio * 100:g} % (version {state.version}), set by {state.updated_by} "
+            f"{where}canary ratio {state.ratio * 100:g} % (version {state.version}), set by {state.updated_by} "
             f"at {_ts(state.updated_at)}: {state.reason}"
         )
     return 0
@@ -133,6 +152,12 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
         ratio = validate_ratio(float(parse_decimal(args.ratio, field="ratio", lo=0, hi=1)))
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    if args.dry_run and args.route is not None:
+        settings = _settings()
+        _route_scope(settings, args.route)
+        print(f"route {args.route}: {ratio:.0%} of its requests would go to its canary deployment first")
+        print("dry run: nothing written")
+        return 0
     if args.dry_run:
         import time
 
@@ -150,12 +175,16 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
     if args.actor and args.actor.strip().lower() in RESERVED_ACTORS:
         raise CliError(f"--actor {args.actor!r} is a reserved system actor; name yourself instead")
     actor = args.actor or getpass.getuser() or "cli"
-    engine = _engine(_settings())
-    from db.canary import get_state
+    settings = _settings()
+    scope = _route_scope(settings, args.route)
+    engine = _engine(settings)
+    from db.canary import ensure_setting, get_state
 
-    old = get_state(engine)
-    state = set_ratio(engine, ratio, expected_version=None, actor=actor, reason=args.reason)
-    print(f"canary ratio {old.ratio * 100:g} % -> {state.ratio * 100:g} % (version {state.version}) by {actor}")
+    ensure_setting(engine, 0.0, scope)
+    old = get_state(engine, scope)
+    state = set_ratio(engine, ratio, expected_version=None, actor=actor, reason=args.reason, scope=scope)
+    where = f"route {args.route} " if args.route else ""
+    print(f"{where}canary ratio {old.ratio * 100:g} % -> {state.ratio * 100:g} % (version {state.version}) by {actor}")
     return 0
 
 
@@ -368,11 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
     csub = canary.add_subparsers(dest="canary_command", required=True)
     show = csub.add_parser("show")
     show.add_argument("--json", action="store_true")
+    show.add_argument("--route", default=None, help="a route's canary (a [routes] name with a canary deployment)")
     show.set_defaults(func=cmd_canary_show)
     cset = csub.add_parser("set")
     cset.add_argument("ratio", help="share of traffic for the primary, 0 to 1 (e.g. 0.25)")
     cset.add_argument("--reason", default=None, help="why (required unless --dry-run)")
     cset.add_argument("--actor", default=None)
+    cset.add_argument(
+        "--route", default=None, help="set a route's canary share instead (a [routes] name with a canary deployment)"
+    )
     cset.add_argument(
         "--dry-run",
         action="store_true",

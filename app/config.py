@@ -332,6 +332,40 @@ class BreakerConfig(_Strict):
     cooldown_s: float = Field(default=15.0, gt=0, le=3600)  # open this long, then one probe
 
 
+STRATEGIES = ("weighted", "ordered", "least_busy", "lowest_latency", "cheapest")
+_ROUTE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"  # what a caller may send as "model"
+
+
+class DeploymentConfig(_Strict):
+    """One deployment of a route: a provider and the model name sent to it."""
+
+    provider: str
+    # The model sent upstream (an Azure deployment name, a vLLM served name); default: the route's name.
+    model: str | None = Field(default=None, min_length=1, max_length=128)
+    # The catalog model whose prices and context window this deployment has; default: ``model`` when
+    # the catalog knows it, else the route's name.
+    price_as: str | None = None
+    weight: float = Field(default=1.0, ge=0, le=1_000_000)
+    rpm: int | None = Field(default=None, ge=1, le=100_000_000)  # the deployment's own rate limits, if known
+    tpm: int | None = Field(default=None, ge=1, le=100_000_000_000)
+
+
+class RouteConfig(_Strict):
+    """``[routes."NAME"]``: a model name callers send, served by several deployments (see
+    :mod:`app.routing.routes`)."""
+
+    strategy: Literal["weighted", "ordered", "least_busy", "lowest_latency", "cheapest"] = "weighted"
+    deployments: list[DeploymentConfig] = Field(min_length=1, max_length=64)
+    fallbacks: list[str] = []  # other routes, in order, when every deployment failed
+    context_window_fallbacks: list[str] = []  # when the prompt is longer than the deployments' windows
+    content_policy_fallbacks: list[str] = []  # when an upstream refuses on content policy
+    allowed_fails: int = Field(default=3, ge=1, le=1000)  # failures in a row before a deployment sits out
+    cooldown_s: float = Field(default=30.0, gt=0, le=3600)
+    # A deployment that gets the route's canary share (``canary set --route NAME``); the rest goes to
+    # ``deployments``.
+    canary: DeploymentConfig | None = None
+
+
 class TelemetryConfig(_Strict):
     # Spill journal for records the database cannot take yet; one subdirectory per database URL.
     # Unset: a "journal" directory next to the SQLite file, or data/journal for PostgreSQL.
@@ -417,6 +451,7 @@ class FileConfig(_Strict):
     dashboard: DashboardConfig = DashboardConfig()
     database: DatabaseConfig = DatabaseConfig()
     server: ServerConfig = ServerConfig()
+    routes: dict[Annotated[str, Field(pattern=_ROUTE_NAME)], RouteConfig] = Field(default_factory=dict)
     database_url: str | None = None
 
     @model_validator(mode="after")
@@ -425,7 +460,71 @@ class FileConfig(_Strict):
             name = getattr(self.routing, role)
             if name not in self.providers:
                 raise ValueError(f"routing.{role} = {name!r} is not a provider; defined: {', '.join(self.providers)}")
+        for name, route in self.routes.items():
+            _check_route(name, route, self.providers, self.routes)
         return self
+
+
+def deployment_model(route: str, d: DeploymentConfig) -> str:
+    """The model name a deployment sends upstream."""
+    return d.model or route
+
+
+def deployment_catalog_model(route: str, d: DeploymentConfig) -> str | None:
+    """The catalog model a deployment is priced as (None: the catalog knows none of its names)."""
+    known = catalog.models()
+    for name in (d.price_as, d.model, route):
+        if name is not None and name in known:
+            return name
+    return None
+
+
+def priced_as(settings: Settings, model: str) -> str:
+    """The catalog model a name a caller sends is priced as before it is routed: a route's first
+    deployment's (a route's name need not be in the catalog), else the name itself."""
+    route = settings.routes.get(model)
+    if route is None:
+        return model
+    return deployment_catalog_model(model, route.deployments[0]) or model
+
+
+def _check_route(
+    name: str, route: RouteConfig, providers: Mapping[str, ProviderConfig], routes: Mapping[str, RouteConfig]
+) -> None:
+    """A route's deployments name providers that serve their model, each priced by the catalog; its
+    fallbacks name other routes."""
+    where = f"routes.{name}"
+    seen: set[tuple[str, str]] = set()
+    deps = [(f"{where}.deployments[{i}]", d) for i, d in enumerate(route.deployments)]
+    if route.canary is not None:
+        deps.append((f"{where}.canary", route.canary))
+    for at, d in deps:
+        if d.provider not in providers:
+            raise ValueError(f"{at}: provider {d.provider!r} is not defined; defined: {', '.join(providers)}")
+        p = providers[d.provider]
+        model = deployment_model(name, d)
+        if (d.provider, model) in seen:
+            raise ValueError(f"{at}: {d.provider} with model {model!r} is listed twice")
+        seen.add((d.provider, model))
+        if d.price_as is not None and d.price_as not in catalog.models():
+            raise ValueError(f"{at}: price_as {d.price_as!r} is not in the catalog")
+        if deployment_catalog_model(name, d) is None:
+            raise ValueError(
+                f"{at}: the catalog knows neither {model!r} nor {name!r}, so its cost is unknown; "
+                f"set price_as to the catalog model it is billed as"
+            )
+        if model in catalog.models() and model not in p.models:
+            raise ValueError(f"{at}: {d.provider} does not serve {model!r} (its models: {', '.join(p.models)})")
+        if p.is_simulated and model not in p.models:
+            raise ValueError(f"{at}: the simulated {d.provider} serves only {', '.join(p.models)}")
+    if not any(d.weight > 0 for d in route.deployments) and route.strategy == "weighted":
+        raise ValueError(f"{where}: every deployment has weight 0, so the weighted strategy has nothing to pick")
+    for kind in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+        for target in getattr(route, kind):
+            if target == name:
+                raise ValueError(f"{where}.{kind}: a route cannot fall back to itself")
+            if target not in routes:
+                raise ValueError(f"{where}.{kind}: {target!r} is not a route; routes: {', '.join(routes)}")
 
 
 class Settings(BaseModel):
@@ -444,6 +543,7 @@ class Settings(BaseModel):
     database: DatabaseConfig = DatabaseConfig()
     breaker: BreakerConfig = BreakerConfig()
     server: ServerConfig = ServerConfig()
+    routes: dict[str, RouteConfig] = {}
 
     @property
     def primary(self) -> ProviderConfig:
@@ -528,6 +628,8 @@ def _explain(path: str, exc: ValidationError, prefix: tuple[str, ...] = ()) -> C
             message := _range_message(IntentConfig if prefix else FileConfig, loc[len(prefix) :], key, err.get("input"))
         ):
             lines.append(f"{path}: {message}")
+        elif not loc:  # a check across tables (routes naming providers): the message names its key
+            lines.append(f"{path}: {err['msg'].removeprefix('Value error, ')}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             lines.append(f"{path}: {key}: {msg} (got {err.get('input')!r})")
@@ -661,6 +763,7 @@ def load_settings(
         database=file_cfg.database,
         breaker=file_cfg.breaker,
         server=file_cfg.server,
+        routes=file_cfg.routes,
     )
 
 

@@ -220,8 +220,9 @@ def usage_lines(base_url: str) -> list[str]:
 
 
 def servable_models(settings: Settings) -> list[str]:
-    """Every model some provider routes, in configuration order (the allow-list choices)."""
-    out: list[str] = []
+    """Every model a caller may name, in configuration order (the allow-list choices): the
+    ``[routes]`` names, then every model some provider serves."""
+    out: list[str] = list(settings.routes)
     for p in settings.providers.values():
         out += [m for m in p.models if m not in out]
     return out

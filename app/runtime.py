@@ -38,6 +38,7 @@ from db.events import record_breaker_change_later
 
 log = logging.getLogger(__name__)
 RATIO = "canary_ratio"
+ROUTE_RATIOS = "route_canary_ratios"
 
 
 class RoutingClientLike(Protocol):
@@ -52,6 +53,9 @@ class RoutingClientLike(Protocol):
     def close_http(self) -> None: ...
 
     def breaker_states(self) -> Any: ...  # {provider: BreakerSnapshot}
+
+    @property
+    def core(self) -> Any: ...  # the routing core (its route canary ratios are wired here)
 
 
 C = TypeVar("C", bound=RoutingClientLike)
@@ -134,7 +138,7 @@ def assemble(
     pass their own); ``monotonic`` is their clock. ``guardrail=False`` leaves the guardrail timer
     out (the simulator process, benchmarks).
     """
-    from db.canary import ensure_setting, read_ratio_version
+    from db.canary import ensure_setting, read_ratio_version, read_route_ratios
     from db.engine import DbTimeouts, get_engine
     from db.requests import insert_batch
 
@@ -187,6 +191,8 @@ def assemble(
         env=env,
         secrets=secrets,
     )
+    if any(r.canary is not None for r in settings.routes.values()):
+        client.core.route_ratios = refresher.add(ROUTE_RATIOS, lambda: read_route_ratios(engine))
     gateway = Gateway(
         settings=settings,
         engine=engine,

@@ -22,6 +22,7 @@ target is measured every other server is paused (SIGSTOP, then SIGCONT), so each
 alone. Medians over rounds, with their spread. Each finished round is saved to
 ``benchmarks/_work/proxy-rounds.json``; ``BENCH_PROXY_RESUME=1`` continues from it (same targets and
 settings) after an interruption. A quick look: ``BENCH_PROXY_ROUNDS=1 BENCH_PROXY_SECONDS=2``.
+``BENCH_ROUTE=1`` routes ours through a route of two deployments (``[routes]``), for both suites.
 
 Budgets (issue 16), each against Portkey in the same run, one process each: req/s at 64 and at 256
 >= 1.25x Portkey's; CPU ms per request at 64 <= Portkey's; req/s at 256 >= 0.95x req/s at 16;
@@ -65,6 +66,9 @@ ROUNDS = int(os.environ.get("BENCH_PROXY_ROUNDS", "5"))
 SECONDS = float(os.environ.get("BENCH_PROXY_SECONDS", "5"))
 STREAMS = int(os.environ.get("BENCH_PROXY_STREAMS", "10"))
 RESUME = os.environ.get("BENCH_PROXY_RESUME", "0") == "1"
+# BENCH_ROUTE=1: ours serves the model through a [routes] entry of two weighted deployments (both
+# loopback providers) instead of the two-sided routing; the peers are unchanged.
+ROUTE = os.environ.get("BENCH_ROUTE", "0") == "1"
 # BENCH_PROXY_BASELINE = the path of an older checkout: its server is measured beside ours as "before".
 BASELINE = os.environ.get("BENCH_PROXY_BASELINE", "")
 LITELLM_MASTER_KEY = "sk-bench-proxy-not-the-default-7c1d"
@@ -134,7 +138,12 @@ def _start_ours(upstream: str, tmp: Path, repo: Path = REPO, workers: int = 1) -
         f'models = ["{MODEL}"]\ndefault_model = "{MODEL}"\n'
         for n in ("holysheep", "direct")
     )
-    cfg.write_text('[routing]\nprimary = "holysheep"\nfallback = "direct"\n' + providers)
+    route = (
+        f'[routes."{MODEL}"]\ndeployments = [{{ provider = "holysheep" }}, {{ provider = "direct" }}]\n'
+        if ROUTE
+        else ""
+    )
+    cfg.write_text('[routing]\nprimary = "holysheep"\nfallback = "direct"\n' + providers + route)
     env = dict(
         os.environ,
         GATEWAY_CONFIG=str(cfg),

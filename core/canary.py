@@ -11,6 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import InvalidRequest
 
+# The canary side of a request to a [routes] entry: its route's canary deployment (``route_canary``)
+# or the route's own deployments (``route``). They are not sides of the global canary, whose split
+# (``primary`` / ``fallback``) the ratio's reports count.
+ROUTE_SIDES = frozenset({"route", "route_canary"})
+
 RATIO_MIN = 0.0
 RATIO_MAX = 1.0
 WINDOW_MINUTES_MAX = 60  # the guardrail reads per-minute rollups; an hour is the longest window

@@ -47,6 +47,11 @@ class AttemptRecord:
     # at the output price), kept apart to show how much of the output was thinking.
     reasoning_tokens: int = 0
     adjusted_params: str | None = None  # what a provider's drop_params / rename_params changed ("-a,b->c")
+    # A request to a [routes] name: the route, the deployment tried ("provider/model") and why the
+    # route's strategy put it there ("lowest_latency: azure-eu 180 ms < openai 420 ms").
+    route: str | None = None
+    deployment: str | None = None
+    route_why: str | None = None
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""

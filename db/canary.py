@@ -18,6 +18,7 @@ from core.errors import ConflictError, InvalidRequest
 from db.models import CanaryAudit, CanarySetting, GuardrailSetting
 
 SETTING_ID = 1
+GLOBAL = "global"  # the scope of the two-sided canary (row 1)
 MAX_REASON = 500
 MAX_ACTOR = 128  # the width of the actor columns
 
@@ -42,6 +43,12 @@ class AuditEntry:
     version: int
     actor: str
     reason: str
+    scope: str = GLOBAL
+
+
+def route_scope(route: str) -> str:
+    """The scope of a route's canary ratio."""
+    return f"route:{route}"
 
 
 @dataclass(frozen=True)
@@ -87,32 +94,43 @@ def _validate_text(name: str, value: str, *, required: bool, max_len: int = MAX_
     return value
 
 
-def ensure_setting(engine: Engine, initial_ratio: float) -> None:
-    """Create the setting row on a new database (first writer wins; later calls do nothing)."""
+def ensure_setting(engine: Engine, initial_ratio: float, scope: str = GLOBAL) -> None:
+    """Create a scope's setting row on a new database (first writer wins; later calls do nothing).
+    A route's canary starts at ``initial_ratio`` too (0 unless the caller says otherwise)."""
     with engine.connect() as conn:
-        if conn.execute(select(CanarySetting.id).where(CanarySetting.id == SETTING_ID)).first():
+        if conn.execute(select(CanarySetting.id).where(CanarySetting.scope == scope)).first():
             return
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                insert(CanarySetting).values(
-                    id=SETTING_ID,
-                    ratio=validate_ratio(initial_ratio),
-                    version=1,
-                    updated_at=time.time(),
-                    updated_by="config",
-                    reason="initial ratio from gateway config",
+    for _ in range(5):
+        try:
+            with engine.begin() as conn:
+                if scope == GLOBAL:
+                    row_id = SETTING_ID
+                else:
+                    top = conn.execute(select(func.max(CanarySetting.id))).scalar_one_or_none() or SETTING_ID
+                    row_id = max(int(top), SETTING_ID) + 1
+                conn.execute(
+                    insert(CanarySetting).values(
+                        id=row_id,
+                        ratio=validate_ratio(initial_ratio),
+                        version=1,
+                        updated_at=time.time(),
+                        updated_by="config",
+                        reason="initial ratio from gateway config",
+                        scope=scope,
+                    )
                 )
-            )
-    except IntegrityError:
-        pass  # another process created it first
+            return
+        except IntegrityError:  # another process created it, or took the id first
+            with engine.connect() as conn:
+                if conn.execute(select(CanarySetting.id).where(CanarySetting.scope == scope)).first():
+                    return
 
 
-def get_state(engine: Engine) -> CanaryState:
+def get_state(engine: Engine, scope: str = GLOBAL) -> CanaryState:
     with engine.connect() as conn:
-        row = conn.execute(select(CanarySetting).where(CanarySetting.id == SETTING_ID)).mappings().first()
+        row = conn.execute(select(CanarySetting).where(CanarySetting.scope == scope)).mappings().first()
     if row is None:
-        raise LookupError("canary setting not initialised (call ensure_setting first)")
+        raise LookupError(f"canary setting {scope!r} not initialised (call ensure_setting first)")
     return CanaryState(
         ratio=row["ratio"],
         version=row["version"],
@@ -133,6 +151,16 @@ def read_ratio_version(engine: Engine) -> tuple[float, int]:
     return float(row[0]), int(row[1])
 
 
+def read_route_ratios(engine: Engine) -> dict[str, float]:
+    """Every route's canary ratio (routes whose row does not exist yet: absent, meaning 0)."""
+    prefix = route_scope("")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(CanarySetting.scope, CanarySetting.ratio).where(CanarySetting.scope.startswith(prefix))
+        ).all()
+    return {scope[len(prefix) :]: float(ratio) for scope, ratio in rows}
+
+
 def set_ratio(
     engine: Engine,
     new_ratio: object,
@@ -141,16 +169,19 @@ def set_ratio(
     actor: str,
     reason: str,
     now: float | None = None,
+    scope: str = GLOBAL,
 ) -> CanaryState:
-    """Change the ratio; with ``expected_version`` refuse if it moved on (optimistic lock).
+    """Change a scope's ratio; with ``expected_version`` refuse if it moved on (optimistic lock).
 
     Without ``expected_version`` the change applies on top of whatever is current (the CLI).
     """
     ratio = validate_ratio(new_ratio)
     actor = _validate_text("actor", actor, required=True, max_len=MAX_ACTOR)
     reason = _validate_text("reason", reason, required=True)
+    if scope != GLOBAL:
+        ensure_setting(engine, 0.0, scope)
     for _ in range(20):
-        current = get_state(engine)
+        current = get_state(engine, scope)
         base = current.version if expected_version is None else expected_version
         if base != current.version:
             raise StaleCanaryError(current)
@@ -160,28 +191,42 @@ def set_ratio(
             # the audit insert, and a stale version matches no row.
             res = conn.execute(
                 update(CanarySetting)
-                .where(CanarySetting.id == SETTING_ID, CanarySetting.version == base)
+                .where(CanarySetting.scope == scope, CanarySetting.version == base)
                 .values(ratio=ratio, version=base + 1, updated_at=ts, updated_by=actor, reason=reason)
             )
             if res.rowcount == 1:
                 conn.execute(
                     insert(CanaryAudit).values(
-                        ts=ts, old_ratio=current.ratio, new_ratio=ratio, version=base + 1, actor=actor, reason=reason
+                        ts=ts,
+                        old_ratio=current.ratio,
+                        new_ratio=ratio,
+                        version=base + 1,
+                        actor=actor,
+                        reason=reason,
+                        scope=scope,
                     )
                 )
                 return CanaryState(ratio, base + 1, ts, actor, reason)
         if expected_version is not None:
-            raise StaleCanaryError(get_state(engine))
+            raise StaleCanaryError(get_state(engine, scope))
     raise ConflictError("canary ratio is changing too fast to apply; try again")
 
 
-def audit_log(engine: Engine, limit: int = 200, since: float | None = None) -> list[AuditEntry]:
+def audit_log(
+    engine: Engine, limit: int = 200, since: float | None = None, scope: str | None = None
+) -> list[AuditEntry]:
+    """The newest changes first; ``scope`` None: every scope's."""
     q = select(CanaryAudit).order_by(CanaryAudit.ts.desc(), CanaryAudit.id.desc()).limit(limit)
     if since is not None:
         q = q.where(CanaryAudit.ts >= since)
+    if scope is not None:
+        q = q.where(CanaryAudit.scope == scope)
     with engine.connect() as conn:
         rows = conn.execute(q).mappings().all()
-    return [AuditEntry(r["ts"], r["old_ratio"], r["new_ratio"], r["version"], r["actor"], r["reason"]) for r in rows]
+    return [
+        AuditEntry(r["ts"], r["old_ratio"], r["new_ratio"], r["version"], r["actor"], r["reason"], r["scope"])
+        for r in rows
+    ]
 
 
 def audit_count(engine: Engine) -> int:

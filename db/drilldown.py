@@ -59,6 +59,9 @@ OPTIONAL_COLUMNS = (
     "tool_calls",
     "reasoning_tokens",
     "adjusted_params",
+    "route",
+    "deployment",
+    "route_why",
 )
 
 _columns_lock = threading.Lock()

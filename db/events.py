@@ -86,7 +86,7 @@ def events_between(engine: Engine, *, since: float, until: float, limit: int = M
     rollbacks (``guardrail``), fault changes and breaker transitions. Two ``ts``-indexed reads."""
     a, e = CanaryAudit.__table__, OpsEvent.__table__
     qa = (
-        select(a.c.ts, a.c.old_ratio, a.c.new_ratio, a.c.actor, a.c.reason)
+        select(a.c.ts, a.c.old_ratio, a.c.new_ratio, a.c.actor, a.c.reason, a.c.scope)
         .where(a.c.ts >= since, a.c.ts <= until)
         .order_by(a.c.ts.desc())
         .limit(limit)
@@ -101,10 +101,11 @@ def events_between(engine: Engine, *, since: float, until: float, limit: int = M
     with engine.connect() as conn:
         for r in conn.execute(qa):
             kind = "guardrail" if r.actor == GUARDRAIL_ACTOR else "canary"
-            detail = f"canary {r.old_ratio * 100:g} % -> {r.new_ratio * 100:g} %: {r.reason}"
+            which = "canary" if r.scope == "global" else f"{r.scope.removeprefix('route:')} canary"
+            detail = f"{which} {r.old_ratio * 100:g} % -> {r.new_ratio * 100:g} %: {r.reason}"
             out.append(Event(float(r.ts), kind, None, detail, r.actor))
-        for r in conn.execute(qe):
-            out.append(Event(float(r.ts), r.kind, r.provider, r.detail, r.actor))
+        for e_row in conn.execute(qe):
+            out.append(Event(float(e_row.ts), e_row.kind, e_row.provider, e_row.detail, e_row.actor))
     out.sort(key=lambda ev: ev.ts)
     return out[-limit:]
 

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -137,6 +138,10 @@ class RequestLog(Base):
     reasoning_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # migration 0010: what a provider's drop_params / rename_params changed ("-a,b->c").
     adjusted_params: Mapped[str | None] = mapped_column(String(256))
+    # migration 0015: the [routes] name, the deployment ("provider/model") and why it was chosen.
+    route: Mapped[str | None] = mapped_column(String(128))
+    deployment: Mapped[str | None] = mapped_column(String(200))
+    route_why: Mapped[str | None] = mapped_column(String(200))
 
 
 class _RollupColumns:
@@ -274,9 +279,11 @@ SUBSTITUTION_ROLLUP_TABLES: dict[int, type[Base]] = {
 
 
 class CanarySetting(Base):
-    """The single current canary ratio (row id 1) with a version for optimistic locking."""
+    """A canary ratio with a version for optimistic locking: the global one (row id 1, scope
+    ``global``) and one per route that has a canary deployment (scope ``route:NAME``)."""
 
     __tablename__ = "canary_setting"
+    __table_args__ = (UniqueConstraint("scope", name="uq_canary_setting_scope"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     ratio: Mapped[float] = mapped_column(Float)
@@ -284,6 +291,8 @@ class CanarySetting(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(128))
     reason: Mapped[str] = mapped_column(String(500))
+    # migration 0015: "global" (row 1, the two-sided canary) or "route:NAME" (a route's canary).
+    scope: Mapped[str] = mapped_column(String(140), default="global", server_default="global")
 
 
 class CanaryAudit(Base):
@@ -296,6 +305,7 @@ class CanaryAudit(Base):
     version: Mapped[int] = mapped_column(Integer)
     actor: Mapped[str] = mapped_column(String(128))
     reason: Mapped[str] = mapped_column(String(500))
+    scope: Mapped[str] = mapped_column(String(140), default="global", server_default="global")  # migration 0015
 
 
 class GuardrailSetting(Base):

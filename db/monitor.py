@@ -28,6 +28,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, or_, select, true
 
+from core.canary import ROUTE_SIDES
 from core.session import validate_session_id
 from db.models import (
     API_REQUEST_COUNTERS,
@@ -501,6 +502,25 @@ def provider_sums(engine: Engine, *, providers: Sequence[str], since: float, unt
         }
 
 
+def deployment_sums(
+    engine: Engine, *, providers: Sequence[str], since: float, until: float
+) -> dict[tuple[str, str], ProviderSums]:
+    """Per deployment (provider, model routed to): one grouped rollup query over ``[since, until]``."""
+    if not providers:
+        return {}
+    t = RequestRollup.__table__
+    q = (
+        select(t.c.provider, t.c.model, *_sum_cols(("attempts", "errors", "requests")), *_sum_cols(LATENCY_BUCKETS))
+        .where(_rollup_range(since, until, MonitorFilters(providers=tuple(providers))))
+        .group_by(t.c.provider, t.c.model)
+    )
+    with engine.connect() as conn:
+        return {
+            (r.provider, r.model): ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[5:]))
+            for r in conn.execute(q).all()
+        }
+
+
 def last_error(engine: Engine, *, provider: str, since: float, until: float) -> tuple[str | None, float] | None:
     """``(error_class, ts)`` of the provider's newest failed attempt in the window (a ``ts``-indexed
     lookup; a minute of slack past ``until`` for rows of the minute in progress)."""
@@ -517,8 +537,8 @@ def last_error(engine: Engine, *, provider: str, since: float, until: float) -> 
 
 
 def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dict[int, tuple[int, int]]:
-    """Final requests per bucket by canary side: ``{bucket: (primary, fallback)}``, buckets with
-    no requests absent."""
+    """Final requests per bucket by the global canary's side: ``{bucket: (primary, fallback)}``,
+    buckets with no requests absent (a route's requests are left out)."""
     t = RequestRollup.__table__
     bucket = _bucket_expr(step)
     q = (
@@ -529,6 +549,8 @@ def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dic
     out: dict[int, list[int]] = {}
     with engine.connect() as conn:
         for r in conn.execute(q).all():
+            if r.side in ROUTE_SIDES:  # a route's requests are not the global canary's split
+                continue
             out.setdefault(int(r.bucket), [0, 0])[0 if r.side == "primary" else 1] += _i(r.requests)
     return {b: (p, f) for b, (p, f) in out.items()}
 

@@ -13,6 +13,7 @@ import streamlit as st
 
 from app.dashboard import canary_form
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
+from app.dashboard.providers import provider_role
 from app.display.fmt import ago, ratio_pct, when
 from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
@@ -214,9 +215,68 @@ with chart_col:
     for line in resources.split_causes(minutes).sentences():
         st.caption(inert(line))
 
+routes_with_canary = canary_form.route_canaries(engine, settings)
+if routes_with_canary:
+    st.subheader("Route canaries")
+    st.caption(
+        "A route's canary deployment gets its share of the route's requests (a session keeps its side); "
+        "the rest go to the route's own deployments by its strategy. Each change is audited."
+    )
+
+    def on_route_apply(route: str, scope: str, seen: int | None) -> None:
+        outcome = canary_form.apply_ratio(
+            engine,
+            st.session_state[f"route_pct_{route}"],
+            st.session_state[f"route_reason_{route}"],
+            expected_version=seen,
+            actor=who,
+            scope=scope,
+        )
+        state.notes[f"route_{route}"] = ("success" if outcome.ok else "error", outcome.message)
+        if outcome.ok:
+            st.session_state[f"route_reason_{route}"] = ""
+        if outcome.state is not None:
+            st.session_state[f"route_pct_{route}"] = canary_form.input_percent(outcome.state.ratio)
+            st.session_state[f"route_seen_{route}"] = outcome.state.version
+        resources.refresh()
+
+    from db.canary import route_scope
+
+    for rc in routes_with_canary:
+        if f"route_pct_{rc.route}" not in st.session_state:
+            st.session_state[f"route_pct_{rc.route}"] = canary_form.input_percent(rc.ratio)
+            st.session_state[f"route_seen_{rc.route}"] = rc.version
+        with st.container(border=True):
+            c1, c2 = st.columns([1, 3], vertical_alignment="center")
+            c1.metric(f"Route {rc.route}", ratio_pct(rc.ratio))
+            set_by = (
+                f"Version {rc.state.version}, set by **{inert(rc.state.updated_by)}** {when(rc.state.updated_at)}: "
+                f"{inert(rc.state.reason)}"
+                if rc.state is not None
+                else "Never set: 0 %."
+            )
+            c2.markdown(f"Canary **{inert(rc.canary)}**; baseline {inert(rc.baseline)}.  \n{set_by}")
+            seen = st.session_state.get(f"route_seen_{rc.route}")
+            if rc.version is not None and seen is not None and rc.version != seen:
+                st.warning("This route's ratio changed since the page loaded; Apply will be refused until you reload.")
+            f1, f2, f3 = st.columns([1, 3, 1], vertical_alignment="bottom")
+            f1.number_input(
+                "Share (%)", value=None, key=f"route_pct_{rc.route}", step=0.1, format="%.1f", disabled=read_only
+            )
+            f2.text_input("Reason (required)", key=f"route_reason_{rc.route}", max_chars=500, disabled=read_only)
+            f3.button(
+                "Apply",
+                key=f"route_apply_{rc.route}",
+                on_click=on_route_apply,
+                args=(rc.route, route_scope(rc.route), seen),
+                disabled=read_only,
+            )
+            note(f"route_{rc.route}")
+
 st.subheader("Audit trail")
-if audit:
-    st.dataframe(audit_frame(audit), hide_index=True, width="stretch")
+every = resources.audit(scope=None) if routes_with_canary else audit
+if every:
+    st.dataframe(audit_frame(every), hide_index=True, width="stretch")
 else:
     st.caption("No changes yet: the ratio is the configuration's initial value.")
 
@@ -313,7 +373,7 @@ for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, 
     if fault_keys(name)[0] not in st.session_state:
         show_faults(name, faults)
     with col, st.form(f"faults_{name}"):
-        st.markdown(f"**{inert(name)}** ({'primary' if name == settings.routing.primary else 'fallback'})")
+        st.markdown(f"**{inert(name)}** ({provider_role(settings, name)})")
         for key, field, label in zip(
             fault_keys(name), FAULT_FIELDS, ("Error rate (%)", "429 rate (%)", "Latency multiplier"), strict=True
         ):

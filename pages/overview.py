@@ -128,6 +128,18 @@ def live_figures() -> None:
         figures=figures,
     )
     st.dataframe(pd.DataFrame(status_rows(statuses, OVERVIEW_WINDOW_S)), hide_index=True, width="stretch")
+    if settings.routes:
+        st.subheader("Routes")
+        st.caption(
+            f"Each route's deployments as configured, and what each served in the last {span_label(OVERVIEW_WINDOW_S)}."
+        )
+        st.dataframe(
+            pd.DataFrame(resources.deployments(OVERVIEW_WINDOW_S)),
+            hide_index=True,
+            width="stretch",
+            column_config={"error rate": st.column_config.NumberColumn(format="percent")},
+            key="overview_routes",
+        )
 
     st.subheader("Request log")
     log_state = log_counters(resources.client())

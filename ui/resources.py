@@ -104,6 +104,23 @@ def overview(window_s: int = 900):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _deployments(key: tuple[str, str], window_s: int) -> list[dict]:
+    from app.dashboard.deployments import deployment_rows
+    from db.canary import read_route_ratios
+    from db.monitor import deployment_sums
+
+    now = time.time()
+    s = settings()
+    sums = deployment_sums(engine(), providers=list(s.providers), since=now - window_s, until=now)
+    return deployment_rows(s, sums, read_route_ratios(engine()))
+
+
+def deployments(window_s: int) -> list[dict]:
+    """The routes' deployments with what they served over the last ``window_s`` seconds."""
+    return _deployments(_config_key(), window_s)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _live(key: tuple[str, str], providers: tuple[str, ...], primary: str, window_s: int):
     from app.monitor.figures import live_figures
     from app.monitor.incidents import current_incidents
@@ -219,14 +236,16 @@ def split_causes(minutes: int):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def _audit(key: tuple[str, str], limit: int):
+def _audit(key: tuple[str, str], limit: int, scope: str | None):
     from db.canary import audit_log
 
-    return audit_log(engine(), limit=limit)
+    return audit_log(engine(), limit=limit, scope=scope)
 
 
-def audit(limit: int = 200):
-    return _audit(_config_key(), limit)
+def audit(limit: int = 200, scope: str | None = "global"):
+    """The canary audit, newest first: the global canary's (what its charts draw), or with
+    ``scope=None`` every scope's (the audit trail, routes' changes included)."""
+    return _audit(_config_key(), limit, scope)
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

@@ -19,7 +19,17 @@ from app.dashboard.identity import Identity, refusal
 from app.display.fmt import pct, ratio_pct, when
 from core.canary import GuardrailSettings, ratio_in_range
 from core.faults import FaultSettings
-from db.canary import MAX_REASON, CanaryState, StaleCanaryError, get_guardrail, get_state, set_guardrail, set_ratio
+from db.canary import (
+    GLOBAL,
+    MAX_REASON,
+    CanaryState,
+    StaleCanaryError,
+    ensure_setting,
+    get_guardrail,
+    get_state,
+    set_guardrail,
+    set_ratio,
+)
 from db.events import record_fault_change
 from db.faults import clear_faults, get_faults, set_faults
 from db.monitor import GuardrailReading
@@ -87,10 +97,17 @@ def stale_message(current: CanaryState) -> str:
 
 
 def apply_ratio(
-    engine: Engine, percent: object, reason: object, *, expected_version: int | None, actor: Identity
+    engine: Engine,
+    percent: object,
+    reason: object,
+    *,
+    expected_version: int | None,
+    actor: Identity,
+    scope: str = GLOBAL,
 ) -> Outcome:
-    """Validate and write a new ratio, optimistic-locked on ``expected_version``; the value the
-    ratio already has is refused as "no change" (no new version, no audit row)."""
+    """Validate and write a new ratio (of ``scope``: the global canary, or a route's), optimistic-
+    locked on ``expected_version``; the value the ratio already has is refused as "no change" (no
+    new version, no audit row)."""
     if (why_not := refusal(actor)) is not None:
         return Outcome(False, why_not)
     try:
@@ -101,7 +118,9 @@ def apply_ratio(
         why = parse_reason(reason)
     except ValueError as exc:
         return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field="reason")
-    current = get_state(engine)
+    if scope != GLOBAL:
+        ensure_setting(engine, 0.0, scope)
+    current = get_state(engine, scope)
     if expected_version is not None and current.version != expected_version:
         return Outcome(False, stale_message(current), current)
     if ratio == current.ratio:
@@ -109,7 +128,7 @@ def apply_ratio(
             False, f"No change: the canary ratio is already {ratio_pct(ratio)}. {NOTHING_WRITTEN}", field="ratio"
         )
     try:
-        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor.name, reason=why)
+        state = set_ratio(engine, ratio, expected_version=expected_version, actor=actor.name, reason=why, scope=scope)
     except StaleCanaryError as exc:
         return Outcome(False, stale_message(exc.current), exc.current)
     except ValueError as exc:
@@ -343,3 +362,42 @@ def guardrail_status(reading: GuardrailReading, window_minutes: int) -> str:
     """What the guardrail sees now, e.g. ``2.0 % of 150 attempts failed in the last 5 min``."""
     seen = f"{pct(reading.error_rate)} of {reading.attempts} attempts failed" if reading.attempts else "no attempts"
     return f"{seen} in the last {window_minutes} min"
+
+
+@dataclass(frozen=True)
+class RouteCanary:
+    """A route with a canary deployment, for the Canary page: its ratio as stored (0 until set)."""
+
+    route: str
+    canary: str  # "provider/model"
+    baseline: str  # its other deployments, "provider/model, ..."
+    state: CanaryState | None  # None: never set (0 %)
+
+    @property
+    def ratio(self) -> float:
+        return self.state.ratio if self.state is not None else 0.0
+
+    @property
+    def version(self) -> int | None:
+        return self.state.version if self.state is not None else None
+
+
+def route_canaries(engine: Engine, settings: Settings) -> list[RouteCanary]:
+    """Every ``[routes]`` entry that names a canary deployment, with its stored ratio. A route's
+    row is created (at 0 %) the first time it is listed, so the page's Apply always locks on a
+    version: a change made elsewhere after the page loaded is refused, never overwritten."""
+    from app.config import deployment_model
+    from db.canary import route_scope
+
+    out = []
+    for name, r in settings.routes.items():
+        if r.canary is None:
+            continue
+        ensure_setting(engine, 0.0, route_scope(name))
+        try:
+            state: CanaryState | None = get_state(engine, route_scope(name))
+        except LookupError:
+            state = None
+        baseline = ", ".join(f"{d.provider}/{deployment_model(name, d)}" for d in r.deployments)
+        out.append(RouteCanary(name, f"{r.canary.provider}/{deployment_model(name, r.canary)}", baseline, state))
+    return out

@@ -24,7 +24,8 @@ def _dt(epoch: float) -> datetime:
 
 
 def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
-    """Newest first: time, old, new, actor, reason (percent columns as numbers)."""
+    """Newest first: time, which canary (global or a route's), old, new, actor, reason (percent
+    columns as numbers)."""
     return pd.DataFrame(
         {
             "time (UTC)": [utc_time(e.ts) for e in entries],
@@ -33,8 +34,9 @@ def audit_frame(entries: Sequence[AuditEntry]) -> pd.DataFrame:
             "actor": [e.actor for e in entries],
             "reason": [e.reason for e in entries],
             "version": [e.version for e in entries],
+            "canary": ["global" if e.scope == "global" else e.scope.removeprefix("route:") for e in entries],
         },
-        columns=["time (UTC)", "old %", "new %", "actor", "reason", "version"],
+        columns=["time (UTC)", "canary", "old %", "new %", "actor", "reason", "version"],
     )
 
 

@@ -34,6 +34,18 @@ def live_breaker_states(engine: Any, *, now: float) -> dict[str, tuple[str, floa
     }
 
 
+def provider_role(settings: Settings, name: str) -> str:
+    """``primary``, ``fallback``, ``routes only`` (a deployment of some route) or ``spare``."""
+    if name == settings.routing.primary:
+        return "primary"
+    if name == settings.routing.fallback:
+        return "fallback"
+    for r in settings.routes.values():
+        if any(d.provider == name for d in (*r.deployments, *((r.canary,) if r.canary else ()))):
+            return "routes only"
+    return "spare"
+
+
 class HealthLike(Protocol):
     attempts: int
     errors: int
@@ -44,7 +56,7 @@ class HealthLike(Protocol):
 @dataclass(frozen=True)
 class ProviderStatus:
     name: str
-    role: str  # primary | fallback | spare
+    role: str  # primary | fallback | routes only (a [routes] deployment) | spare
     base: str  # "simulated" or the upstream host, never a key
     key: str  # simulated | set | missing
     state: str  # simulated | configured | key missing | failing recently
@@ -109,13 +121,7 @@ def provider_statuses(
     out = []
     for name in dict.fromkeys(order):
         p = settings.providers[name]
-        role = (
-            "primary"
-            if name == settings.routing.primary
-            else "fallback"
-            if name == settings.routing.fallback
-            else "spare"
-        )
+        role = provider_role(settings, name)
         key = key_state(p, env=env, secrets=str_secrets)
         h = health.get(name)
         window_rate = None

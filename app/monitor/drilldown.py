@@ -80,6 +80,8 @@ class Attempt:
     error_message: str | None
     finish_reason: str | None = None
     adjusted_params: str | None = None  # the provider's drop_params / rename_params, as applied
+    deployment: str | None = None  # a route's deployment ("provider/model")
+    route_why: str | None = None  # why the route's strategy put it there
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ class RequestStory:
     finish_reason: str | None = None  # of the final attempt
     tool_calls: int = 0  # in the final answer
     reasoning_tokens: int = 0  # part of completion_tokens
+    route: str | None = None  # the [routes] name it went to (None: the two-sided routing)
 
     @property
     def embeddings(self) -> bool:
@@ -159,12 +162,14 @@ class RequestStory:
         )
 
     def timeline_rows(self) -> list[dict]:
+        routed = self.route is not None
         return [
             {
                 "attempt": a.attempt,
                 "time (UTC)": a.time_utc,
                 "provider": a.provider,
                 "model": a.model,
+                **({"chosen because": a.route_why or ""} if routed else {}),
                 "status": a.status,
                 "error class": a.error_class,
                 "HTTP status": a.http_status,
@@ -192,6 +197,7 @@ class RequestStory:
             ("status", self.status),
             self._outcome(),
             ("model asked for", self.requested_model),
+            *([("route", self.route), ("strategy", self._strategy())] if self.route is not None else []),
             ("model chosen", text(self.chosen_model)),
             ("substituted", "yes" if self.substituted else "no"),
             ("substitution cost delta", "" if delta is None else f"{delta:+.6f} USD"),
@@ -208,6 +214,11 @@ class RequestStory:
             ("total time", f"{self.total_ms:,.0f} ms"),
         ]
         return [{"field": k, "value": v} for k, v in pairs]
+
+    def _strategy(self) -> str:
+        """How the route chose the deployment that answered (or was tried last)."""
+        last = self.attempts[-1] if self.attempts else None
+        return (last.route_why or "") if last is not None else ""
 
     def _outcome(self) -> tuple[str, str]:
         if self.status != "error":
@@ -255,6 +266,8 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
                 error_message=r["error_message"],
                 finish_reason=r.get("finish_reason"),
                 adjusted_params=r.get("adjusted_params"),
+                deployment=r.get("deployment"),
+                route_why=r.get("route_why"),
             )
         )
         prev_end = start + float(r["latency_ms"]) / 1000.0
@@ -296,6 +309,7 @@ def story(rows: list[dict], intent_models: Mapping[str, str] | None = None) -> R
         finish_reason=final.get("finish_reason"),
         tool_calls=int(final.get("tool_calls") or 0),
         reasoning_tokens=int(final.get("reasoning_tokens") or 0),
+        route=next((r.get("route") for r in rows if r.get("route")), None),
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.monitor.series import bucket_axis, choose_step, ratio
+from core.canary import ROUTE_SIDES
 from core.histogram import percentile
 from db.monitor import (
     cost_between,
@@ -229,6 +230,8 @@ def split_by_cause(engine: Engine, *, primary: str, fallback: str, now: float, m
     failed: dict[str, int] = {}
     fail_over = refused = total = 0
     for (provider, side), (requests, fb, errs) in sums.items():
+        if side in ROUTE_SIDES:  # a route's requests: its own canary, not the global split
+            continue
         total += requests
         failed[provider] = failed.get(provider, 0) + errs
         own = primary if side == "primary" else fallback if side == "fallback" else None

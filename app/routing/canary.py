@@ -18,6 +18,8 @@ from functools import lru_cache
 from typing import Literal
 
 Side = Literal["primary", "fallback"]
+#: A planned request's side: the global canary's, or a route's (``core.canary.ROUTE_SIDES``).
+PlanSide = Literal["primary", "fallback", "route", "route_canary"]
 
 
 @lru_cache(maxsize=65_536)  # busy sessions come back turn after turn; skip re-hashing them

@@ -41,10 +41,11 @@ from openai import RequestOptions
 from app import catalog
 from app.config import ProviderConfig, Settings, lookup, resolve_api_key
 from app.routing import deadline as deadlines
+from app.routing import routes as routes_mod
 from app.routing.answers import Answer, StreamAccount, Truncated, read_answer, responses_finish
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
-from app.routing.canary import Side, assign_side
+from app.routing.canary import PlanSide, Side, assign_side
 from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
 from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
@@ -71,6 +72,8 @@ MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
 GATEWAY = "gateway"  # the provider name of a request the gateway refused itself (no upstream was asked)
 ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
+DEPLOYMENT_MAX = 200  # the width of request_log.deployment
+ROUTE_WHY_MAX = 200  # the width of request_log.route_why
 RESPONSE_HOMES = 100_000  # Responses API ids remembered (which provider holds each), per process
 
 #: The APIs the gateway routes, and the upstream path of each (under the provider's base URL).
@@ -111,6 +114,16 @@ class RatioSource(Protocol):
     def age_s(self) -> float: ...
 
 
+class RouteRatioSource(Protocol):
+    """Every route's canary ratio as last loaded: a plain attribute read."""
+
+    value: Mapping[str, float]
+
+
+class _NoRouteRatios:
+    value: Mapping[str, float] = {}
+
+
 class TelemetrySink(Protocol):
     """Where a request's attempt records go (:class:`app.telemetry.writer.TelemetryWriter`)."""
 
@@ -130,7 +143,7 @@ class Plan:
     requested_model: str
     model: str
     intent: str
-    side: Side
+    side: PlanSide
     routes: list[tuple[str, bool]]  # (provider name, is a fallback route)
     prompt_tokens_est: int
     session_id: str | None
@@ -145,6 +158,10 @@ class Plan:
     records: list[AttemptRecord] = field(default_factory=list)
     key_name: str | None = None  # the server's gateway key, carried into the records
     infos: list[AttemptInfo] = field(default_factory=list)
+    route: str | None = None  # a [routes] name: its deployments are tried, not ``routes``
+    route_home: str | None = None  # the provider holding the request's previous_response_id
+    route_providers: frozenset[str] = frozenset()  # the providers that may answer its API
+    canary: bool = False  # the route's canary deployment goes first (the request drew its share)
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,12 @@ class Attempt:
     ts: float = 0.0  # wall-clock start, for the log
     t0: float = 0.0  # monotonic start, for latency
     bridged: bool = False  # a Responses API request sent as chat completions (app.routing.bridge)
+    target: routes_mod.Target | None = None  # the route's deployment this attempt is on, and why
+
+    @property
+    def priced_as(self) -> str:
+        """The catalog model this attempt's cost is computed as."""
+        return self.target.deployment.priced_as if self.target is not None else self.model
 
     def begin(self, wall: float, clock: float) -> Attempt:
         return replace(self, ts=wall, t0=clock)
@@ -204,11 +227,13 @@ class StreamState:
         self.caller_usage = plan.caller_usage
         self.provider: str | None = None
         self.model: str | None = None
+        self.priced_as: str | None = None  # the catalog model the attempt is priced as
         self.attempts = 0
         self.upstream_headers: dict[str, str] = {}
 
     def attempting(self, attempt: Attempt, number: int) -> None:
         self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
+        self.priced_as = attempt.priced_as
 
 
 # ------------------------------------------------------------------------------------- the core
@@ -265,6 +290,10 @@ class RoutingCore:
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
         }
         self.offers = chat_offers(settings.providers)
+        self.route_table = routes_mod.build(settings.routes, rng)
+        #: Each route's canary share as last read (:func:`db.canary.read_route_ratios` through the
+        #: gateway's refresher); a route without a row: 0.
+        self.route_ratios: RouteRatioSource = _NoRouteRatios()
         # Caller headers some provider may receive (the union of the allow-lists), read once.
         self.forwardable = frozenset(h for p in settings.providers.values() for h in p.forward_headers)
         # Set by a server whose shutdown grace period ran out: what it cuts from then on is logged
@@ -282,6 +311,9 @@ class RoutingCore:
                 hook(provider, old, new, why)
             except Exception:  # a listener's bug must not break routing
                 log.exception("breaker change hook %r failed", hook)
+
+    def route_ratio(self, route: str) -> float:
+        return self.route_ratios.value.get(route, 0.0)
 
     def breaker_states(self) -> dict[str, BreakerSnapshot]:
         now = self.clock()
@@ -353,6 +385,13 @@ class RoutingCore:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise InvalidRequest(f"{name} must be a positive integer")
 
+        to_route = self._route_for(api, model, msgs) if route is None else None
+        if to_route is not None:
+            name, intent, est = to_route
+            return self._route_plan(
+                name, api, body, msgs, model, header, session_id, source, stream, caller_usage, cache_hints,
+                key_name, headers, intent=intent, est=est,
+            )  # fmt: skip
         r = self.settings.routing
         if route is not None:
             if route not in ("primary", "fallback"):
@@ -390,15 +429,7 @@ class RoutingCore:
         except (NoProvider, SubstitutionRefused) as exc:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
-        forwarded: dict[str, str] = {}
-        for k, v in (headers or {}).items():
-            name = k.lower()
-            if name in self.forwardable:
-                if name in forwarded:
-                    raise InvalidRequest(f"header {name} was sent more than once; send it once")
-                if _CONTROL.search(v):
-                    raise InvalidRequest(f"header {name}: its value has a control character (NUL, DEL, CR, LF, ...)")
-                forwarded[name] = v
+        forwarded = self._forwarded(headers)
         return Plan(
             request_id=self._new_id(),
             api=api,
@@ -422,6 +453,106 @@ class RoutingCore:
             headers=forwarded,
             key_name=key_name,
         )
+
+    def _forwarded(self, headers: Mapping[str, str] | None) -> dict[str, str]:
+        forwarded: dict[str, str] = {}
+        for k, v in (headers or {}).items():
+            name = k.lower()
+            if name in self.forwardable:
+                if name in forwarded:
+                    raise InvalidRequest(f"header {name} was sent more than once; send it once")
+                if _CONTROL.search(v):
+                    raise InvalidRequest(f"header {name}: its value has a control character (NUL, DEL, CR, LF, ...)")
+                forwarded[name] = v
+        return forwarded
+
+    def _route_for(self, api: str, model: str | None, msgs: list[dict]) -> tuple[str, str, int | None] | None:
+        """The ``[routes]`` name a request goes to, with its intent and prompt estimate: the model
+        it names, or (``auto``, not embeddings) the model its intent rule picks, when a route has
+        that name; else None (the two-sided routing)."""
+        table = self.route_table
+        if not table.routes:
+            return None
+        if model not in (None, "", "auto"):
+            return (model, "explicit", None) if model in table else None
+        if api == "embeddings":
+            return None
+        decision = classify_intent(msgs, self.settings.intents)
+        if decision.model in table:
+            return decision.model, decision.intent, decision.estimated_tokens
+        return None
+
+    def _route_plan(
+        self,
+        name: str,
+        api: str,
+        body: dict[str, Any],
+        msgs: list[dict],
+        model: str | None,
+        header: str | None,
+        session_id: str | None,
+        source: str,
+        stream: bool,
+        caller_usage: bool,
+        cache_hints: bool,
+        key_name: str | None,
+        headers: Mapping[str, str] | None,
+        *,
+        intent: str = "explicit",
+        est: int | None = None,
+    ) -> Plan:
+        """A request to a route: its canary draw (the session's fixed one, else random), and the
+        providers that may answer its API; the deployments themselves are ordered when it starts."""
+        providers = self.settings.providers
+        serving = {p for p, c in providers.items() if serves(c, api)}
+        home = None
+        if api == "responses":
+            home = self._home_of(body.get("previous_response_id"))
+            try:
+                chat_request(body)
+            except NotBridgeable as exc:
+                native = {p for p in serving if "responses" in providers[p].apis}
+                if not any(d.provider in native for d in self._route_deployments(name)):
+                    raise NoProvider(str(exc), param=exc.param) from None
+                serving = native
+        if not any(d.provider in serving for d in self._route_deployments(name)):
+            raise NoProvider(f"no deployment of route {name!r} serves the {API_NAMES[api]}")
+        if est is None:
+            est = estimate_tokens(len(message_text(msgs)), self.settings.intents.chars_per_token)
+        ratio = self.route_ratio(name)
+        draw = routes_mod.session_draw(name, session_id) if session_id is not None else self.rng.random()
+        canary = self.route_table.routes[name].canary is not None and draw < ratio
+        return Plan(
+            request_id=self._new_id(),
+            api=api,
+            body=body,
+            messages=msgs,
+            requested_model=model or "auto",
+            model=name,
+            intent="embedding" if api == "embeddings" else intent,
+            side="route_canary" if canary else "route",
+            routes=[],
+            prompt_tokens_est=est,
+            session_id=session_id,
+            source=source,
+            cache_hints=cache_hints,
+            stream=stream,
+            caller_usage=caller_usage,
+            session_header=header,
+            prompt_text=clean(message_text(msgs), PROMPT_STORE_LIMIT, self.secret_values)
+            if self.settings.telemetry.store_prompts
+            else None,
+            headers=self._forwarded(headers),
+            key_name=key_name,
+            route=name,
+            route_home=home,
+            route_providers=frozenset(serving),
+            canary=canary,
+        )
+
+    def _route_deployments(self, name: str) -> list[routes_mod.Deployment]:
+        r = self.route_table.routes[name]
+        return [*r.deployments, *((r.canary,) if r.canary else ())]
 
     def _refused(
         self,
@@ -644,78 +775,175 @@ class RoutingCore:
 
         The caller sends back ``None`` on success (the loop ends) or the (cleaned) :class:`Failure`;
         for a :class:`Wait` it sleeps that long and sends ``None``. The decisions are
-        :mod:`app.routing.policy`'s; this only reads the clock, draws the backoff and asks the
-        breakers. No I/O and no sleeping happen here.
+        :mod:`app.routing.policy`'s (and, for a route, :mod:`app.routing.routes`'); this only reads
+        the clock, draws the backoff and asks the breakers. No I/O and no sleeping happen here.
         """
-        cfg = self.settings.retry
-        backoff = Backoff(cfg, self.rng)
+        backoff = Backoff(self.settings.retry, self.rng)
         skipped: list[str] = []
+        if plan.route is not None:
+            yield from self._route_attempts(plan, backoff, skipped)
+            return
         for provider, is_fallback in plan.routes:
-            p = self.settings.providers[provider]
             model, substituted = (
                 (plan.model, False) if plan.api == "embeddings" else model_on(self.offers[provider], plan.model)
             )
-            base_timeout = attempt_timeout_s(p.timeout_s, plan.prompt_tokens_est, cfg)
-            max_attempts = max_attempts_for(p.max_attempts, cfg.max_attempts)
-            breaker = self.breakers[provider]
-            with_hints = plan.cache_hints and plan.session_header is not None
-            hints_dropped = False
-            made = 0
-            while True:
-                now = self.clock()
-                remaining = plan.deadline.remaining(now)
-                if remaining <= 0:
-                    raise NoRoute(f"the request deadline of {cfg.request_deadline_s:g} s passed", "deadline")
-                if not breaker.allow(now):
-                    log.info("%s: circuit open, skipped (request %s)", provider, plan.request_id)
-                    skipped.append(provider)
-                    break
-                timeout = attempt_budget_s(base_timeout, remaining)
-                bridged = plan.api == "responses" and "responses" not in p.apis
-                failure = yield Attempt(provider, model, is_fallback, substituted, with_hints, timeout, bridged=bridged)
-                if failure is None:
-                    return
-                delay = None
-                if wants_retry(failure, made + 1, max_attempts, cfg.retry_after_cap_s):
-                    delay = backoff.propose(made, failure.retry_after_s)
-                step = next_step(
-                    failure,
-                    attempts_made=made + 1,
-                    max_attempts=max_attempts,
-                    hints_dropped=hints_dropped,
-                    retry_after_cap_s=cfg.retry_after_cap_s,
-                    delay_s=delay,
-                    remaining_s=plan.deadline.remaining(self.clock()),
-                )
-                if step.action == "resend_without_hints":
-                    log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
-                    with_hints, hints_dropped = False, True
-                    continue
-                made += 1
-                if step.action == "retry":
-                    log.info(
-                        "%s: %s; retry in %.2fs (request %s)",
-                        provider,
-                        failure.describe(),
-                        step.delay_s,
-                        plan.request_id,
-                    )
-                    backoff.commit(step.delay_s)
-                    yield Wait(step.delay_s)
-                    continue
-                if step.action == "fail_over":
-                    log.info(
-                        "%s: %s; %s; trying the next route (request %s)",
-                        provider,
-                        failure.describe(),
-                        step.reason,
-                        plan.request_id,
-                    )
-                    break
+            outcome, _ = yield from self._on(plan, backoff, skipped, provider, model, substituted, is_fallback, None)
+            if outcome == "ok":
+                return
+            if outcome == "stop":
                 raise NoRoute(f"request refused by {provider}")
         if skipped:
             raise NoRoute(f"all routes failed (circuit open: {', '.join(skipped)})", "breaker_open")
         raise NoRoute("all routes failed", "no_route")
+
+    def _route_attempts(
+        self, plan: Plan, backoff: Backoff, skipped: list[str]
+    ) -> Generator[Attempt | Wait, Failure | None, None]:
+        """A route's deployments in its strategy's order, then its fallbacks: the general ones when
+        every deployment failed, the context-window or content-policy ones when an upstream refused
+        the request for that reason (or the prompt fits no deployment's window)."""
+        table = self.route_table
+        queue: list[tuple[str, bool]] = [(plan.route, False)]  # type: ignore[list-item]
+        seen: set[str] = set()
+        left_out: list[str] = []
+        refused: tuple[str, Failure | None] | None = None
+        while queue:
+            name, via_fallback = queue.pop(0)
+            if name in seen:
+                continue
+            seen.add(name)
+            route = table.routes[name]
+            targets, out = table.order(
+                name,
+                now=self.clock(),
+                prompt_tokens=plan.prompt_tokens_est,
+                session_id=plan.session_id,
+                canary_ratio=self.route_ratio(name) if plan.canary and name == plan.route else 0.0,
+                draw=0.0,
+                is_fallback=via_fallback,
+                providers=plan.route_providers,
+            )
+            if plan.route_home is not None:  # a previous_response_id: only its provider holds it
+                targets = [t for t in targets if t.provider == plan.route_home]
+            left_out += out
+            kind: str | None = None
+            if not targets and any("context window" in why for why in out):
+                kind = routes_mod.CONTEXT_WINDOW
+            for target in targets:
+                d = target.deployment
+                outcome, failure = yield from self._on(
+                    plan, backoff, skipped, d.provider, d.model, False, via_fallback or target.is_fallback, target
+                )
+                if outcome == "ok":
+                    return
+                if outcome == "stop":
+                    assert failure is not None
+                    kind = routes_mod.fallback_kind(
+                        failure.error_class, failure.http_status, f"{failure.message} {failure.body or ''}"
+                    )
+                    if kind is None:
+                        raise NoRoute(f"request refused by {d.provider}")
+                    refused = (d.provider, failure)
+                    break
+            if kind == routes_mod.CONTEXT_WINDOW:
+                queue = [(n, True) for n in route.context_window_fallbacks]
+            elif kind == routes_mod.CONTENT_POLICY:
+                queue = [(n, True) for n in route.content_policy_fallbacks]
+            else:
+                queue += [(n, True) for n in route.fallbacks]
+        if refused is not None:
+            raise NoRoute(f"request refused by {refused[0]}, and no fallback of its kind served it")
+        if skipped:
+            raise NoRoute(f"all deployments failed (circuit open: {', '.join(skipped)})", "breaker_open")
+        if left_out and not plan.records:
+            raise NoRoute(f"no deployment of {plan.route} could take the request: {'; '.join(left_out)}", "no_route")
+        raise NoRoute("all deployments failed", "no_route")
+
+    def _on(
+        self,
+        plan: Plan,
+        backoff: Backoff,
+        skipped: list[str],
+        provider: str,
+        model: str,
+        substituted: bool,
+        is_fallback: bool,
+        target: routes_mod.Target | None,
+    ) -> Generator[Attempt | Wait, Failure | None, tuple[str, Failure | None]]:
+        """The attempts on one provider (one deployment of a route): retries with backoff, one
+        resend without cache hints. Returns ``("ok" | "fail_over" | "skipped" | "stop", failure)``."""
+        cfg = self.settings.retry
+        p = self.settings.providers[provider]
+        base_timeout = attempt_timeout_s(p.timeout_s, plan.prompt_tokens_est, cfg)
+        max_attempts = max_attempts_for(p.max_attempts, cfg.max_attempts)
+        breaker = self.breakers[provider]
+        with_hints = plan.cache_hints and plan.session_header is not None
+        hints_dropped = False
+        made = 0
+        while True:
+            now = self.clock()
+            remaining = plan.deadline.remaining(now)
+            if remaining <= 0:
+                raise NoRoute(f"the request deadline of {cfg.request_deadline_s:g} s passed", "deadline")
+            if not breaker.allow(now):
+                log.info("%s: circuit open, skipped (request %s)", provider, plan.request_id)
+                skipped.append(provider)
+                return "skipped", None
+            if target is not None and made and self.route_table.cooling(target.deployment, now):
+                return "fail_over", None  # it began cooling down on this request's own failures
+            timeout = attempt_budget_s(base_timeout, remaining)
+            bridged = plan.api == "responses" and "responses" not in p.apis
+            attempt = Attempt(
+                provider, model, is_fallback, substituted, with_hints, timeout, bridged=bridged, target=target
+            )
+            if target is None:
+                failure = yield attempt
+            else:
+                self.route_table.started(target.deployment, now, plan.prompt_tokens_est)
+                try:
+                    failure = yield attempt
+                finally:
+                    self.route_table.stat(target.deployment).in_flight -= 1
+            if failure is None:
+                return "ok", None
+            delay = None
+            if wants_retry(failure, made + 1, max_attempts, cfg.retry_after_cap_s):
+                delay = backoff.propose(made, failure.retry_after_s)
+            step = next_step(
+                failure,
+                attempts_made=made + 1,
+                max_attempts=max_attempts,
+                hints_dropped=hints_dropped,
+                retry_after_cap_s=cfg.retry_after_cap_s,
+                delay_s=delay,
+                remaining_s=plan.deadline.remaining(self.clock()),
+            )
+            if step.action == "resend_without_hints":
+                log.info("%s rejected cache hints; retrying without (request %s)", provider, plan.request_id)
+                with_hints, hints_dropped = False, True
+                continue
+            made += 1
+            if step.action == "retry":
+                log.info(
+                    "%s: %s; retry in %.2fs (request %s)",
+                    provider,
+                    failure.describe(),
+                    step.delay_s,
+                    plan.request_id,
+                )
+                backoff.commit(step.delay_s)
+                yield Wait(step.delay_s)
+                continue
+            if step.action == "fail_over":
+                log.info(
+                    "%s: %s; %s; trying the next route (request %s)",
+                    provider,
+                    failure.describe(),
+                    step.reason,
+                    plan.request_id,
+                )
+                return "fail_over", failure
+            return "stop", failure
 
     # -- records -------------------------------------------------------------------------------
     def clean(self, text: str) -> str:
@@ -748,6 +976,20 @@ class RoutingCore:
         adjusted = self.adjusted_params(plan, attempt.provider) if attempt.provider in self.settings.providers else []
         number = len(plan.records) + 1
         latency_ms = (self.clock() - attempt.t0) * 1000.0
+        target = attempt.target
+        if target is not None:
+            route = self.route_table.routes[target.route]
+            cooled = self.route_table.finished(
+                target.deployment,
+                self.clock(),
+                health=outcome,
+                cooldown_s=route.cooldown_s,
+                allowed_fails=route.allowed_fails,
+                latency_ms=latency_ms if failure is None else None,
+                ttft_ms=attempt_ttft_ms if failure is None else None,
+            )
+            if cooled:
+                log.warning("route %s: %s", target.route, cooled)
         plan.records.append(
             AttemptRecord(
                 request_id=plan.request_id,
@@ -782,6 +1024,11 @@ class RoutingCore:
                 tool_calls=tool_calls,
                 reasoning_tokens=usage.reasoning_tokens,
                 adjusted_params=",".join(adjusted)[:ADJUSTED_MAX] or None,
+                route=target.route if target else None,
+                deployment=target.deployment.key[:DEPLOYMENT_MAX] if target else None,
+                route_why=f"{'fallback: ' if target.is_fallback else ''}{target.why}"[:ROUTE_WHY_MAX]
+                if target
+                else None,
             )
         )
         plan.infos.append(
@@ -900,7 +1147,9 @@ class RoutingCore:
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         usage = answer.usage
-        cost = catalog.cost_usd(attempt.model, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+        cost = catalog.cost_usd(attempt.priced_as, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
+        if attempt.target is not None and answer.headers:
+            self.route_table.learn_limits(attempt.target.deployment, self.clock(), answer.headers)
         text = answer.text
         # The answer is stored only with store_prompts, cleaned like the prompt (keys scrubbed).
         stored = clean(text, PROMPT_STORE_LIMIT, self.secret_values) if self.settings.telemetry.store_prompts else None

@@ -29,6 +29,7 @@ import anyio
 import anyio.to_thread
 
 from app import catalog
+from app.config import priced_as
 from app.routing.answers import chunk_text
 from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
 from app.routing.client import RoutingClient
@@ -211,6 +212,7 @@ class ChatHandler:
         model = req.model
         if model == "auto":
             model = classify_intent(messages, self.client.settings.intents).model
+        model = priced_as(self.client.settings, model)
         what = f"its prompt, about {prompt:,} tokens"
         if req.api == "embeddings":
             asked = ceiling = tpm_completion = 0
@@ -387,7 +389,7 @@ class ChatHandler:
             await stream.aclose()  # the normal end: a no-op; a disconnect: closes the upstream stream
             partial = 0.0
             if stream.result is None and delivered and stream.model:
-                partial = _partial_cost(stream.model, req, delivered)
+                partial = _partial_cost(stream.priced_as or stream.model, req, delivered)
             await self._settle(key, admitted, stream.result, partial)
 
 

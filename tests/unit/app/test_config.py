@@ -156,18 +156,21 @@ def test_database_url_from_secrets_when_the_environment_has_none(tmp_path):
 
 
 REPO = paths.REPO
-BASE_INPUT_BOUNDS = (REPO / "gateway.toml").read_text()
+# With one route, so the sweeps below reach [routes.NAME]'s numbers too.
+BASE_INPUT_BOUNDS = (
+    REPO / "gateway.toml"
+).read_text() + '\n[routes.r1]\ndeployments = [{ provider = "direct", model = "gpt-4.1" }]\n'
 
 
 def _tables() -> dict[type[BaseModel], str]:
     """The TOML table of each settings model, read off FileConfig (a table added later is covered
-    too); providers are checked on ``[providers.direct]``."""
+    too); providers are checked on ``[providers.direct]``, routes on ``[routes.r1]``."""
     tables: dict[type[BaseModel], str] = {}
     for name, f in FileConfig.model_fields.items():
         args = getattr(f.annotation, "__args__", ())
         for a in (f.annotation, *args):
             if isinstance(a, type) and issubclass(a, BaseModel):
-                tables[a] = f"{name}.direct" if name == "providers" else name
+                tables[a] = f"{name}.direct" if name == "providers" else f"{name}.r1" if name == "routes" else name
     return tables
 
 

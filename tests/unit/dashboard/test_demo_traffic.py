@@ -53,7 +53,7 @@ def test_ratio_history_and_figures(client_factory, sqlite_url):
     assert ys == [10.0, 50.0, 0.0, 0.0] and xs[-1] == now and xs == sorted(xs)
     frame = audit_frame(entries)
     assert list(frame["actor"]) == ["guardrail", "a"] and list(frame["new %"]) == [0.0, 50.0]
-    assert list(frame.columns)[:5] == ["time (UTC)", "old %", "new %", "actor", "reason"]
+    assert list(frame.columns)[:6] == ["time (UTC)", "canary", "old %", "new %", "actor", "reason"]
     fig = ratio_step_figure(entries, state, now)
     assert fig.data[0].line.shape == "hv" and list(fig.data[0].y) == ys
 

@@ -131,3 +131,17 @@ def test_refusals_before_any_attempt_are_shown_as_the_gateways(env):
     assert "refused_by_policy (10)" in texts[0]
     table = at.dataframe[0].value
     assert table[table["provider"] == "direct"].iloc[0]["state"] != "failing recently"
+
+
+def test_the_overview_lists_each_routes_deployments(env):
+    env.config.write_text(
+        env.config.read_text()
+        + '\n[routes."gpt-4.1"]\ndeployments = [{ provider = "direct", weight = 3 }, { provider = "holysheep" }]\n'
+    )
+    now = time.time()
+    insert_batch(engine(), [rec(now - 30, "direct", request_id="routed", route="gpt-4.1", deployment="direct/gpt-4.1")])
+    at = open_app()
+    assert "Routes" in [s.value for s in at.subheader]
+    table = next(df.value for df in at.dataframe if "deployment" in df.value.columns)
+    assert list(table["deployment"]) == ["direct/gpt-4.1", "holysheep/gpt-4.1"]
+    assert list(table["share"]) == ["weight 3 of 4", "weight 1 of 4"] and list(table["attempts"]) == [1, 0]

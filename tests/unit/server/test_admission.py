@@ -134,7 +134,8 @@ def test_the_handler_reserves_the_requests_worst_case_and_holds_the_models():
     from app import catalog
     from app.server.handler import DEFAULT_EST_COMPLETION, ChatHandler
 
-    client = SimpleNamespace(core=SimpleNamespace(forwardable=frozenset()), settings=SimpleNamespace(intents=None))
+    settings = SimpleNamespace(intents=None, routes={})
+    client = SimpleNamespace(core=SimpleNamespace(forwardable=frozenset()), settings=settings)
     handler = ChatHandler(client, engine=None, driver=object())  # type: ignore[arg-type]
     msgs = [{"role": "user", "content": "hi"}]
     prompt = estimate_prompt_tokens(msgs)

@@ -1,0 +1,63 @@
+"""The Overview's routes table: every deployment of every route as configured, beside what the
+rollups say it served (a deployment is a provider and the model sent to it), on both databases."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.config import load_settings
+from app.dashboard.deployments import deployment_rows
+from db.monitor import deployment_sums
+from db.requests import insert_batch
+from tests.support import paths
+from tests.support.records import attempt
+
+ROUTES = """
+[routes."gpt-4.1"]
+deployments = [{ provider = "direct", weight = 3 }, { provider = "holysheep", weight = 1, rpm = 600 }]
+canary = { provider = "holysheep", model = "deepseek-chat-v3.2" }
+
+[routes."gemini-2.5-flash"]
+strategy = "ordered"
+deployments = [{ provider = "holysheep" }, { provider = "direct" }]
+"""
+
+
+def settings(tmp_path):
+    p = tmp_path / "gateway.toml"
+    p.write_text((paths.REPO / "gateway.toml").read_text() + ROUTES)
+    return load_settings(p, env={"DATABASE_URL": f"sqlite:///{tmp_path / 'g.db'}"})
+
+
+def test_each_deployment_is_listed_with_its_share_and_traffic(tmp_path, engine):
+    now = time.time()
+    records = [
+        attempt(request_id=f"a{i}", ts=now - 60, provider="direct", model="gpt-4.1", latency_ms=200.0,
+                status="error" if i < 2 else "ok", route="gpt-4.1", deployment="direct/gpt-4.1")
+        for i in range(8)
+    ] + [attempt(request_id="b", ts=now - 30, provider="holysheep", model="gpt-4.1", latency_ms=80.0)]  # fmt: skip
+    insert_batch(engine, records)
+    s = settings(tmp_path)
+    sums = deployment_sums(engine, providers=list(s.providers), since=now - 900, until=now)
+    assert sums[("direct", "gpt-4.1")].attempts == 8 and sums[("direct", "gpt-4.1")].errors == 2
+    rows = deployment_rows(s, sums, {"gpt-4.1": 0.1})
+    assert [(r["route"], r["deployment"], r["share"]) for r in rows] == [
+        ("gpt-4.1", "direct/gpt-4.1", "weight 3 of 4"),
+        ("gpt-4.1", "holysheep/gpt-4.1", "weight 1 of 4"),
+        ("gpt-4.1", "holysheep/deepseek-chat-v3.2", "canary, 10%"),
+        ("gemini-2.5-flash", "holysheep/gemini-2.5-flash", "priority 1"),
+        ("gemini-2.5-flash", "direct/gemini-2.5-flash", "priority 2"),
+    ]
+    first = rows[0]
+    assert first["attempts"] == 8 and first["error rate"] == pytest.approx(0.25) and 150 <= first["p50 ms"] <= 260
+    assert rows[1]["limits"] == "rpm 600" and rows[1]["attempts"] == 1
+    assert rows[2]["attempts"] == 0 and rows[2]["error rate"] is None and rows[2]["p50 ms"] is None
+
+
+def test_no_routes_no_rows(tmp_path, engine):
+    p = tmp_path / "gateway.toml"
+    p.write_text((paths.REPO / "gateway.toml").read_text())
+    s = load_settings(p, env={"DATABASE_URL": f"sqlite:///{tmp_path / 'g.db'}"})
+    assert deployment_rows(s, {}, {}) == []

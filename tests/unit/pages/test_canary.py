@@ -1,0 +1,69 @@
+"""AppTest: the Canary page's route canaries: listed with their stored share, set with a reason
+(audited under the route's scope, the global canary untouched), a bad number refused with
+nothing written, and a concurrent change refused by the optimistic lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from db.canary import GLOBAL, audit_log, get_state, route_scope, set_ratio
+from tests.unit.ui.test_entry import _env, engine, open_app, shown
+
+ROUTE = """
+[routes."gpt-4.1"]
+deployments = [{ provider = "direct" }]
+canary = { provider = "holysheep" }
+
+[routes."gemini-2.5-flash"]
+deployments = [{ provider = "direct" }, { provider = "holysheep" }]
+"""
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, sqlite_url):
+    for e in _env(tmp_path, monkeypatch, sqlite_url):
+        e.config.write_text(e.config.read_text() + ROUTE)
+        yield e
+
+
+def button(at, key):
+    return next(b for b in at.button if b.key == key)
+
+
+def notes(at) -> str:
+    return "\n".join(shown(x.value) for kind in (at.success, at.error, at.warning) for x in kind)
+
+
+def test_route_canaries_are_listed_and_set_with_a_reason(env):
+    at = open_app("../pages/canary.py")
+    assert "Route canaries" in [s.value for s in at.subheader]
+    labels = [m.label for m in at.metric]
+    assert "Route gpt-4.1" in labels and "Route gemini-2.5-flash" not in labels  # only routes with a canary
+    assert at.number_input(key="route_pct_gpt-4.1").value == 0.0
+    at.number_input(key="route_pct_gpt-4.1").set_value(20.0)
+    button(at, "route_apply_gpt-4.1").click().run()
+    assert "reason is required" in notes(at).lower()
+    untouched = get_state(engine(), route_scope("gpt-4.1"))
+    assert (untouched.ratio, untouched.version) == (0.0, 1) and not audit_log(engine(), scope=route_scope("gpt-4.1"))
+    at.number_input(key="route_pct_gpt-4.1").set_value(20.0)
+    at.text_input(key="route_reason_gpt-4.1").set_value("try holysheep for gpt-4.1")
+    button(at, "route_apply_gpt-4.1").click().run()
+    assert not at.exception
+    state = get_state(engine(), route_scope("gpt-4.1"))
+    assert state.ratio == pytest.approx(0.2) and state.reason == "try holysheep for gpt-4.1"
+    assert get_state(engine(), GLOBAL).version == 1  # the global canary did not move
+    (entry,) = audit_log(engine(), scope=route_scope("gpt-4.1"))
+    assert (entry.old_ratio, entry.new_ratio) == (0.0, pytest.approx(0.2))
+    assert "20 %" in next(m.value for m in at.metric if m.label == "Route gpt-4.1")
+    trail = at.dataframe[-1].value
+    assert list(trail["canary"])[:1] == ["gpt-4.1"]
+
+
+def test_a_route_canary_changed_elsewhere_is_not_overwritten(env):
+    at = open_app("../pages/canary.py")
+    set_ratio(engine(), 0.5, expected_version=None, actor="other", reason="meanwhile", scope=route_scope("gpt-4.1"))
+    at.number_input(key="route_pct_gpt-4.1").set_value(10.0)
+    at.text_input(key="route_reason_gpt-4.1").set_value("mine")
+    button(at, "route_apply_gpt-4.1").click().run()
+    assert get_state(engine(), route_scope("gpt-4.1")).ratio == 0.5  # the other operator's value stands
+    assert "changed" in notes(at).lower()

@@ -188,6 +188,44 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_canary_analyze(args: argparse.Namespace) -> int:
+    """The canary against its baseline over the last minutes: every signal, both arms, verdicts."""
+    import time
+
+    from app.monitor.canary_analysis import analyse
+
+    try:
+        minutes = parse_decimal(args.minutes, field="--minutes", lo=1, hi=7 * 24 * 60)
+        alpha = parse_decimal(args.alpha, field="--alpha", lo=0.0001, hi=0.5)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    settings = _settings()
+    if args.route is not None:
+        _route_scope(settings, args.route)
+    now = time.time()
+    result = analyse(
+        _engine(settings), since=now - float(minutes) * 60, until=now, route=args.route, alpha=float(alpha)
+    )
+    if args.json:
+        print(json.dumps({"scope": result.scope, "verdict": result.verdict, "candidate_requests":
+                          result.candidate_requests, "baseline_requests": result.baseline_requests,
+                          "alpha": result.alpha, "signals": result.rows()}))  # fmt: skip
+        return 0
+    print(
+        f"{result.scope} canary, last {float(minutes):g} min: {result.candidate_requests} candidate and "
+        f"{result.baseline_requests} baseline requests; verdict {result.verdict} (alpha {result.alpha:g} over "
+        f"{len(result.signals)} signals, always valid)"
+    )
+    for s in result.signals:
+        rate = lambda v: "-" if v is None else f"{v:.2%}"  # noqa: E731
+        ratio = "-" if s.ratio is None else f"{s.ratio:.2f}x"
+        print(
+            f"  {s.signal:<17} candidate {s.candidate:>6} ({rate(s.candidate_rate)})  baseline {s.baseline:>6} "
+            f"({rate(s.baseline_rate)})  ratio {ratio:>7}  p {s.p_value:.3g}  {s.verdict}"
+        )
+    return 0
+
+
 def cmd_loadgen(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -412,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="show what the new ratio would do, from the last hour of traffic; write nothing",
     )
     cset.set_defaults(func=cmd_canary_set)
+    analyze = csub.add_parser("analyze", help="the canary against its baseline: every signal, both arms, verdicts")
+    analyze.add_argument("--route", default=None, help="a route's canary (default: the global canary)")
+    analyze.add_argument("--minutes", default="60", help="the window, 1 to 10080 minutes (default 60)")
+    analyze.add_argument("--alpha", default="0.05", help="false-alarm level over all signals (default 0.05)")
+    analyze.add_argument("--json", action="store_true")
+    analyze.set_defaults(func=cmd_canary_analyze)
 
     lg = sub.add_parser("loadgen", help="generate traffic through the routing client")
     # Numbers stay text here and are parsed with their bounds by the command (one clear line).

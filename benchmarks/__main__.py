@@ -13,7 +13,9 @@ and added latency before, during and after a 30 s database stall, rows lost and 
 each page's data render time, the insert on a fresh database, prune, bytes per million rows;
 ``BENCH_SCALE_ROWS`` chooses fewer; not part of a run of all suites), prune-sqlite (how long each of
 SQLite's prune batches holds the write lock over 5 M rows; by name only too), upstream-clients
-(CPU per upstream call of the HTTP clients the server could use, side by side; by name only). Each row says what was
+(CPU per upstream call of the HTTP clients the server could use, side by side; by name only), rollouts
+(the rollout analysis by simulation: false aborts of healthy candidates, regressions caught by 25 %,
+beside today's guardrail; by name only). Each row says what was
 measured, its n and its spread; the machine is a shared 2-core box, so read medians with their spread.
 """
 
@@ -38,6 +40,7 @@ SUITES = {
     "prune-sqlite": "benchmarks.prune_sqlite_bench",
     "upstream-clients": "benchmarks.upstream_clients_bench",
     "streams": "benchmarks.streams_bench",
+    "rollouts": "benchmarks.rollouts_bench",
 }
 ALIASES = {"kvcache": "kv"}
 RESULTS = Path(__file__).parent / "results.json"
@@ -46,7 +49,7 @@ RESULTS = Path(__file__).parent / "results.json"
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
     chosen = [ALIASES.get(n, n) for n in argv] or [
-        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams")
+        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "rollouts")
     ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:

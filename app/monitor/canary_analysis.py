@@ -1,0 +1,210 @@
+"""The canary against its baseline, side by side over the same window, from the request log: for
+each signal a model migration breaks, both arms' counts, the observed rate ratio and an
+always-valid p-value (:class:`core.sequential.RateRatioTest`), so the answer stays valid however
+often the operator (or a rollout controller) asks.
+
+The arms are the sides the requests were assigned (the global canary: ``primary`` is the
+candidate; a route: ``route_canary``), counted as assigned, whoever answered in the end. Each
+request's candidate share is the ratio in force when it was routed, read from the canary's audit
+trail. Signals (one per final request):
+
+- ``attempt failed``: the request's first attempt (on its arm's own deployment or provider) failed,
+  whatever a retry or fallback made of it afterwards;
+- ``failed``: the request failed in the end;
+- ``refused``: the answer's finish reason is ``content_filter``;
+- ``truncated``: finish reason ``length``;
+- ``empty``: answered with no output tokens and no tool call;
+- ``slow`` / ``slow first token`` / ``costly``: latency, TTFT or cost above the baseline's p95 *before*
+  the window (so the threshold is fixed before the data it judges); nodata without such a baseline.
+
+A signal's verdict: ``worse`` (rejected at ``alpha`` split over the signals, Bonferroni), ``nodata``
+(fewer than ``min_samples`` requests on either arm), else ``pass``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+
+from core.canary import ROUTE_SIDES
+from core.sequential import RateRatioTest
+from db.canary import GLOBAL, audit_log, route_scope
+from db.models import RequestLog
+
+SIGNALS = ("attempt failed", "failed", "refused", "truncated", "empty", "slow", "slow first token", "costly")
+MAX_ROWS = 200_000  # final requests read for one analysis, newest kept
+MIN_SAMPLES = 50
+BASELINE_ROWS = 5_000  # baseline requests before the window that set the p95 thresholds
+
+
+@dataclass(frozen=True)
+class SignalResult:
+    signal: str
+    candidate: int  # events on the candidate
+    baseline: int
+    candidate_rate: float | None
+    baseline_rate: float | None
+    ratio: float | None  # observed candidate rate / baseline rate
+    p_value: float
+    verdict: str  # worse | pass | nodata
+
+
+@dataclass(frozen=True)
+class Analysis:
+    scope: str
+    since: float
+    until: float
+    candidate_requests: int
+    baseline_requests: int
+    alpha: float
+    signals: tuple[SignalResult, ...]
+
+    @property
+    def verdict(self) -> str:
+        """``worse`` when any signal is, else ``nodata`` when any is, else ``pass``."""
+        kinds = {s.verdict for s in self.signals}
+        return "worse" if "worse" in kinds else "nodata" if "nodata" in kinds else "pass"
+
+    def rows(self) -> list[dict]:
+        return [
+            {
+                "signal": s.signal,
+                "candidate": s.candidate,
+                "baseline": s.baseline,
+                "candidate rate": s.candidate_rate,
+                "baseline rate": s.baseline_rate,
+                "ratio": s.ratio,
+                "p (always valid)": s.p_value,
+                "verdict": s.verdict,
+            }
+            for s in self.signals
+        ]
+
+
+def _sides(route: str | None) -> tuple[str, str]:
+    return ("route_canary", "route") if route is not None else ("primary", "fallback")
+
+
+def _shares(engine: Engine, scope: str, since: float) -> tuple[list[float], list[float]]:
+    """The ratio in force over time: change times and the ratio from each one on."""
+    entries = sorted(audit_log(engine, limit=10_000, scope=scope), key=lambda e: (e.ts, e.version))
+    times, ratios = [float("-inf")], [entries[0].old_ratio if entries else 0.0]
+    for e in entries:
+        times.append(e.ts)
+        ratios.append(e.new_ratio)
+    if not entries and scope == GLOBAL:
+        from db.canary import get_state
+
+        ratios = [get_state(engine).ratio]
+    return times, ratios
+
+
+def analyse(
+    engine: Engine,
+    *,
+    since: float,
+    until: float,
+    route: str | None = None,
+    alpha: float = 0.05,
+    min_samples: int = MIN_SAMPLES,
+) -> Analysis:
+    """The canary of the global split (``route`` None) or of a route, over ``[since, until]``."""
+    candidate_side, baseline_side = _sides(route)
+    scope = route_scope(route) if route is not None else GLOBAL
+    log = RequestLog.__table__
+    cols = (log.c.request_id, log.c.attempt, log.c.final, log.c.ts, log.c.side, log.c.status, log.c.finish_reason,
+            log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd)  # fmt: skip
+    where: list = [log.c.side.in_((candidate_side, baseline_side))]
+    if route is not None:
+        where.append(log.c.route == route)
+    else:
+        where.append(log.c.side.not_in(tuple(ROUTE_SIDES)))
+    with engine.connect() as conn:
+        attempts = conn.execute(
+            select(*cols)
+            .where(*where, (log.c.attempt == 1) | log.c.final.is_(True), log.c.ts >= since, log.c.ts <= until)
+            .order_by(log.c.ts)
+            .limit(MAX_ROWS)
+        ).all()
+        before = conn.execute(
+            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd)
+            .where(*where, log.c.final.is_(True), log.c.side == baseline_side, log.c.ts < since, log.c.status == "ok")
+            .order_by(log.c.ts.desc())
+            .limit(BASELINE_ROWS)
+        ).all()
+    limits = _p95s(before)
+    times, ratios = _shares(engine, scope, since)
+    tests = {s: RateRatioTest(alpha=alpha / len(SIGNALS)) for s in SIGNALS}
+    counts = {s: [0, 0] for s in SIGNALS}
+    n = [0, 0]
+    first_failed: dict[str, bool] = {}
+    started: dict[str, float] = {}
+    finals = []
+    for r in attempts:
+        if r.attempt == 1:
+            first_failed[r.request_id] = r.status != "ok"
+            started[r.request_id] = float(r.ts)
+        if r.final:
+            finals.append(r)
+    for r in finals:  # in the order the requests ended
+        share = ratios[bisect_right(times, started.get(r.request_id, float(r.ts))) - 1]
+        arm = 0 if r.side == candidate_side else 1
+        n[arm] += 1
+        events = _events(r, limits)
+        events["attempt failed"] = first_failed.get(r.request_id, r.status != "ok")
+        for signal, hit in events.items():
+            if hit:
+                counts[signal][arm] += 1
+                tests[signal].observe(arm == 0, share)
+    results = []
+    for s in SIGNALS:
+        t, (c, b) = tests[s], counts[s]
+        nodata = min(n) < min_samples or (s in ("slow", "slow first token", "costly") and limits.get(s) is None)
+        results.append(
+            SignalResult(
+                signal=s,
+                candidate=c,
+                baseline=b,
+                candidate_rate=c / n[0] if n[0] else None,
+                baseline_rate=b / n[1] if n[1] else None,
+                ratio=(c / n[0]) / (b / n[1]) if n[0] and n[1] and b else None,
+                p_value=t.p_value,
+                verdict="worse" if t.rejected else "nodata" if nodata else "pass",
+            )
+        )
+    return Analysis(scope, since, until, n[0], n[1], alpha, tuple(results))
+
+
+def _p95(values: Sequence[float]) -> float | None:
+    xs = sorted(v for v in values if v is not None)
+    return xs[int(0.95 * (len(xs) - 1))] if len(xs) >= MIN_SAMPLES else None
+
+
+def _p95s(before: Sequence) -> dict[str, float | None]:
+    return {
+        "slow": _p95([r.latency_ms for r in before]),
+        "slow first token": _p95([r.ttft_ms for r in before]),
+        "costly": _p95([r.cost_usd for r in before]),
+    }
+
+
+def _events(r, limits: dict[str, float | None]) -> dict[str, bool]:
+    ok = r.status == "ok"
+    over = {
+        name: limit is not None and value is not None and float(value) > limit
+        for name, value, limit in (
+            ("slow", r.latency_ms, limits["slow"]),
+            ("slow first token", r.ttft_ms, limits["slow first token"]),
+            ("costly", r.cost_usd, limits["costly"]),
+        )
+    }
+    return {
+        "failed": not ok,
+        "refused": ok and r.finish_reason == "content_filter",
+        "truncated": ok and r.finish_reason == "length",
+        "empty": ok and not r.completion_tokens and not r.tool_calls,
+        **{k: ok and v for k, v in over.items()},
+    }

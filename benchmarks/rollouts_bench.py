@@ -1,0 +1,210 @@
+"""``python -m benchmarks rollouts``: the rollout analysis checked by simulation, through the real
+test (:class:`core.sequential.RateRatioTest`).
+
+Seeded rollouts over synthetic traffic with known distributions. Each rollout walks the steps
+``[1, 5, 10, 25, 50, 100]`` %; a step bakes ``BENCH_ROLLOUT_STEP_REQUESTS`` requests (default
+2,000), held until the candidate has had ``MIN_SAMPLES`` (50) of its own. Every request goes to the
+candidate with the step's weight; each metric is a count of events:
+
+- provider errors, refusals, truncations, broken tool-call JSON, schema violations: each request has
+  the event with its arm's probability;
+- latency, TTFT and cost: the event is "above the baseline's p95", the threshold fixed before the
+  rollout from a baseline-only warm-up (a candidate whose distribution is no worse has at most 5 %
+  of its requests above it, so "not worse" keeps its meaning as a rate).
+
+The analysis reads after every event (as often as one may look); a metric's test rejects at
+``alpha / 8`` (Bonferroni over the eight metrics), so the overall false-abort probability is at most
+``alpha`` = 0.05. Reported:
+
+- the false-abort rate of a healthy candidate over ``BENCH_ROLLOUT_HEALTHY`` (default 1,000)
+  rollouts, with its 95 % Wilson interval; budget: the interval's lower end at most alpha (the rate
+  itself is expected well under alpha: Ville's bound is not tight);
+- for each regression, over ``BENCH_ROLLOUT_REGRESSED`` (default 200) rollouts: the share caught
+  before the weight passes 25 % (budget 95 %), and the median candidate requests until abort;
+- today's guardrail on the same traffic (abort when more than 20 % of the candidate's attempts in the
+  last 5 minutes failed, once there are 20): what it catches of each regression, side by side.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from core.sequential import RateRatioTest
+
+STEPS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
+STEP_REQUESTS = int(os.environ.get("BENCH_ROLLOUT_STEP_REQUESTS", "2000"))
+HEALTHY = int(os.environ.get("BENCH_ROLLOUT_HEALTHY", "1000"))
+REGRESSED = int(os.environ.get("BENCH_ROLLOUT_REGRESSED", "200"))
+MIN_SAMPLES = 50
+ALPHA = 0.05
+RPS = 5.0  # requests per second: the guardrail's 5-minute window holds 1,500 requests
+COUNTS = ("errors", "refusals", "truncations", "tool_json", "schema")
+TAILS = ("latency", "ttft", "cost")
+METRICS = COUNTS + TAILS
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm's traffic: event probabilities and lognormal scales of the distributions."""
+
+    errors: float = 0.01
+    refusals: float = 0.005
+    truncations: float = 0.02
+    tool_json: float = 0.0
+    schema: float = 0.0
+    latency: float = 1.0  # multiplies the baseline's median
+    ttft: float = 1.0
+    cost: float = 1.0
+
+
+BASE = Arm()
+SIGMA = {"latency": 0.5, "ttft": 0.6, "cost": 0.4}
+MEDIAN = {"latency": 800.0, "ttft": 300.0, "cost": 0.002}
+SCENARIOS: dict[str, Arm] = {
+    "provider errors 1 % -> 3 %": Arm(errors=0.03),
+    "p95 latency +30 %": Arm(latency=1.3),
+    "TTFT +50 %": Arm(ttft=1.5),
+    "refusals 0.5 % -> 3 %": Arm(refusals=0.03),
+    "truncations 2 % -> 8 %": Arm(truncations=0.08),
+    "broken tool JSON 0 -> 2 %": Arm(tool_json=0.02),
+    "schema violations 0 -> 5 %": Arm(schema=0.05),
+    "cost per request +25 %": Arm(cost=1.25),
+}
+
+
+def thresholds(rng: random.Random, n: int = 4000) -> dict[str, float]:
+    """The baseline's p95 of each distribution, from a warm-up of baseline traffic only."""
+    out = {}
+    for m in TAILS:
+        xs = sorted(MEDIAN[m] * math.exp(rng.gauss(0, SIGMA[m])) for _ in range(n))
+        out[m] = xs[int(0.95 * n)]
+    return out
+
+
+@dataclass
+class Outcome:
+    aborted_at: float | None = None  # the weight in force when it aborted
+    candidate_requests: int = 0  # until the abort (or the end)
+    guardrail_at: float | None = None
+    metric: str | None = None
+    p_values: dict[str, float] = field(default_factory=dict)
+
+
+def rollout(candidate: Arm, seed: int) -> Outcome:
+    rng = random.Random(seed)
+    limit = thresholds(rng)
+    tests = {m: RateRatioTest(theta0=1.0, alpha=ALPHA / len(METRICS)) for m in METRICS}
+    out = Outcome()
+    window: deque[tuple[float, bool]] = deque()  # the guardrail's: (time, failed) of candidate attempts
+    clock = 0.0
+    for w in STEPS:
+        if w >= 1.0:
+            break  # 100 %: promoted (nothing left to compare against)
+        done = cand = 0
+        while done < STEP_REQUESTS or cand < MIN_SAMPLES:
+            done += 1
+            clock += 1.0 / RPS
+            on_candidate = rng.random() < w
+            arm = candidate if on_candidate else BASE
+            if on_candidate:
+                cand += 1
+                out.candidate_requests += 1
+            failed = False
+            for m in COUNTS:
+                if rng.random() < getattr(arm, m):
+                    failed = failed or m == "errors"
+                    tests[m].observe(on_candidate, w)
+            for m in TAILS:
+                value = MEDIAN[m] * getattr(arm, m) * math.exp(rng.gauss(0, SIGMA[m]))
+                if value > limit[m]:
+                    tests[m].observe(on_candidate, w)
+            if on_candidate and out.guardrail_at is None:
+                window.append((clock, failed))
+                while window and window[0][0] < clock - 300:
+                    window.popleft()
+                if len(window) >= 20 and sum(f for _, f in window) / len(window) > 0.2:
+                    out.guardrail_at = w
+            if out.aborted_at is None:
+                for m, t in tests.items():
+                    if t.rejected:
+                        out.aborted_at, out.metric = w, m
+                        break
+                if out.aborted_at is not None:
+                    out.p_values = {m: t.p_value for m, t in tests.items()}
+                    return out
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def run() -> list[dict]:
+    rows: list[dict] = []
+    started = time.perf_counter()
+    healthy = [rollout(BASE, seed) for seed in range(HEALTHY)]
+    k = sum(o.aborted_at is not None for o in healthy)
+    lo, hi = wilson(k, HEALTHY)
+    guard_false = sum(o.guardrail_at is not None for o in healthy)
+    rows.append(
+        {
+            "name": "rollouts: false aborts of a healthy candidate",
+            "value": round(k / HEALTHY, 4),
+            "unit": "share",
+            "budget": ALPHA,
+            "ok": lo <= ALPHA,
+            "n": HEALTHY,
+            "spread": f"95 % interval {lo:.4f}-{hi:.4f}; guardrail false trips {guard_false}",
+            "measured": f"{HEALTHY} seeded rollouts, steps {STEPS}, {STEP_REQUESTS} requests a step, 8 metrics at "
+            f"alpha/8 each, read after every event",
+        }
+    )
+    for i, (name, arm) in enumerate(SCENARIOS.items()):
+        outs = [rollout(arm, 1_000_000 * (i + 1) + seed) for seed in range(REGRESSED)]
+        early = sum(o.aborted_at is not None and o.aborted_at <= 0.25 for o in outs)
+        until = [o.candidate_requests for o in outs if o.aborted_at is not None]
+        guard = sum(o.guardrail_at is not None and o.guardrail_at <= 0.25 for o in outs)
+        by_metric: dict[str, int] = {}
+        for o in outs:
+            if o.metric:
+                by_metric[o.metric] = by_metric.get(o.metric, 0) + 1
+        rows.append(
+            {
+                "name": f"rollouts: {name}: caught by 25 %",
+                "value": round(early / REGRESSED, 3),
+                "unit": "share",
+                "budget": 0.95,
+                "ok": early / REGRESSED >= 0.95,
+                "n": REGRESSED,
+                "spread": (
+                    f"median {statistics.median(until) if until else 'n/a'} candidate requests to abort; "
+                    f"guardrail caught {guard / REGRESSED:.0%}; aborted on {by_metric}"
+                ),
+            }
+        )
+    rows.append(
+        {
+            "name": "rollouts: simulation time",
+            "value": round(time.perf_counter() - started, 1),
+            "unit": "s",
+            "budget": None,
+            "ok": True,
+        }
+    )
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(row)

@@ -1,0 +1,126 @@
+"""The canary against its baseline from the request log (app/monitor/canary_analysis.py): real
+requests through the routing client and the simulator, a route's canary at 50 %; a failing canary
+is found worse on the failed signal, a healthy one on none; too few requests is nodata; the global
+canary's arms are its sides."""
+
+from __future__ import annotations
+
+import time
+
+from app.monitor.canary_analysis import SIGNALS, analyse
+from core.faults import FaultSettings
+from db.canary import route_scope, set_ratio
+from db.faults import set_faults
+from tests.support import paths
+
+ROUTE = """
+[routes."gpt-4.1"]
+deployments = [{ provider = "direct" }]
+canary = { provider = "holysheep" }
+allowed_fails = 1000  # the canary keeps its share while it fails: the analysis, not the cooldown, judges
+
+[breaker]
+enabled = false
+"""
+
+MSG = [{"role": "user", "content": "hello"}]
+
+
+def _client(client_factory, sqlite_url, error_rate: float):
+    client = client_factory(sqlite_url, toml=(paths.REPO / "gateway.toml").read_text() + ROUTE)
+    set_ratio(client.engine, 0.5, expected_version=None, actor="t", reason="half", scope=route_scope("gpt-4.1"))
+    if error_rate:
+        set_faults(client.engine, "holysheep", FaultSettings(error_rate=error_rate), actor="t")
+    client.refresh()
+    return client
+
+
+def _traffic(client, n: int) -> None:
+    from app.routing import AllRoutesFailed
+
+    for i in range(n):
+        try:
+            client.chat(MSG, model="gpt-4.1", session_id=f"s{i}")
+        except AllRoutesFailed:
+            pass
+    client.flush()
+
+
+def test_a_failing_route_canary_is_worse_on_failures(client_factory, sqlite_url):
+    client = _client(client_factory, sqlite_url, error_rate=0.6)
+    client.settings.routes["gpt-4.1"]  # the route exists
+    _traffic(client, 240)
+    now = time.time()
+    result = analyse(client.engine, since=now - 600, until=now + 1, route="gpt-4.1")
+    by = {s.signal: s for s in result.signals}
+    assert result.candidate_requests > 60 and result.baseline_requests > 60
+    # The canary's own attempts fail; the route's deployment then answers, so few requests fail.
+    failed = by["attempt failed"]
+    assert failed.verdict == "worse" and failed.p_value < 0.05 / len(SIGNALS)
+    assert failed.candidate > 0 and failed.baseline == 0 and failed.ratio is None  # no baseline failures
+    assert by["failed"].verdict != "worse"
+    assert result.verdict == "worse"
+
+
+def test_a_healthy_route_canary_is_worse_on_nothing(client_factory, sqlite_url):
+    client = _client(client_factory, sqlite_url, error_rate=0.0)
+    _traffic(client, 240)
+    now = time.time()
+    result = analyse(client.engine, since=now - 600, until=now + 1, route="gpt-4.1")
+    assert all(s.verdict != "worse" for s in result.signals), result.rows()
+    # No baseline before the window: the tail signals have no fixed threshold and say so.
+    assert {s.signal for s in result.signals if s.verdict == "nodata"} == {"slow", "slow first token", "costly"}
+
+
+def test_too_few_requests_is_nodata(client_factory, sqlite_url):
+    client = _client(client_factory, sqlite_url, error_rate=0.0)
+    _traffic(client, 20)
+    now = time.time()
+    result = analyse(client.engine, since=now - 600, until=now + 1, route="gpt-4.1")
+    assert result.verdict == "nodata" and all(s.verdict == "nodata" for s in result.signals)
+
+
+def test_the_global_canary_compares_its_sides(client_factory, sqlite_url):
+    # Neither the guardrail nor the breaker acts here: the analysis alone is what is read.
+    shipped = (
+        (paths.REPO / "gateway.toml").read_text().replace("[guardrail]\nenabled = true", "[guardrail]\nenabled = false")
+    )
+    assert "enabled = false" in shipped
+    client = client_factory(sqlite_url, toml=shipped + "\n[breaker]\nenabled = false\n")
+    set_ratio(client.engine, 0.5, expected_version=None, actor="t", reason="half")
+    set_faults(client.engine, "holysheep", FaultSettings(error_rate=0.6), actor="t")
+    client.refresh()
+    _traffic(client, 240)
+    now = time.time()
+    result = analyse(client.engine, since=now - 600, until=now + 1)
+    assert result.scope == "global" and result.candidate_requests > 60
+    by = {s.signal: s for s in result.signals}
+    assert by["attempt failed"].verdict == "worse" and by["attempt failed"].baseline == 0
+
+
+def test_the_cli_prints_every_signal_and_refuses_bad_input(client_factory, sqlite_url, tmp_path, monkeypatch, capsys):
+    import json
+
+    from app.__main__ import main
+
+    client = _client(client_factory, sqlite_url, error_rate=0.6)
+    _traffic(client, 200)
+    cfg = tmp_path / "cli.toml"
+    cfg.write_text((paths.REPO / "gateway.toml").read_text() + ROUTE)
+    monkeypatch.setenv("GATEWAY_CONFIG", str(cfg))
+    monkeypatch.setenv("DATABASE_URL", sqlite_url)
+    assert main(["canary", "analyze", "--route", "gpt-4.1", "--minutes", "30", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["scope"] == "route:gpt-4.1" and out["verdict"] == "worse"
+    assert [s["signal"] for s in out["signals"]] == list(SIGNALS)
+    assert main(["canary", "analyze", "--route", "gpt-4.1"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict worse" in text and "attempt failed" in text
+    for bad, says in (
+        (["--minutes", "nan"], "--minutes must be a number from 1 to 10080"),
+        (["--minutes", "1e400"], "--minutes must be a number from 1 to 10080"),
+        (["--alpha", "0"], "--alpha must be"),
+        (["--route", "nope"], "--route 'nope' has no canary deployment"),
+    ):
+        assert main(["canary", "analyze", *bad]) == 2
+        assert says in capsys.readouterr().err

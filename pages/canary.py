@@ -9,6 +9,7 @@ as "no change"."""
 
 import time
 
+import pandas as pd
 import streamlit as st
 
 from app.dashboard import canary_form
@@ -272,6 +273,33 @@ if routes_with_canary:
                 disabled=read_only,
             )
             note(f"route_{rc.route}")
+
+st.subheader("Canary vs baseline")
+st.caption(
+    "Each signal on both arms over the last hour, with an always-valid p-value: reading this as often as "
+    "you like keeps the chance of calling a healthy canary worse under 5 % (split over the signals). "
+    "Read-only: nothing here moves a ratio."
+)
+scopes = [(None, "global canary")] + [(rc.route, f"route {rc.route}") for rc in routes_with_canary]
+for route, label in scopes:
+    result = resources.analysis(route, 60)
+    verdict = {"worse": "error", "nodata": "info", "pass": "success"}[result.verdict]
+    render.flash(
+        verdict,
+        f"{label}: {result.verdict} ({result.candidate_requests:,} canary and {result.baseline_requests:,} baseline "
+        "requests)",
+    )
+    st.dataframe(
+        pd.DataFrame(result.rows()),
+        hide_index=True,
+        width="stretch",
+        key=f"analysis_{route or 'global'}",
+        column_config={
+            "candidate rate": st.column_config.NumberColumn(format="percent"),
+            "baseline rate": st.column_config.NumberColumn(format="percent"),
+            "p (always valid)": st.column_config.NumberColumn(format="%.3g"),
+        },
+    )
 
 st.subheader("Audit trail")
 every = resources.audit(scope=None) if routes_with_canary else audit

@@ -104,6 +104,19 @@ def overview(window_s: int = 900):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _analysis(key: tuple[str, str], route: str | None, minutes: int):
+    from app.monitor.canary_analysis import analyse
+
+    now = time.time()
+    return analyse(engine(), since=now - minutes * 60, until=now, route=route)
+
+
+def analysis(route: str | None, minutes: int):
+    """The canary (global, or ``route``'s) against its baseline over the last ``minutes``."""
+    return _analysis(_config_key(), route, minutes)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _deployments(key: tuple[str, str], window_s: int) -> list[dict]:
     from app.dashboard.deployments import deployment_rows
     from db.canary import read_route_ratios

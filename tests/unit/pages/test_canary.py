@@ -67,3 +67,14 @@ def test_a_route_canary_changed_elsewhere_is_not_overwritten(env):
     button(at, "route_apply_gpt-4.1").click().run()
     assert get_state(engine(), route_scope("gpt-4.1")).ratio == 0.5  # the other operator's value stands
     assert "changed" in notes(at).lower()
+
+
+def test_the_page_shows_each_canary_against_its_baseline(env):
+    at = open_app("../pages/canary.py")
+    assert "Canary vs baseline" in [s.value for s in at.subheader]
+    tables = [df.value for df in at.dataframe if "signal" in df.value.columns]
+    assert len(tables) == 2  # the global canary and the route's
+    assert list(tables[0]["signal"])[:2] == ["attempt failed", "failed"]
+    infos = [shown(i.value) for i in at.info]
+    assert any(i.startswith("global canary: nodata") for i in infos)  # no traffic yet: nodata, never pass
+    assert any(i.startswith("route gpt-4.1: nodata") for i in infos)

@@ -268,8 +268,9 @@ def gated_server(_gated_server: Server) -> Server:
 @pytest.fixture(scope="session")
 def fresh_server(tmp_path_factory) -> Iterator[Server]:
     """A server on the default configuration whose request log stays empty: its tests open pages
-    and may set the canary ratio, but send no request (no prompt, no demo traffic, no loadgen). In a run of the whole tier the first test to
-    open it is test_browser.py's, whose first request is a page URL."""
+    and may set the canary ratio, but send no request (no prompt, no demo traffic, no loadgen). In
+    a run of the whole tier the first test to open it is test_browser.py's, whose first request is
+    a page URL."""
     s = start_server(tmp_path_factory.mktemp("fresh"))
     yield s
     stop_server(s)

@@ -98,8 +98,9 @@ class Server:
         dispose_all()
 
     def canary_row(self) -> tuple:
-        """The stored canary setting, every column: equal before and after means nothing was written."""
-        return self.query("select * from canary_setting")[0]
+        """The stored global canary setting, every column: equal before and after means nothing was
+        written."""
+        return self.query("select * from canary_setting where scope = 'global'")[0]
 
     def query(self, sql: str) -> list[tuple]:
         import sqlite3

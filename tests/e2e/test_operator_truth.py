@@ -89,7 +89,7 @@ def test_canary_current_value_is_refused_as_no_change(server, new_page):
     open_page(page, server, "canary")
     before, rows = server.canary_row(), audit_rows(server)
     # The field shows the stored ratio (waited for: the number field can be drawn before its value).
-    ratio = server.query("select ratio from canary_setting")[0][0]
+    ratio = server.query("select ratio from canary_setting where scope = 'global'")[0][0]
     expect(page.get_by_label("Canary ratio (%)", exact=True)).to_have_value(f"{ratio * 100:.1f}")
     commit(page, "Reason (required)", "same again")
     with rerun(page):
@@ -184,7 +184,7 @@ def test_an_operator_signs_in_and_is_the_recorded_actor(accounts_server, new_pag
     with rerun(page):
         page.get_by_role("button", name="Apply", exact=True).click()
     expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("by olga")
-    assert s.query("select updated_by from canary_setting") == [("olga",)]
+    assert s.query("select updated_by from canary_setting where scope = 'global'") == [("olga",)]
     assert_no_exception(page)
 
 

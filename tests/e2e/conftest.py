@@ -71,6 +71,37 @@ class Server:
             timeout=timeout,
         )
 
+    def engine(self):
+        """An engine on the server's database (the one of its environment: SQLite or PostgreSQL)."""
+        from db.engine import get_engine
+
+        return get_engine(self.env["DATABASE_URL"])
+
+    def add_user(self, name: str, role: str, password: str) -> None:
+        """An account, added in this process as ``python -m app users add`` adds it (the CLI's
+        own tests are in tests/integration/app/test_main.py): a process start less per account."""
+        from app.accounts import Accounts
+        from db.engine import dispose_all
+
+        Accounts(self.engine()).add(name, role, password, actor="e2e")
+        dispose_all()
+
+    def set_ratio(self, ratio: float, reason: str, actor: str = "e2e") -> None:
+        """The canary ratio, written as ``python -m app canary set`` writes it (audited)."""
+        from app.config import load_settings
+        from db.canary import ensure_setting, set_ratio
+        from db.engine import dispose_all
+
+        engine = self.engine()
+        ensure_setting(engine, load_settings(env=self.env).routing.initial_ratio)  # as the CLI does
+        set_ratio(engine, ratio, expected_version=None, actor=actor, reason=reason)
+        dispose_all()
+
+    def canary_row(self) -> tuple:
+        """The stored global canary setting, every column: equal before and after means nothing was
+        written."""
+        return self.query("select * from canary_setting where scope = 'global'")[0]
+
     def query(self, sql: str) -> list[tuple]:
         import sqlite3
 
@@ -171,6 +202,134 @@ def server(tmp_path_factory) -> Iterator[Server]:
     s = start_server(tmp_path_factory.mktemp("e2e"))
     yield s
     stop_server(s)
+
+
+# -- servers shared by the tests of several modules, reset between tests --------------------------
+#
+# A server start costs seconds of CPU (Streamlit and the whole app imported); the tests below need
+# the same kind of server, and what one test leaves behind that another could see is reset by the
+# function-scoped fixture each test asks for.
+
+ACCOUNTS = {
+    "olga": ("operator", "pw-of-olga-123"),
+    "vic": ("viewer", "pw-of-vic-123"),
+    "rita": ("operator", "pw-of-rita-123"),
+    "sam": ("admin", "pw-of-sam-1234"),
+}
+
+
+@pytest.fixture(scope="session")
+def _accounts_server(tmp_path_factory) -> Iterator[Server]:
+    s = start_server(tmp_path_factory.mktemp("accounts"))
+    yield s
+    stop_server(s)
+
+
+@pytest.fixture
+def accounts_server(_accounts_server: Server) -> Server:
+    """A server with local accounts: ``ACCOUNTS`` (name: role, password) as listed, and no sign-in
+    failures counted, at the start of every test (a test may change a role or remove an account)."""
+    from app.accounts import Accounts
+    from db.engine import dispose_all
+
+    s = _accounts_server
+    accounts = Accounts(s.engine())
+    for name, (role, password) in ACCOUNTS.items():
+        user = accounts.get(name)
+        if user is None:
+            accounts.add(name, role, password, actor="e2e")
+        elif user.role != role:
+            accounts.set_role(name, role)
+    with s.engine().begin() as conn:
+        conn.exec_driver_sql("delete from signin_throttle")
+    dispose_all()
+    return s
+
+
+@pytest.fixture(scope="session")
+def _gated_server(tmp_path_factory) -> Iterator[Server]:
+    s = start_server(tmp_path_factory.mktemp("gated"), {"DASHBOARD_PASSWORD": "e2e-secret"})
+    yield s
+    stop_server(s)
+
+
+@pytest.fixture
+def gated_server(_gated_server: Server) -> Server:
+    """A server behind the shared password ``e2e-secret``, with no sign-in failures counted at the
+    start of every test. In a run of the whole tier the first test to open it is
+    test_browser.py's (files run in name order), whose first request is a page URL."""
+    with _gated_server.engine().begin() as conn:
+        conn.exec_driver_sql("delete from signin_throttle")
+    from db.engine import dispose_all
+
+    dispose_all()
+    return _gated_server
+
+
+@pytest.fixture(scope="session")
+def fresh_server(tmp_path_factory) -> Iterator[Server]:
+    """A server on the default configuration whose request log stays empty: its tests open pages
+    and may set the canary ratio, but send no request (no prompt, no demo traffic, no loadgen). In
+    a run of the whole tier the first test to open it is test_browser.py's, whose first request is
+    a page URL."""
+    s = start_server(tmp_path_factory.mktemp("fresh"))
+    yield s
+    stop_server(s)
+
+
+# Failed requests written straight into the incident server's log in the last minutes, on top of
+# what its loadgen produces.
+BURST = 90
+
+
+@pytest.fixture(scope="session")
+def incident_server(tmp_path_factory) -> Iterator[Server]:
+    """Mid-incident, for the Monitor's tests (which read it, never write): half the traffic on the
+    primary, 70 % errors injected there, ``BURST`` failed requests logged in the last ten minutes
+    (hostile text in their error messages, a non-ASCII session id), then 15 s of loadgen traffic from
+    another process."""
+    server = start_server(tmp_path_factory.mktemp("incident"))
+    try:
+        server.set_ratio(0.5, "incident drill: half the traffic on the primary")
+        from app.dashboard.canary_form import save_faults
+        from app.dashboard.identity import Identity
+        from core.records import AttemptRecord
+        from db.engine import dispose_all
+        from db.requests import insert_batch
+
+        engine = server.engine()
+        operator = Identity("e2e-operator", "operator", "account")
+        assert save_faults(engine, "holysheep", 70, 0, 1, actor=operator).ok
+        now = time.time()
+        insert_batch(
+            engine,
+            [
+                AttemptRecord(
+                    request_id=f"burst-{k:03d}",
+                    attempt=1,
+                    ts=now - 600 + k,
+                    provider="holysheep",
+                    model="gemini-2.5-flash",
+                    requested_model="auto",
+                    intent="general",
+                    side="primary",
+                    status="error",
+                    http_status=503,
+                    error_class="server_error",
+                    error_message='=HYPERLINK("http://evil.example","upstream 503")',
+                    latency_ms=20.0,
+                    source="loadgen",
+                    session_id="세션-drill",
+                )
+                for k in range(BURST)
+            ],
+        )
+        dispose_all()
+        r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
+        assert r.returncode == 0, r.stderr
+        yield server
+    finally:
+        stop_server(server)
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,6 @@ from conftest import (
     open_page,
     rerun,
     screenshot,
-    start_server,
-    stop_server,
     wait_ready,
     wait_until,
 )
@@ -202,45 +200,40 @@ def test_kv_calculator_outputs_follow_inputs(server, new_page):
     screenshot(page, "kv-calculator-changed")
 
 
-def test_password_gate_holds_on_a_direct_page_url(tmp_path, new_page):
-    gated = start_server(tmp_path / "gated", {"DASHBOARD_PASSWORD": "e2e-secret"})
-    try:
-        page = new_page()
-        # The first request of a fresh server straight to a page URL: Streamlit may run the page
-        # script without the entry on this run; the page's own setup must still ask for the password.
-        open_page(page, gated, "canary")
-        expect(heading(page)).to_have_text("Sign in")
-        assert page.get_by_label("Canary ratio (%)", exact=True).count() == 0
-        page.get_by_label("Password", exact=True).fill("e2e-secret")
-        page.get_by_role("button", name="Sign in").click()
-        expect(heading(page)).to_have_text("Canary control", timeout=20_000)
-        apply_ratio(page, "20", "e2e: gated change")
-        expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("20 %", timeout=20_000)
-        state = json.loads(gated.cli("canary", "show", "--json").stdout)
-        assert state["updated_by"] == "dashboard"  # the shared password's actor, never a typed name
-        other = new_page()
-        open_page(other, gated, "monitor")
-        expect(heading(other)).to_have_text("Sign in")
-        assert_no_exception(page)
-        screenshot(other, "sign-in")
-    finally:
-        stop_server(gated)
+def test_password_gate_holds_on_a_direct_page_url(gated_server, new_page):
+    gated = gated_server
+    page = new_page()
+    # The first request of a fresh server straight to a page URL (in a run of the whole tier):
+    # Streamlit may run the page script without the entry on this run; the page's own setup must
+    # still ask for the password.
+    open_page(page, gated, "canary")
+    expect(heading(page)).to_have_text("Sign in")
+    assert page.get_by_label("Canary ratio (%)", exact=True).count() == 0
+    page.get_by_label("Password", exact=True).fill("e2e-secret")
+    page.get_by_role("button", name="Sign in").click()
+    expect(heading(page)).to_have_text("Canary control", timeout=20_000)
+    apply_ratio(page, "20", "e2e: gated change")
+    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("20 %", timeout=20_000)
+    state = json.loads(gated.cli("canary", "show", "--json").stdout)
+    assert state["updated_by"] == "dashboard"  # the shared password's actor, never a typed name
+    other = new_page()
+    open_page(other, gated, "monitor")
+    expect(heading(other)).to_have_text("Sign in")
+    assert_no_exception(page)
+    screenshot(other, "sign-in")
 
 
-def test_first_request_of_a_fresh_server_for_a_page_url_shows_that_page(tmp_path, new_page):
+def test_first_request_of_a_fresh_server_for_a_page_url_shows_that_page(fresh_server, new_page):
     """`python -m app dashboard`: a fresh server's first request straight to /kv-calculator shows
     the calculator (drawn through the entry, no "Page not found" notice), and the server listens on
     127.0.0.1 only, as .streamlit/config.toml says."""
-    fresh = start_server(tmp_path / "fresh")
-    try:
-        page = new_page()
-        open_page(page, fresh, "kv-calculator")
-        expect(heading(page)).to_have_text("KV-cache calculator")
-        expect(page.get_by_test_id("stSidebar")).to_contain_text("Canary ratio")  # the entry's sidebar
-        assert page.get_by_text("Page not found").count() == 0
-        assert page.get_by_role("dialog").count() == 0
-        assert_no_exception(page)
-        assert f"URL: {fresh.url}" in fresh.log.read_text()
-        assert "Network URL" not in fresh.log.read_text()
-    finally:
-        stop_server(fresh)
+    fresh = fresh_server
+    page = new_page()
+    open_page(page, fresh, "kv-calculator")
+    expect(heading(page)).to_have_text("KV-cache calculator")
+    expect(page.get_by_test_id("stSidebar")).to_contain_text("Canary ratio")  # the entry's sidebar
+    assert page.get_by_text("Page not found").count() == 0
+    assert page.get_by_role("dialog").count() == 0
+    assert_no_exception(page)
+    assert f"URL: {fresh.url}" in fresh.log.read_text()
+    assert "Network URL" not in fresh.log.read_text()

@@ -46,7 +46,7 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
     engine = create_engine(server.database_url)
     loadgen = None
     try:
-        assert server.cli("canary", "set", "0.25", "--reason", "drill: a quarter on the primary").returncode == 0
+        server.set_ratio(0.25, "drill: a quarter on the primary")
         page = new_page()
         open_page(page, server, "overview")
         sidebar = page.get_by_test_id("stSidebar")

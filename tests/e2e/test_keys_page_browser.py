@@ -19,10 +19,10 @@ from playwright.sync_api import expect
 from tests.support import serve_process as sp
 
 
-@pytest.fixture
-def dashboard_and_gateway(tmp_path):
+@pytest.fixture(scope="module")
+def _dashboard_and_gateway(tmp_path_factory):
     port = sp.free_port()
-    dash = start_server(tmp_path / "dash", extra_env={"GATEWAY_SERVER_URL": f"http://127.0.0.1:{port}"})
+    dash = start_server(tmp_path_factory.mktemp("dash"), extra_env={"GATEWAY_SERVER_URL": f"http://127.0.0.1:{port}"})
     gateway = None
     try:
         gateway = sp.start(Path(dash.env["GATEWAY_CONFIG"]), dash.database_url, port=port)
@@ -31,6 +31,20 @@ def dashboard_and_gateway(tmp_path):
         if gateway is not None:
             gateway.terminate()
         stop_server(dash)
+
+
+@pytest.fixture
+def dashboard_and_gateway(_dashboard_and_gateway):
+    """The dashboard and a ``python -m app serve`` on its database, shared by this module's tests;
+    no gateway key at the start of each test."""
+    dash, _ = _dashboard_and_gateway
+    with dash.engine().begin() as conn:
+        for table in ("gateway_key_reservation", "gateway_key_spend", "gateway_key_window", "gateway_key"):
+            conn.exec_driver_sql(f"delete from {table}")
+    from db.engine import dispose_all
+
+    dispose_all()
+    return _dashboard_and_gateway
 
 
 def test_an_admin_creates_a_key_an_app_uses_it_and_revoking_it_locks_the_app_out(dashboard_and_gateway, new_page):
@@ -81,12 +95,8 @@ def test_an_admin_creates_a_key_an_app_uses_it_and_revoking_it_locks_the_app_out
 
 
 @pytest.fixture
-def dashboard(tmp_path):
-    dash = start_server(tmp_path / "dash")
-    try:
-        yield dash
-    finally:
-        stop_server(dash)
+def dashboard(dashboard_and_gateway):
+    return dashboard_and_gateway[0]
 
 
 def choose_revoke_key(page, name: str) -> None:

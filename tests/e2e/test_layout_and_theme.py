@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import SHOTS, assert_no_exception, open_page, screenshot, start_server, stop_server
+from conftest import SHOTS, assert_no_exception, open_page, screenshot
 from playwright.sync_api import expect
 
 PHONE = {"width": 390, "height": 844}
@@ -53,10 +53,10 @@ def test_the_browsers_colour_scheme_is_followed(server, browser):
             ctx.close()
 
 
-def test_a_phone_reaches_the_demo_button_and_the_incident_columns(tmp_path, browser):
-    # A server of its own: the demo button is offered on a fresh install only, and the shared
-    # server has logged requests by the time this runs (whatever the test order).
-    server = start_server(tmp_path / "fresh")
+def test_a_phone_reaches_the_demo_button_and_the_incident_columns(fresh_server, browser):
+    # The demo button is offered on a fresh install only: the shared ``server`` has logged
+    # requests by the time this runs (whatever the test order), ``fresh_server`` never does.
+    server = fresh_server
     ctx = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=2)
     try:
         page = ctx.new_page()
@@ -90,4 +90,3 @@ def test_a_phone_reaches_the_demo_button_and_the_incident_columns(tmp_path, brow
         table.screenshot(path=str(SHOTS / "providers-phone.png"))
     finally:
         ctx.close()
-        stop_server(server)

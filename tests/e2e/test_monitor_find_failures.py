@@ -1,66 +1,17 @@
-"""Issue 17, points 7 and 8 in Chromium: mid-incident (60 % injected errors on the primary, loadgen
-traffic, plus a burst of logged failures), the operator filters the Monitor's request table to
-failed rows, pages to older ones, sees the table hold still, and downloads the window's CSV, whose
-rows are exactly the failed ones the log holds, with formula-like text neutralised.
-Screenshot: monitor-find-failures.png."""
+"""Issue 17, points 7 and 8 in Chromium: mid-incident (conftest's ``incident_server``: injected
+errors on the primary, loadgen traffic, plus a burst of logged failures), the operator filters the
+Monitor's request table to failed rows, pages to older ones, sees the table hold still, and
+downloads the window's CSV, whose rows are exactly the failed ones the log holds, with formula-like
+text neutralised. Screenshot: monitor-find-failures.png."""
 
 from __future__ import annotations
 
 import csv
 import io
 import re
-import time
 
-import pytest
-from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
+from conftest import BURST, assert_no_exception, open_page, rerun, screenshot, wait_ready
 from playwright.sync_api import expect
-
-BURST = 90  # failed requests logged in the last minutes, on top of what loadgen produces
-
-
-@pytest.fixture(scope="module")
-def incident_server(tmp_path_factory):
-    server = start_server(tmp_path_factory.mktemp("find-failures"))
-    try:
-        assert server.cli("canary", "set", "0.5", "--reason", "drill").returncode == 0
-        from app.dashboard.canary_form import save_faults
-        from app.dashboard.identity import Identity
-        from core.records import AttemptRecord
-        from db.engine import dispose_all, get_engine
-        from db.requests import insert_batch
-
-        engine = get_engine(server.database_url)
-        assert save_faults(engine, "holysheep", 60, 0, 1, actor=Identity("e2e-operator", "operator", "account")).ok
-        now = time.time()
-        insert_batch(
-            engine,
-            [
-                AttemptRecord(
-                    request_id=f"burst-{k:03d}",
-                    attempt=1,
-                    ts=now - 600 + k,
-                    provider="holysheep",
-                    model="gemini-2.5-flash",
-                    requested_model="auto",
-                    intent="general",
-                    side="primary",
-                    status="error",
-                    http_status=503,
-                    error_class="server_error",
-                    error_message='=HYPERLINK("http://evil.example","upstream 503")',
-                    latency_ms=20.0,
-                    source="loadgen",
-                    session_id="세션-drill",
-                )
-                for k in range(BURST)
-            ],
-        )
-        dispose_all()
-        r = server.cli("loadgen", "--rps", "6", "--duration", "8", "--seed", "5", "--quiet", timeout=180)
-        assert r.returncode == 0, r.stderr
-        yield server
-    finally:
-        stop_server(server)
 
 
 def _caption(page, pattern: str):

@@ -1,35 +1,14 @@
-"""Issue 8 in Chromium: mid-incident (70 % injected errors on the primary at a 50 % canary, loadgen
-traffic) the Monitor's headline shows the attempt error rate, the fallback rate and the final
-failure rate, its charts carry the fault and canary markers, and a request's drill-down shows the
-failed attempt and the fallback that answered. Screenshots: monitor-incident.png,
-request-drilldown.png."""
+"""Issue 8 in Chromium: mid-incident (conftest's ``incident_server``: 70 % injected errors on the
+primary at a 50 % canary, loadgen traffic, a burst of logged failures) the Monitor's headline shows
+the attempt error rate, the fallback rate and the final failure rate, its charts carry the fault and
+canary markers, and a request's drill-down shows the failed attempt and the fallback that answered.
+Screenshots: monitor-incident.png, request-drilldown.png."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_ready
+from conftest import assert_no_exception, open_page, rerun, screenshot, wait_ready
 from playwright.sync_api import expect
-
-
-@pytest.fixture(scope="module")
-def incident_server(tmp_path_factory):
-    server = start_server(tmp_path_factory.mktemp("incident"))
-    try:
-        r = server.cli("canary", "set", "0.5", "--reason", "incident drill: half the traffic on the primary")
-        assert r.returncode == 0, r.stderr
-        from app.dashboard.canary_form import save_faults
-        from app.dashboard.identity import Identity
-        from db.engine import dispose_all, get_engine
-
-        engine = get_engine(server.database_url)
-        operator = Identity("e2e-operator", "operator", "account")
-        assert save_faults(engine, "holysheep", 70, 0, 1, actor=operator).ok
-        dispose_all()
-        r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
-        assert r.returncode == 0, r.stderr
-        yield server
-    finally:
-        stop_server(server)
 
 
 def _metrics(page) -> dict[str, str]:

@@ -6,7 +6,6 @@ untrusted text (a canary reason, an upstream error) never makes the browser fetc
 
 from __future__ import annotations
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -43,10 +42,6 @@ def audit_rows(server) -> int:
     return server.query("select count(*) from canary_audit")[0][0]
 
 
-def canary_state(server) -> dict:
-    return json.loads(server.cli("canary", "show", "--json").stdout)
-
-
 def error_under(page, label: str):
     """The error alert drawn right under the input labelled ``label`` (asserted by position)."""
     field = page.get_by_label(label, exact=True).first
@@ -65,12 +60,16 @@ def error_under(page, label: str):
     raise AssertionError(f"no error alert right under {label!r}")
 
 
-@pytest.mark.parametrize("typed", ["150", "-5", "nan", "1e400", "twenty", ""])
+# What the browser makes of the keys typed into the number field: a number out of range, letters
+# (which the field drops: an empty field), a number too large for a double. The other values the
+# server refuses (-5, NaN, infinity, an empty field, no change, no reason) are the AppTest tests'
+# in tests/unit/ui/test_entry.py.
+@pytest.mark.parametrize("typed", ["150", "twenty", "1e400"])
 def test_canary_bad_ratio_is_refused_next_to_the_field_and_nothing_written(server, new_page, typed):
     page = new_page()
     open_page(page, server, "canary")
     expect(page.get_by_role("spinbutton", name="Canary ratio (%)")).to_be_visible()  # DESIGN: a number input
-    before, rows = canary_state(server), audit_rows(server)
+    before, rows = server.canary_row(), audit_rows(server)
     type_into(page, "Canary ratio (%)", typed)
     expect(error_under(page, "Canary ratio (%)")).to_contain_text("Canary ratio must be")
     commit(page, "Reason (required)", "operator typo: meant 15")
@@ -79,7 +78,7 @@ def test_canary_bad_ratio_is_refused_next_to_the_field_and_nothing_written(serve
     err = error_under(page, "Canary ratio (%)")
     expect(err).to_contain_text("Nothing was written")
     assert page.get_by_test_id("stAlertContentSuccess").count() == 0
-    assert canary_state(server) == before and audit_rows(server) == rows
+    assert server.canary_row() == before and audit_rows(server) == rows
     assert_no_exception(page)
     if typed in ("150", "twenty"):
         screenshot(page, f"canary-refused-{typed}")
@@ -88,14 +87,15 @@ def test_canary_bad_ratio_is_refused_next_to_the_field_and_nothing_written(serve
 def test_canary_current_value_is_refused_as_no_change(server, new_page):
     page = new_page()
     open_page(page, server, "canary")
-    before, rows = canary_state(server), audit_rows(server)
+    before, rows = server.canary_row(), audit_rows(server)
     # The field shows the stored ratio (waited for: the number field can be drawn before its value).
-    expect(page.get_by_label("Canary ratio (%)", exact=True)).to_have_value(f"{before['ratio'] * 100:.1f}")
+    ratio = server.query("select ratio from canary_setting where scope = 'global'")[0][0]
+    expect(page.get_by_label("Canary ratio (%)", exact=True)).to_have_value(f"{ratio * 100:.1f}")
     commit(page, "Reason (required)", "same again")
     with rerun(page):
         page.get_by_role("button", name="Apply", exact=True).click()
     expect(error_under(page, "Canary ratio (%)")).to_contain_text("No change")
-    assert canary_state(server) == before and audit_rows(server) == rows
+    assert server.canary_row() == before and audit_rows(server) == rows
     screenshot(page, "canary-no-change")
 
 
@@ -157,55 +157,7 @@ def test_playground_max_tokens_zero_is_refused_and_nothing_sent(server, new_page
     screenshot(page, "playground-max-tokens-0")
 
 
-def test_a_coding_prompt_at_zero_percent_is_neither_sent_to_the_primary_nor_answered_dearer(
-    tmp_path, new_page, request
-):
-    """Issue 8 #3 and issue 17 #2: with model=auto and intent rules that choose deepseek for coding
-    (a configuration that says so: the shipped rules choose models both sides serve), which only the
-    primary serves; the fallback's default (gpt-4.1) costs 14x more. At a canary ratio of 0 % the
-    primary gets no traffic, so the substitution policy decides: no substitute within its price
-    factor, so the request is refused with a message naming the policy and the ratio, and logged
-    once as refused_by_policy (never answered by gpt-4.1, never sent to the primary)."""
-    from tests.configs import one_sided_toml
-
-    server = start_server(
-        tmp_path / "one-sided", config_text=one_sided_toml() + "\n[simulator]\nlatency_scale = 0.05\n"
-    )
-    request.addfinalizer(lambda: stop_server(server))
-    r = server.cli("canary", "set", "0", "--reason", "e2e: every session on the fallback side")
-    assert r.returncode == 0, r.stderr
-    page = new_page()
-    open_page(page, server, "playground")
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill("Write a python function that sorts a list of numbers")
-    box.press("Enter")
-    answer = page.get_by_test_id("stChatMessage").nth(1)
-    expect(answer).to_contain_text("substitution policy", timeout=30_000)
-    expect(answer).to_contain_text("canary ratio of 0%")
-    session = page.get_by_label("Session id", exact=True).input_value()
-    rows = wait_until(
-        lambda: server.query(
-            f"select provider, status, error_class, side from request_log where session_id = '{session}' and final = 1"
-        ),
-        10,
-        "the playground's request_log row",
-    )
-    assert rows == [("gateway", "error", "refused_by_policy", "fallback")]
-    assert_no_exception(page)
-    screenshot(page, "playground-cost-safe-routing")
-
-
 # -- identities ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def accounts_server(tmp_path_factory):
-    s = start_server(tmp_path_factory.mktemp("accounts"))
-    for name, role in (("olga", "operator"), ("vic", "viewer")):
-        add = s.cli("users", "add", name, "--role", role, "--password-stdin", input=f"pw-of-{name}-123\n")
-        assert add.returncode == 0, add.stderr
-    yield s
-    stop_server(s)
 
 
 def sign_in(page, server, name: str, password: str) -> None:
@@ -232,7 +184,7 @@ def test_an_operator_signs_in_and_is_the_recorded_actor(accounts_server, new_pag
     with rerun(page):
         page.get_by_role("button", name="Apply", exact=True).click()
     expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("by olga")
-    assert canary_state(s)["updated_by"] == "olga"
+    assert s.query("select updated_by from canary_setting where scope = 'global'") == [("olga",)]
     assert_no_exception(page)
 
 
@@ -265,21 +217,18 @@ def test_wrong_passwords_wait_longer_each_time(accounts_server, new_page):
     screenshot(page, "sign-in-delay")
 
 
-def test_the_shared_password_is_throttled_too(tmp_path, new_page):
-    gated = start_server(tmp_path / "gated", {"DASHBOARD_PASSWORD": "e2e-secret"})
-    try:
-        page = new_page()
-        messages = []
-        for i in range(3):
-            open_page(page, gated, "")
-            page.get_by_label("Password", exact=True).fill(f"guess {i}")
-            with rerun(page):
-                page.get_by_role("button", name="Sign in").click()
-            messages.append(page.get_by_test_id("stAlertContentError").inner_text())
-        assert messages[:2] == ["Wrong password."] * 2 and "next try in 1 s" in messages[2]
-        assert gated.query("select key from signin_throttle") == [("password",)]
-    finally:
-        stop_server(gated)
+def test_the_shared_password_is_throttled_too(gated_server, new_page):
+    gated = gated_server
+    page = new_page()
+    messages = []
+    for i in range(3):
+        open_page(page, gated, "")
+        page.get_by_label("Password", exact=True).fill(f"guess {i}")
+        with rerun(page):
+            page.get_by_role("button", name="Sign in").click()
+        messages.append(page.get_by_test_id("stAlertContentError").inner_text())
+    assert messages[:2] == ["Wrong password."] * 2 and "next try in 1 s" in messages[2]
+    assert gated.query("select key from signin_throttle") == [("password",)]
 
 
 # -- untrusted text ------------------------------------------------------------------------------------
@@ -330,20 +279,11 @@ def _visit_everywhere_text_is_shown(page, server) -> None:
             page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on
 
 
-@pytest.fixture(scope="module")
-def plain_server(tmp_path_factory):
-    """A server of this module's own on the default configuration, for the two tests below that
-    need one the shared server's other tests never touched: a stored reason of their own, and a log
-    with no streamed request. Neither test's traffic changes what the other looks at (the reason
-    test sends no request; the TTFT test's loadgen leaves the canary reason alone)."""
-    s = start_server(tmp_path_factory.mktemp("plain"))
-    yield s
-    stop_server(s)
-
-
-def test_a_stored_reason_never_loads_an_image(plain_server, new_page, pixel):
+def test_a_stored_reason_never_loads_an_image(fresh_server, new_page, pixel):
+    """On a server the shared ``server``'s tests never touched: a stored reason of its own (and no
+    request sent, as ``fresh_server`` requires)."""
     evil = f"![x]({pixel.url}/reason-pixel) <img src={pixel.url}/reason-img> :red[alarm]"
-    s = plain_server
+    s = fresh_server
     set_ = s.cli("canary", "set", "0.3", "--reason", evil, "--actor", f"![a]({pixel.url}/actor-pixel)")
     assert set_.returncode == 0, set_.stderr
     page = new_page()
@@ -402,12 +342,12 @@ default_model = "gpt-4.1"
             stop_server(s)
 
 
-def test_the_ttft_note_fits_inside_its_chart(plain_server, new_page, tmp_path):
-    """Non-streamed traffic only: the time-to-first-token chart shows a note instead of lines; the
-    note is wrapped so that it stays inside the half-width chart (it ran off both sides)."""
-    s = plain_server
-    run = s.cli("loadgen", "--rps", "5", "--duration", "1", "--seed", "1", "--quiet")
-    assert run.returncode == 0, run.stderr
+def test_the_ttft_note_fits_inside_its_chart(incident_server, new_page, tmp_path):
+    """Non-streamed traffic only (the incident server's loadgen and logged failures): the
+    time-to-first-token chart shows a note instead of lines; the note is wrapped so that it stays
+    inside the half-width chart (it ran off both sides)."""
+    s = incident_server
+    assert s.query("select count(*) from request_log where stream")[0][0] == 0
     page = new_page()
     open_page(page, s, "monitor")
     chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")

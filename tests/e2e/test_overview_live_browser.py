@@ -21,8 +21,7 @@ def test_the_overview_raises_the_banner_by_itself(tmp_path, new_page):
     server = start_server(tmp_path, config_text=config)
     loadgen = None
     try:
-        r = server.cli("canary", "set", "0.5", "--reason", "drill: half the traffic on the primary")
-        assert r.returncode == 0, r.stderr
+        server.set_ratio(0.5, "drill: half the traffic on the primary")
         page = new_page()
         page.set_viewport_size({"width": 1440, "height": 1000})
         open_page(page, server, "")

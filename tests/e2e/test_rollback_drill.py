@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 def test_a_rollback_takes_every_request_off_the_primary(tmp_path, new_page):
     server = start_server(tmp_path / "drill")
     try:
-        assert server.cli("canary", "set", "0.5", "--reason", "drill: half on the primary").returncode == 0
+        server.set_ratio(0.5, "drill: half on the primary")
         page = new_page()
         open_page(page, server, "canary")
         form = page.get_by_test_id("stForm").filter(has_text="holysheep")

@@ -7,21 +7,11 @@ sign-in form. The token is never in a URL."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_until
+from conftest import ACCOUNTS, assert_no_exception, open_page, rerun, screenshot, wait_until
 from playwright.sync_api import expect
 
 COOKIE = "gateway_session"
-PASSWORDS = {"olga": "pw-of-olga-123", "rita": "pw-of-rita-123", "sam": "pw-of-sam-1234"}
-
-
-@pytest.fixture(scope="module")
-def accounts_server(tmp_path_factory):
-    s = start_server(tmp_path_factory.mktemp("sessions"))
-    for name, role in (("olga", "operator"), ("rita", "operator"), ("sam", "admin")):
-        add = s.cli("users", "add", name, "--role", role, "--password-stdin", input=f"{PASSWORDS[name]}\n")
-        assert add.returncode == 0, add.stderr
-    yield s
-    stop_server(s)
+PASSWORDS = {name: password for name, (_, password) in ACCOUNTS.items()}
 
 
 @pytest.fixture

@@ -329,6 +329,34 @@ def test_playground_streams_an_answer_with_its_metadata_and_log_row(any_env):
     assert at.session_state["_playground_state"].session_id != old and not at.chat_message
 
 
+def test_a_coding_prompt_at_zero_percent_is_neither_sent_to_the_primary_nor_answered_dearer(env):
+    """model=auto with intent rules that choose deepseek for coding (a configuration that says so:
+    the shipped rules choose models both sides serve), which only the primary serves; the
+    fallback's default (gpt-4.1) costs 14x more. At a canary ratio of 0 % the primary gets no
+    traffic, so the substitution policy decides: no substitute within its price factor, so the
+    request is refused with a message naming the policy and the ratio, and logged once as
+    refused_by_policy (never answered by gpt-4.1, never sent to the primary)."""
+    from sqlalchemy import text
+
+    from tests.configs import one_sided_toml
+    from ui import resources
+
+    env.config.write_text(one_sided_toml() + "\n[simulator]\nlatency_scale = 0\nseed = 3\n")
+    set_ratio(engine(), 0.0, expected_version=None, actor="test", reason="every session on the fallback side")
+    at = open_app("../pages/playground.py")
+    at.chat_input[0].set_value("Write a python function that sorts a list of numbers").run()
+    assert not at.exception
+    answer = at.chat_message[1]
+    said = shown(" ".join(str(el.value) for kind in ("markdown", "error", "caption") for el in getattr(answer, kind)))
+    assert "substitution policy" in said and "canary ratio of 0%" in said
+    resources.client().flush()
+    with engine().connect() as conn:
+        rows = conn.execute(
+            text("select provider, status, error_class, side, final from request_log where source = 'playground'")
+        ).all()
+    assert [tuple(r) for r in rows] == [("gateway", "error", "refused_by_policy", "fallback", 1)]
+
+
 def test_playground_never_loads_images_from_model_output(env, monkeypatch):
     import app.simulator.server as sim_server
     from app.simulator.answers import Answer

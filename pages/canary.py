@@ -294,10 +294,11 @@ st.subheader("Canary vs baseline")
 st.caption(
     "Each signal on both arms over the last hour, with an always-valid p-value: reading this as often as "
     "you like keeps the chance of calling a healthy canary worse under 5 % (split over the signals). "
-    "Read-only: nothing here moves a ratio."
+    "Read-only: nothing here moves a ratio. It reads the hour's request log, so it runs when asked."
 )
 scopes = [(None, "global canary")] + [(rc.route, f"route {rc.route}") for rc in routes_with_canary]
-for route, label in scopes:
+compare = st.toggle("Compare each canary with its baseline", key="canary_analysis_on")
+for route, label in scopes if compare else []:
     result = resources.analysis(route, 60)
     verdict = {"worse": "error", "nodata": "info", "pass": "success"}[result.verdict]
     render.flash(

@@ -72,6 +72,8 @@ def test_a_route_canary_changed_elsewhere_is_not_overwritten(env):
 def test_the_page_shows_each_canary_against_its_baseline(env):
     at = open_app("../pages/canary.py")
     assert "Canary vs baseline" in [s.value for s in at.subheader]
+    assert not [df for df in at.dataframe if "signal" in df.value.columns]  # read only when asked
+    at.toggle(key="canary_analysis_on").set_value(True).run()
     tables = [df.value for df in at.dataframe if "signal" in df.value.columns]
     assert len(tables) == 2  # the global canary and the route's
     assert list(tables[0]["signal"])[:2] == ["attempt failed", "failed"]

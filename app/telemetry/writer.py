@@ -324,6 +324,13 @@ class TelemetryWriter:
         if not self._db_ok and (self._stopping or self._clock() < self._next_probe):
             self._spill(batch)  # closing: no probe per batch, the final replay attempt decides
             return
+        if not self._db_ok and self._journal.has_pending():
+            # The probe is due and older records wait in the journal: the batch goes behind them
+            # and the replay is the probe, so records reach the database in the order accepted
+            # (written first, the batch would overtake everything the outage journaled).
+            self._spill(batch)
+            self._maybe_replay(forced=True)
+            return
         try:
             self._write_isolating(batch)
         except Exception as exc:  # noqa: BLE001 - transient: the database's state, not the rows

@@ -2,8 +2,8 @@
 
 from app.catalog import UnknownModelError
 from app.config import ProviderNotConfigured
-from app.routing.client import ChatStream, RoutingClient, validate_messages
 from app.routing.errors import BadResponse, ClientClosedError, StreamBrokenError
+from app.routing.io.client import ChatStream, RoutingClient, validate_messages
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from core.errors import GatewayError
 

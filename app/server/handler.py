@@ -1,9 +1,9 @@
 """The server's chat handler: one validated OpenAI request in, the shared routing policy, one OpenAI
 answer out.
 
-The policy is :class:`app.routing.client.RoutingClient`'s (canary split, intent rules,
+The policy is :class:`app.routing.io.client.RoutingClient`'s (canary split, intent rules,
 retry/fallback, breakers, telemetry), driven on the event loop by its async driver
-(:class:`app.routing.async_client.AsyncRoutingClient`): nothing of it is copied here. This module
+(:class:`app.routing.io.async_client.AsyncRoutingClient`): nothing of it is copied here. This module
 only adds what a server needs around it: key admission (rate limits and budgets, settled with the
 real cost), mapping outcomes to HTTP statuses and ``x-gateway-*`` headers, and OpenAI's SSE framing.
 
@@ -31,12 +31,12 @@ import anyio.to_thread
 from app import catalog
 from app.config import priced_as
 from app.routing.answers import chunk_text
-from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
-from app.routing.client import RoutingClient
 from app.routing.core import MAX_SESSION_ID
 from app.routing.errors import GATEWAY_OVERLOADED
 from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
+from app.routing.io.async_client import AsyncChatStream, AsyncRoutingClient
+from app.routing.io.client import RoutingClient
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
 from app.server.admission import Admission

@@ -45,8 +45,8 @@ from pyreqwest.proxy import ProxyBuilder
 from pyreqwest.response import Response
 
 from app.netconf import NetConf
-from app.routing.body_limit import declared_length, too_large
 from app.routing.errors import BadResponse
+from app.routing.io.body_limit import declared_length, too_large
 from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
 
@@ -276,7 +276,7 @@ class HttpUpstream:
 
     ``default_headers`` are the SDK client's own (key, user agent, platform), so the upstream sees
     the same request; ``sdk`` builds the status errors. The number of requests at once is bounded
-    by the server's :class:`~app.routing.pool.ProviderPool` slots, taken before each call."""
+    by the server's :class:`~app.routing.io.pool.ProviderPool` slots, taken before each call."""
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ to its driver instead of sleeping), the circuit breakers, failure classification
 records and the telemetry hand-off. A request routed here is logged exactly as the sync client logs
 it.
 
-Deadlines are the sync driver's :class:`~app.routing.deadline.AttemptDeadline`, enforced with
+Deadlines are the sync driver's :class:`~app.routing.io.deadline.AttemptDeadline`, enforced with
 ``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a
 stream must send its headers and first text by the first-token deadline, then each chunk within the
 idle gap, all by the request deadline. A passed deadline is an ordinary ``httpx2`` timeout to the
@@ -35,16 +35,18 @@ import anyio.to_thread
 import httpx2
 import openai
 
-from app.routing import deadline as deadlines
+from app.config import ProviderNotConfigured
 from app.routing.answers import chunk_text, passed_headers
-from app.routing.body_limit import AsyncBodyLimitTransport
 from app.routing.canary import Side
-from app.routing.client import RoutingClient, sdk_chunk
 from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import ClientClosedError, Failure, ProviderNotConfigured
-from app.routing.pool import ProviderPool
+from app.routing.errors import ClientClosedError, Failure
+from app.routing.io import deadline as deadlines
+from app.routing.io.body_limit import AsyncBodyLimitTransport
+from app.routing.io.client import RoutingClient
+from app.routing.io.pool import ProviderPool
+from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
+from app.routing.io.upstream_http import HttpUpstream
 from app.routing.result import AllRoutesFailed, ChatResult
-from app.routing.upstream_http import HttpUpstream
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class AsyncChatStream(StreamState):
     chunks as JSON objects (what the server forwards), or ``chunks()`` for the SDK's chunk
     objects. One of the three, once. Afterwards ``.result`` holds the :class:`ChatResult`.
     ``aclose()`` (or leaving ``async with``) before the end cancels the upstream stream and logs
-    the attempt as ``cancelled``. The async twin of :class:`~app.routing.client.ChatStream`."""
+    the attempt as ``cancelled``. The async twin of :class:`~app.routing.io.client.ChatStream`."""
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
@@ -267,7 +269,7 @@ class AsyncRoutingClient:
             return client
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed")
-        sdk = self.core.sdk_settings(name)  # ProviderNotConfigured if its key is unset
+        sdk = sdk_settings(self.settings, name, self.core.env, self.core.secrets)  # ProviderNotConfigured if unset
         transport = self._transports.get(name)
         if transport is None:
             sync_transport = self.sync.transports.get(name)
@@ -316,23 +318,25 @@ class AsyncRoutingClient:
         """The SDK call, under the attempt's deadline (non-streamed: the whole answer, raw;
         streamed: until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
-        path, body, options = self.core.request(plan, attempt)
+        req = self.core.request(plan, attempt)
         upstream = self._upstreams.get(attempt.provider)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
                 if upstream is not None:
-                    extra = {k: v for k, v in (options.get("headers") or {}).items() if isinstance(v, str)}
-                    return await upstream.post(path, body, headers=extra, timeout_s=attempt.timeout, stream=plan.stream)
+                    return await upstream.post(
+                        req.path, req.body, headers=req.headers, timeout_s=req.timeout, stream=plan.stream
+                    )
+                options = sdk_options(req)
                 if plan.stream:
                     return await client.post(
-                        path,
-                        body=body,
+                        req.path,
+                        body=req.body,
                         options=options,
                         cast_to=object,
                         stream=True,
                         stream_cls=openai.AsyncStream[object],
                     )
-                return await client.post(path, body=body, options=options, cast_to=httpx2.Response)
+                return await client.post(req.path, body=req.body, options=options, cast_to=httpx2.Response)
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
 
@@ -347,7 +351,7 @@ class AsyncRoutingClient:
                 try:
                     async with self._slot(plan, attempt):
                         response = await self._send(plan, attempt, core.deadline(plan, attempt))
-                    answer = core.read(plan, attempt, response)
+                    answer = core.read(plan, attempt, response.content, response.headers)
                 except asyncio.CancelledError:
                     core.record(plan, attempt, failure=core.cancelled("the caller went away"))
                     raise
@@ -392,7 +396,7 @@ class AsyncRoutingClient:
                             except StopAsyncIteration:
                                 break
                             except TimeoutError:
-                                deadline.check()  # the first-token or request deadline, by name
+                                deadlines.check(deadline)  # the first-token or request deadline, by name
                                 raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
                             for event in feed.take(chunk):
                                 for out in acc.take(event, deadline):

@@ -50,6 +50,7 @@ from app.routing.errors import BadResponse, Failure, StreamBrokenError
 from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import message_text
+from app.routing.options import RouteOptions
 from app.routing.policy import (
     AttemptDeadline,
     Deadline,
@@ -78,6 +79,7 @@ ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
+DEFAULT_OPTIONS = RouteOptions()
 GATEWAY = "gateway"  # the provider name of a request the gateway refused itself (no upstream was asked)
 ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
 DEPLOYMENT_MAX = 200  # the width of request_log.deployment
@@ -355,22 +357,11 @@ class RoutingCore:
         return {name: b.snapshot(now) for name, b in self.breakers.items()}
 
     # -- planning ------------------------------------------------------------------------------
-    def plan(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        stream: bool = False,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Plan:
+    def plan(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> Plan:
         """Validate what the gateway reads of a request and decide its side, model and routes;
         :class:`InvalidRequest` (before any network call) when it cannot be routed."""
+        model, session_id, stream, source = options.model, options.session_id, options.stream, options.source
+        route, cache_hints, key_name, headers = options.route, options.cache_hints, options.key_name, options.headers
         if api not in API_PATHS:
             raise InvalidRequest(f"unknown API {api!r}")
         body = {k: encodable(v) for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)}

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio.to_thread
@@ -37,8 +38,7 @@ import openai
 
 from app.config import ProviderNotConfigured
 from app.routing.answers import chunk_text, passed_headers
-from app.routing.canary import Side
-from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
+from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import AsyncBodyLimitTransport
@@ -46,6 +46,7 @@ from app.routing.io.client import RoutingClient
 from app.routing.io.pool import ProviderPool
 from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
 from app.routing.io.upstream_http import HttpUpstream
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 
 log = logging.getLogger(__name__)
@@ -183,82 +184,36 @@ class AsyncRoutingClient:
     def closed(self) -> bool:
         return self._closed or self.sync.closed
 
-    async def request(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatResult:
+    async def request(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> ChatResult:
         """One non-streamed request of ``api``, routed as :meth:`RoutingClient.request` routes it."""
-        plan = self._new_plan(api, body, model, False, session_id, source, route, cache_hints, key_name, headers)
+        plan = self._new_plan(api, body, replace(options, stream=False))
         return await self._run(plan)
 
-    def stream(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncChatStream:
+    def stream(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> AsyncChatStream:
         """One streamed request of ``api``. Invalid input raises here, before any network I/O;
         the request starts at the first read."""
-        plan = self._new_plan(api, body, model, True, session_id, source, route, cache_hints, key_name, headers)
+        plan = self._new_plan(api, body, replace(options, stream=True))
         stream = AsyncChatStream(plan)
         stream._gen = self._run_stream(plan, stream)
         return stream
 
     async def chat(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> ChatResult:
-        """One non-streamed chat request; ``kwargs`` as :meth:`request`'s, plus any chat parameters."""
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
-        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
-        return await self.request("chat", body, model=model, **own)
+        """One non-streamed chat request; ``kwargs``: the routing options
+        (:class:`~app.routing.options.RouteOptions`) and any chat parameters."""
+        options, rest = RouteOptions.split(kwargs, model=model)
+        body = {"messages": messages, **{k: v for k, v in rest.items() if v is not None}}
+        return await self.request("chat", body, options)
 
     def chat_stream(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> AsyncChatStream:
         """One streamed chat request (chunks as JSON objects)."""
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
-        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
-        return self.stream("chat", body, model=model, **own)
+        options, rest = RouteOptions.split(kwargs, model=model)
+        body = {"messages": messages, **{k: v for k, v in rest.items() if v is not None}}
+        return self.stream("chat", body, options)
 
-    def _new_plan(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        model: str | None,
-        stream: bool,
-        session_id: str | None,
-        source: str | None,
-        route: Side | None,
-        cache_hints: bool,
-        key_name: str | None,
-        headers: Mapping[str, str] | None,
-    ) -> Plan:
+    def _new_plan(self, api: str, body: Mapping[str, Any], options: RouteOptions) -> Plan:
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
-        return self.core.plan(
-            api,
-            body,
-            model=model,
-            session_id=session_id,
-            stream=stream,
-            source=source,
-            route=route,
-            cache_hints=cache_hints,
-            key_name=key_name,
-            headers=headers,
-        )
+        return self.core.plan(api, body, options)
 
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
@@ -427,9 +382,6 @@ class AsyncRoutingClient:
         finally:
             steps.close()
             core.commit(plan)
-
-
-_OWN_KWARGS = frozenset({"session_id", "source", "route", "cache_hints", "key_name", "headers"})
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

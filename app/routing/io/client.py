@@ -34,8 +34,8 @@ from app.config import Settings, load_settings
 from app.netconf import NetConf
 from app.routing.answers import StreamAccount, chunk_text, passed_headers
 from app.routing.breaker import BreakerSnapshot, State
-from app.routing.canary import Side
 from app.routing.core import (
+    DEFAULT_OPTIONS,
     MAX_SESSION_ID,
     Attempt,
     NoRoute,
@@ -53,6 +53,7 @@ from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import BodyLimitTransport
 from app.routing.io.classify import classify
 from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 
 __all__ = [
@@ -217,128 +218,67 @@ class RoutingClient:
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: Literal[False] = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: Literal[False] = False, **params: Any
     ) -> ChatResult: ...
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: Literal[True],
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: Literal[True], **params: Any
     ) -> ChatStream: ...
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream: ...
 
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
-        """Send one chat request through the router. ``params`` are any chat completions
-        parameters (``tools``, ``tool_choice``, ``response_format``, ``temperature``, ``seed``,
-        ``n``, ``logprobs``, ...), sent as given; a ``None`` value is left out.
+        """Send one chat request through the router. ``params`` are the routing options of
+        :class:`~app.routing.options.RouteOptions` (``session_id``, ``source``, ``route``,
+        ``cache_hints``, ``key_name``, ``headers``) and any chat completions parameters (``tools``,
+        ``tool_choice``, ``response_format``, ``temperature``, ``seed``, ``n``, ``logprobs``, ...),
+        sent as given; a ``None`` value is left out.
 
         ``route`` forces one side with no fallback (the playground's compare mode). Raises
         :class:`ClientClosedError` at once, without any network I/O, once ``close()`` has begun.
         """
-        body = {"messages": messages, **params}
-        return self.request("chat", body, model=model, stream=stream, session_id=session_id, source=source,
-                            route=route, cache_hints=cache_hints, key_name=key_name)  # fmt: skip
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("chat", {"messages": messages, **rest}, options)
 
     def responses(
-        self, input: Any, model: str = "auto", *, stream: bool = False, session_id: str | None = None, **params: Any
+        self, input: Any, model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
         """One Responses API request (``POST /v1/responses``) through the same policy;
         ``result.completion`` is the SDK's ``Response``; streamed, the semantic events."""
-        return self.request("responses", {"input": input, **params}, model=model, stream=stream, session_id=session_id)
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("responses", {"input": input, **rest}, options)
 
-    def embeddings(
-        self, input: Any, model: str = "auto", *, session_id: str | None = None, **params: Any
-    ) -> ChatResult:
+    def embeddings(self, input: Any, model: str = "auto", **params: Any) -> ChatResult:
         """Embeddings (``POST /v1/embeddings``) through the same policy; ``result.completion`` is
         the SDK's ``CreateEmbeddingResponse`` (``.data[i].embedding``); ``model='auto'`` takes the
         route's first embedding model."""
-        result = self.request("embeddings", {"input": input, **params}, model=model, session_id=session_id)
+        options, rest = RouteOptions.split(params, model=model)
+        result = self.request("embeddings", {"input": input, **rest}, options)
         assert isinstance(result, ChatResult)
         return result
 
     def completions(
-        self, prompt: Any, model: str = "auto", *, stream: bool = False, session_id: str | None = None, **params: Any
+        self, prompt: Any, model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
         """Legacy completions (``POST /v1/completions``) through the same policy."""
-        return self.request("completions", {"prompt": prompt, **params}, model=model, stream=stream,
-                            session_id=session_id)  # fmt: skip
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("completions", {"prompt": prompt, **rest}, options)
 
     def request(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS
     ) -> ChatResult | ChatStream:
         """Any routed API call: ``api`` is chat, responses, embeddings or completions, ``body`` its
-        parameters (``None`` values left out; ``model`` and ``stream`` are the arguments)."""
+        parameters (``None`` values left out), ``options`` how to route it."""
         if self._closed:
             raise ClientClosedError("this RoutingClient is closed: build a new one (RoutingClient.from_config())")
-        plan = self.core.plan(
-            api,
-            {k: v for k, v in body.items() if v is not None},
-            model=model,
-            session_id=session_id,
-            stream=stream,
-            source=source,
-            route=route,
-            cache_hints=cache_hints,
-            key_name=key_name,
-            headers=headers,
-        )
-        if stream:
+        plan = self.core.plan(api, {k: v for k, v in body.items() if v is not None}, options)
+        if options.stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
 

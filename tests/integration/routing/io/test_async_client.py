@@ -17,7 +17,7 @@ import pytest
 from app.routing import AllRoutesFailed, RoutingClient, StreamBrokenError
 from app.routing.io.async_client import AsyncRoutingClient
 from core.errors import InvalidRequest
-from tests.integration.routing.test_client import (
+from tests.integration.routing.io.test_client import (
     HI,
     KEY,
     KEY_ENV,

@@ -11,8 +11,8 @@ import pytest
 
 from app.routing import StreamBrokenError
 from app.routing.io.async_client import AsyncRoutingClient
-from tests.integration.routing.test_async_client import BOUND_S, router, stream_async, up  # noqa: F401 - fixtures
-from tests.integration.routing.test_client import HI, chaos_requests, flushed, log_rows
+from tests.integration.routing.io.test_async_client import BOUND_S, router, stream_async, up  # noqa: F401 - fixtures
+from tests.integration.routing.io.test_client import HI, chaos_requests, flushed, log_rows
 from tests.support.chaos_upstream import huge, ok
 
 LIMIT = 64 * 1024

@@ -1,7 +1,7 @@
 """The composition root: the one place the gateway's object graph is built and torn down.
 
 :func:`build_gateway` is :func:`app.runtime.assemble` with the routing client
-(:class:`~app.routing.client.RoutingClient`). The CLI, the dashboard, the server, the load generator
+(:class:`~app.routing.io.client.RoutingClient`). The CLI, the dashboard, the server, the load generator
 and the benchmarks all build through it; every constructor below it only stores what it is given.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.config import Settings
-from app.routing.client import RoutingClient
+from app.routing.io.client import RoutingClient
 from app.runtime import RATIO, Gateway, assemble
 
 __all__ = ["RATIO", "Gateway", "build_gateway"]

@@ -1,6 +1,7 @@
 """How one provider is reached on the network: its proxy and its TLS trust, resolved once from the
 provider's config and the environment, and handed to both HTTP stacks (the sync driver's httpx2
-transport and the server's pyreqwest client) so the two reach an upstream the same way.
+transport, :func:`app.routing.io.client.httpx_transport`, and the server's pyreqwest client) so the
+two reach an upstream the same way. Plain data: it imports neither.
 
 Proxies follow curl, requests and httpx: ``HTTPS_PROXY`` for an ``https://`` upstream,
 ``HTTP_PROXY`` for an ``http://`` one, ``ALL_PROXY`` for either (upper or lower case), and
@@ -17,8 +18,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
-
-import httpx2
 
 __all__ = ["NetConf", "redact", "resolve"]
 
@@ -58,15 +57,6 @@ class NetConf:
         if self.client_cert:
             ctx.load_cert_chain(self.client_cert, self.client_key)
         return ctx
-
-    def httpx_transport(self) -> httpx2.HTTPTransport:
-        kwargs: dict = {}
-        ctx = self.ssl_context()
-        if ctx is not None:
-            kwargs["verify"] = ctx
-        if self.proxy:
-            kwargs["proxy"] = httpx2.Proxy(self.proxy)
-        return httpx2.HTTPTransport(**kwargs)
 
     def describe_proxy(self) -> str:
         """``proxy http://host:3128 (from HTTPS_PROXY)``, with any password hidden."""

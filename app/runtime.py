@@ -6,7 +6,7 @@ simulated fault settings) -> upstreams and transports (the built-in simulators) 
 
 :func:`assemble` knows the client only by the keyword arguments it is built with, so this module
 imports no router: :func:`app.gateway.build_gateway` (the composition root) passes
-:class:`~app.routing.client.RoutingClient`, and ``RoutingClient.from_config`` passes itself, with
+:class:`~app.routing.io.client.RoutingClient`, and ``RoutingClient.from_config`` passes itself, with
 no import circle between the router and the root. ``Gateway.close()`` stops the timers, flushes and
 closes the telemetry writer and closes the HTTP clients.
 """

@@ -2,8 +2,9 @@
 
 from app.catalog import UnknownModelError
 from app.config import ProviderNotConfigured
-from app.routing.client import ChatStream, RoutingClient, validate_messages
 from app.routing.errors import BadResponse, ClientClosedError, StreamBrokenError
+from app.routing.io.client import ChatStream, RoutingClient, validate_messages
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, AttemptInfo, ChatResult, Usage
 from core.errors import GatewayError
 
@@ -16,6 +17,7 @@ __all__ = [
     "ClientClosedError",
     "GatewayError",
     "ProviderNotConfigured",
+    "RouteOptions",
     "RoutingClient",
     "StreamBrokenError",
     "UnknownModelError",

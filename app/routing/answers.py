@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.routing import deadline as deadlines
 from app.routing.errors import BadResponse
+from app.routing.policy import AttemptDeadline
 from app.routing.result import Usage
 from core import fastjson
 
@@ -240,7 +240,7 @@ class StreamAccount:
         self.head: dict[str, Any] = {}  # id, created, system_fingerprint, ... of the first chunk
         self.tool_parts: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, assembled
 
-    def take(self, chunk: object, deadline: deadlines.AttemptDeadline) -> list[dict]:
+    def take(self, chunk: object, deadline: AttemptDeadline) -> list[dict]:
         """The chunks to hand on now (none while waiting for the first output);
         :class:`BadResponse` when the chunk is not a chunk of this API."""
         if not isinstance(chunk, dict):

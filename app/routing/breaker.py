@@ -17,14 +17,15 @@ errors, malformed answers, rate limits); a request the provider refused for its 
 passes ``ok``.
 
 Pure and clocked from outside: every method takes ``now`` (monotonic seconds), so the router, the
-async server and the tests drive it with their own clock. Thread-safe.
+async server and the tests drive it with their own clock. Thread-safe under the ``lock`` its owner
+hands it (the drivers hand a thread lock; with none it is for one thread, as the tests use it).
 """
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
@@ -74,11 +75,12 @@ class CircuitBreaker:
         name: str,
         policy: BreakerPolicy | None = None,
         on_change: Callable[[str, State, State, str], None] | None = None,
+        lock: AbstractContextManager[object] | None = None,
     ):
         self.name = name
         self.policy = policy or BreakerPolicy()
         self._on_change = on_change
-        self._lock = threading.Lock()
+        self._lock: AbstractContextManager[object] = lock if lock is not None else nullcontext()
         self._state: State = "closed"
         self._buckets: deque[list[int]] = deque()  # [second, attempts, failures], oldest first
         self._attempts = 0  # sums over _buckets

@@ -17,7 +17,6 @@ logprobs and annotations, tool calls, and a refusal as a refusal content part (p
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -365,11 +364,12 @@ def _status(finish: object) -> tuple[str, dict | None]:
     return "completed", None
 
 
-def response_body(chat: Mapping[str, Any], request: Mapping[str, Any], model: str) -> dict[str, Any]:
+def response_body(chat: Mapping[str, Any], request: Mapping[str, Any], model: str, *, now: float) -> dict[str, Any]:
     """The ``response`` object for a chat completion answer (choice 0): its text (with logprobs
-    and citations) and refusal as the parts of one message item, then its tool calls."""
+    and citations) and refusal as the parts of one message item, then its tool calls. ``now``
+    (wall-clock seconds, read by the caller) dates an answer that carries no ``created``."""
     cid = str(chat.get("id") or "")
-    out = _envelope(request, f"resp_{cid}", int(chat.get("created") or time.time()), model)
+    out = _envelope(request, f"resp_{cid}", int(chat.get("created") or now), model)
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     items: list[dict[str, Any]] = []
@@ -398,9 +398,10 @@ class EventBridge:
     a new part whenever the stream turns from one to the other (``response.output_text.delta`` /
     ``response.refusal.delta``); its tool calls become function call items."""
 
-    def __init__(self, request: Mapping[str, Any], model: str):
+    def __init__(self, request: Mapping[str, Any], model: str, *, now: float):
         self.request = request
         self.model = model
+        self.now = now  # wall-clock seconds at the attempt's start: dates a stream with no ``created``
         self.seq = 0
         self.started = False
         self.response: dict[str, Any] = {}
@@ -418,7 +419,7 @@ class EventBridge:
 
     def _start(self, chunk: Mapping[str, Any], out: list[dict[str, Any]]) -> None:
         cid = str(chunk.get("id") or "")
-        self.response = _envelope(self.request, f"resp_{cid}", int(chunk.get("created") or time.time()), self.model)
+        self.response = _envelope(self.request, f"resp_{cid}", int(chunk.get("created") or self.now), self.model)
         self.msg_id = f"msg_{cid}"
         out.append(self._event("response.created", response=dict(self.response)))
         out.append(self._event("response.in_progress", response=dict(self.response)))

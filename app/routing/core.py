@@ -4,13 +4,17 @@ One request becomes a :class:`Plan` (API kind, the caller's body, canary side, i
 :meth:`RoutingCore.attempts` is the retry/fallback loop as a generator that yields what to try next
 (:class:`Attempt`) or how long to wait (:class:`Wait`) and learns each outcome; it raises
 :class:`NoRoute` when nothing is left. :meth:`RoutingCore.request` builds an attempt's HTTP request
-(path, body, SDK options), :meth:`RoutingCore.parse` reads a non-streamed answer and
+(an :class:`UpstreamRequest`: method, path, headers, body, timeout), :meth:`RoutingCore.read` reads
+a non-streamed answer (its body bytes and headers) and
 :class:`StreamAccount` a streamed one chunk by chunk, only as far as accounting and validation need
 (usage, finish reason, first-output time, tool calls, text). Records, breakers and the telemetry
-hand-off are here too. Nothing in this module sends a byte or sleeps: the sync driver
-(:class:`app.routing.client.RoutingClient`) and the async one
-(:class:`app.routing.async_client.AsyncRoutingClient`) each perform only the I/O this decides
-(h11's sans-I/O design; httpcore's one design for sync and async).
+hand-off are here too. Nothing in this module sends a byte, sleeps, reads a clock or takes a thread
+lock of its own: clocks, randomness, locks and the mapping of a client's exceptions to failures are
+handed in, and the sync driver (:class:`app.routing.io.client.RoutingClient`) and the async one
+(:class:`app.routing.io.async_client.AsyncRoutingClient`) each perform only the I/O this decides
+(h11's sans-I/O design; httpcore's one design for sync and async). ``tests/unit/test_import_graph.py``
+holds this module and the core modules it imports to no HTTP client, SDK, event loop, thread or
+clock import.
 
 The gateway is a transparent proxy: the caller's body is forwarded as sent except what
 the gateway owns (``model``, the session/cache hint headers, ``stream_options.include_usage``,
@@ -29,28 +33,33 @@ from __future__ import annotations
 import logging
 import random
 import re
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-import httpx2
-from openai import RequestOptions
-
 from app import catalog
-from app.config import ProviderConfig, Settings, lookup, resolve_api_key
-from app.routing import deadline as deadlines
+from app.config import ProviderConfig, Settings, lookup
 from app.routing import routes as routes_mod
 from app.routing.answers import Answer, StreamAccount, Truncated, read_answer, responses_finish
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
 from app.routing.canary import PlanSide, Side, assign_side
-from app.routing.errors import BadResponse, Failure, StreamBrokenError, classify
+from app.routing.errors import BadResponse, Failure, StreamBrokenError
 from app.routing.inputs import encodable, input_messages, sendable_message
 from app.routing.intent import classify as classify_intent
 from app.routing.intent import message_text
-from app.routing.policy import Deadline, attempt_budget_s, breaker_outcome, max_attempts_for, next_step, wants_retry
+from app.routing.options import RouteOptions
+from app.routing.policy import (
+    AttemptDeadline,
+    Deadline,
+    attempt_budget_s,
+    breaker_outcome,
+    max_attempts_for,
+    next_step,
+    wants_retry,
+)
 from app.routing.result import AttemptInfo, ChatResult, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
 from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide, model_on
@@ -70,6 +79,7 @@ ERROR_TEXT_LIMIT = 500  # the width of request_log.error_message
 MAX_SESSION_ID = 128  # the width of request_log.session_id
 MAX_SOURCE = 32
 NO_DEADLINE = Deadline(0.0, float("inf"))
+DEFAULT_OPTIONS = RouteOptions()
 GATEWAY = "gateway"  # the provider name of a request the gateway refused itself (no upstream was asked)
 ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
 DEPLOYMENT_MAX = 200  # the width of request_log.deployment
@@ -104,6 +114,27 @@ def upstream_base_url(p: ProviderConfig) -> str:
     """Where the SDK sends a provider's requests: the simulator's in-process host for ``sim://``
     providers (its transport answers them), else the configured URL. Both drivers use this."""
     return f"http://{p.sim_name}.sim/v1" if p.is_simulated else p.base_url
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """One attempt's HTTP request as plain data: what a driver sends, however it sends it.
+    ``path`` is under the provider's base URL; ``headers`` are the gateway's additions (forwarded
+    caller headers, cache hints), the key and content type being the driver's; ``timeout`` is the
+    attempt's budget in seconds."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    timeout: float
+
+
+class Classifier(Protocol):
+    """Which :class:`Failure` an exception raised while sending or reading an attempt stands for
+    (:func:`app.routing.io.classify.classify`); it re-raises what is no upstream's fault."""
+
+    def __call__(self, exc: BaseException, *, sent_hints: bool) -> Failure: ...
 
 
 class RatioSource(Protocol):
@@ -244,7 +275,9 @@ class RoutingCore:
 
     It holds the settings, the canary ratio source, the circuit breakers, the request-id counter,
     the provider keys to scrub, which provider holds each Responses API id, and the telemetry sink;
-    clock, wall clock and randomness are injected so tests of timing take milliseconds."""
+    clock, wall clock and randomness are injected so tests of timing take milliseconds, and so are
+    ``classify`` (exceptions to failures, the I/O layer's) and ``new_lock`` (the drivers hand
+    ``threading.Lock``: a core shared by threads guards its breakers and Responses ids with it)."""
 
     def __init__(
         self,
@@ -258,8 +291,11 @@ class RoutingCore:
         source: str,
         env: Mapping[str, str] | None,
         secrets: Mapping[str, str] | None,
+        classify: Classifier,
+        new_lock: Callable[[], AbstractContextManager[object]],
     ):
         self.settings = settings
+        self.classify = classify
         self.telemetry = telemetry
         self.ratio = ratio
         self.clock = clock
@@ -287,7 +323,8 @@ class RoutingCore:
         #: the request's thread and under that breaker's lock: keep hooks quick (enqueue, count).
         self.on_breaker_change: list[Callable[[str, State, State, str], None]] = []
         self.breakers = {
-            name: CircuitBreaker(name, policy, on_change=self._breaker_changed) for name in settings.providers
+            name: CircuitBreaker(name, policy, on_change=self._breaker_changed, lock=new_lock())
+            for name in settings.providers
         }
         self.offers = chat_offers(settings.providers)
         self.route_table = routes_mod.build(settings.routes, rng)
@@ -302,7 +339,7 @@ class RoutingCore:
         # Request ids: a random per-client prefix and a counter (unique, and far cheaper than uuid4).
         self._new_id = IdSource()
         self._homes: OrderedDict[str, str] = OrderedDict()
-        self._homes_lock = threading.Lock()
+        self._homes_lock = new_lock()
 
     def _breaker_changed(self, provider: str, old: State, new: State, why: str) -> None:
         log.warning("circuit breaker for %s: %s -> %s (%s)", provider, old, new, why)
@@ -319,36 +356,12 @@ class RoutingCore:
         now = self.clock()
         return {name: b.snapshot(now) for name, b in self.breakers.items()}
 
-    def sdk_settings(self, name: str) -> dict[str, Any]:
-        """How both drivers configure a provider's SDK client: its key (raises
-        :class:`ProviderNotConfigured` when unset), its base URL, its timeout, and no SDK retries
-        (the routing policy retries). Their HTTP clients never follow redirects, so the key never
-        leaves the configured host (a 3xx is a failure that fails over)."""
-        p = self.settings.providers[name]
-        return {
-            "api_key": resolve_api_key(name, p, self.env, self.secrets),
-            "base_url": upstream_base_url(p),
-            "max_retries": 0,
-            "timeout": p.timeout_s,
-        }
-
     # -- planning ------------------------------------------------------------------------------
-    def plan(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        stream: bool = False,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Plan:
+    def plan(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> Plan:
         """Validate what the gateway reads of a request and decide its side, model and routes;
         :class:`InvalidRequest` (before any network call) when it cannot be routed."""
+        model, session_id, stream, source = options.model, options.session_id, options.stream, options.source
+        route, cache_hints, key_name, headers = options.route, options.cache_hints, options.key_name, options.headers
         if api not in API_PATHS:
             raise InvalidRequest(f"unknown API {api!r}")
         body = {k: encodable(v) for k, v in body.items() if k not in OWNED_FIELDS and not (k == "stream" and v)}
@@ -692,9 +705,8 @@ class RoutingCore:
         return decision.routes
 
     # -- requests ------------------------------------------------------------------------------
-    def request(self, plan: Plan, attempt: Attempt) -> tuple[str, dict[str, Any], RequestOptions]:
-        """The path, body and SDK request options of one attempt (both drivers send them with the
-        SDK's ``client.post``). The body is the caller's, as sent, with the routed ``model``;
+    def request(self, plan: Plan, attempt: Attempt) -> UpstreamRequest:
+        """One attempt's HTTP request. The body is the caller's, as sent, with the routed ``model``;
         streamed, ``stream`` and ``stream_options.include_usage`` (the gateway's accounting);
         then the provider's ``drop_params`` and ``rename_params``."""
         api = "chat" if attempt.bridged else plan.api
@@ -711,11 +723,7 @@ class RoutingCore:
         for old, new in p.rename_params.items():
             if old in body:
                 body[new] = body.pop(old)
-        options: RequestOptions = {"timeout": attempt.timeout, "security": {"bearer_auth": True}}
-        headers = self._headers(plan, attempt)
-        if headers:
-            options["headers"] = headers
-        return API_PATHS[api], body, options
+        return UpstreamRequest("POST", API_PATHS[api], self._headers(plan, attempt), body, attempt.timeout)
 
     def adjusted_params(self, plan: Plan, provider: str) -> list[str]:
         """What ``drop_params`` / ``rename_params`` changed in a request to ``provider`` (for the
@@ -735,18 +743,19 @@ class RoutingCore:
             headers["x-cache-controls"] = "session_scope"
         return headers
 
-    def read(self, plan: Plan, attempt: Attempt, response: httpx2.Response) -> Answer:
-        """A non-streamed 2xx answer, read (:class:`BadResponse` when it is not an answer)."""
+    def read(self, plan: Plan, attempt: Attempt, content: bytes, headers: Mapping[str, str]) -> Answer:
+        """A non-streamed 2xx answer (its body bytes and headers), read (:class:`BadResponse` when
+        it is not an answer)."""
         if not attempt.bridged:
-            return read_answer(plan.api, response.content, response.headers, attempt.model)
-        chat = read_answer("chat", response.content, response.headers, attempt.model)
-        body = response_body(chat.body, plan.body, attempt.model)
+            return read_answer(plan.api, content, headers, attempt.model)
+        chat = read_answer("chat", content, headers, attempt.model)
+        body = response_body(chat.body, plan.body, attempt.model, now=attempt.ts)
         return Answer(body, chat.text, responses_finish(body), chat.usage, chat.tool_calls, chat.headers)
 
     def feed(self, plan: Plan, attempt: Attempt) -> EventBridge | PassThrough:
         """What turns an attempt's upstream chunks into the caller's: a chat stream into the
         Responses API's events when bridged, else each chunk as it is."""
-        return EventBridge(plan.body, attempt.model) if attempt.bridged else PassThrough()
+        return EventBridge(plan.body, attempt.model, now=attempt.ts) if attempt.bridged else PassThrough()
 
     def stream_account(self, plan: Plan, attempt: Attempt, started: float) -> StreamAccount:
         return StreamAccount(plan.api, attempt.model, started, attempt.t0, self.clock)
@@ -757,13 +766,13 @@ class RoutingCore:
         plan.deadline = Deadline.after(started, self.settings.retry.request_deadline_s)
         return started
 
-    def deadline(self, plan: Plan, attempt: Attempt) -> deadlines.AttemptDeadline:
+    def deadline(self, plan: Plan, attempt: Attempt) -> AttemptDeadline:
         """An attempt's deadlines: non-streamed, its whole budget; streamed, its budget until the
         first token, then the idle gap and the request's deadline."""
         budget_end = attempt.t0 + attempt.timeout
         if not plan.stream:
-            return deadlines.AttemptDeadline(self.clock, budget_end)
-        return deadlines.AttemptDeadline(
+            return AttemptDeadline(self.clock, budget_end)
+        return AttemptDeadline(
             self.clock,
             plan.deadline.end,
             first_token_by=budget_end,
@@ -1072,7 +1081,7 @@ class RoutingCore:
         """Classify and log a failed attempt. An exception that is not an upstream fault (our own
         bug) is logged as ``internal_error`` and raised to the caller."""
         try:
-            failure = classify(exc, sent_hints=attempt.with_hints)
+            failure = self.classify(exc, sent_hints=attempt.with_hints)
         except BaseException:
             self.record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
             raise
@@ -1216,7 +1225,7 @@ class RoutingCore:
         if not acc.released:
             return self.failed(plan, attempt, exc, **kw)
         try:
-            classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
+            self.classify(exc, sent_hints=attempt.with_hints)  # only to tell our bugs apart
         except BaseException:
             self.record(plan, attempt, failure=Failure("internal_error", f"{type(exc).__name__}: {exc}"), **kw)
             raise

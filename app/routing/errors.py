@@ -24,20 +24,18 @@ This is the single table of the retry and fallback policy (the data is :data:`ST
 Per-provider attempt counts: ``[providers.NAME] max_attempts`` (1 for a provider that is itself a
 retrying gateway such as a LiteLLM proxy), else ``[retry] max_attempts``.
 
+Sans I/O: this module reads plain data (a status, an error body, header values). Which exception
+of the HTTP client or the SDK stands for which failure is :mod:`app.routing.io.classify`'s.
+
 Failure texts here are raw upstream text; the client cleans them (:func:`core.text.clean`, keys
 scrubbed) before they are stored, logged or shown.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-import httpx2
-import openai
-
-from app.config import ProviderNotConfigured
-from app.routing.pool import PoolSaturated
 from core.errors import GatewayError, UpstreamError
 
 # status -> (error_class, retryable, fallback). 5xx and 3xx are ranges, handled in status_failure().
@@ -111,8 +109,9 @@ class ClientClosedError(GatewayError, RuntimeError):
     """``chat()`` was called on a RoutingClient that is closing or closed."""
 
 
-def retry_after_seconds(headers: httpx2.Headers | None) -> float | None:
-    """The server's requested wait: ``retry-after-ms`` first (more precise), then ``retry-after``."""
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """The server's requested wait: ``retry-after-ms`` first (more precise), then ``retry-after``.
+    ``headers`` looks names up in lower case (an HTTP client's headers, or a plain dict of them)."""
     if headers is None:
         return None
     ms = headers.get("retry-after-ms")
@@ -134,7 +133,7 @@ def retry_after_seconds(headers: httpx2.Headers | None) -> float | None:
     return None
 
 
-def _error_fields(body: object, fallback_message: str) -> tuple[str, str]:
+def error_fields(body: object, fallback_message: str) -> tuple[str, str]:
     """(message, lower-case text of message + code + type) from an OpenAI-style error body."""
     if isinstance(body, dict):
         inner = body.get("error", body)
@@ -147,7 +146,7 @@ def _error_fields(body: object, fallback_message: str) -> tuple[str, str]:
     return fallback_message, fallback_message.lower()
 
 
-def _error_object(body: object) -> dict | None:
+def error_object(body: object) -> dict | None:
     """The OpenAI-shaped error object of an upstream's error body (the SDK hands over the inner
     ``error``), or None when it has none."""
     inner = body.get("error", body) if isinstance(body, dict) else None
@@ -181,48 +180,3 @@ def status_failure(
                 return Failure(name, message, status, fallback=True)
     name, retryable, fallback = STATUS_CLASSES.get(status, REQUEST_FAULT)
     return Failure(name, message, status, retryable, fallback, retry_after_s=retry_after_s if retryable else None)
-
-
-def classify(exc: BaseException, *, sent_hints: bool) -> Failure:
-    """The failure an exception from the SDK, the transport or response validation stands for.
-
-    Anything else (a plain ``ValueError``/``TypeError``/``AttributeError`` from our own code) is
-    re-raised: a bug of ours must surface, not be retried against an innocent provider."""
-    if isinstance(exc, ProviderNotConfigured):
-        return Failure("not_configured", str(exc), fallback=True)
-    if isinstance(exc, PoolSaturated):
-        # The gateway's own saturation: no retry, no fallback, nothing told to the breaker (not a
-        # health class); the caller gets 503 gateway_overloaded with Retry-After.
-        return Failure(GATEWAY_OVERLOADED, str(exc), retry_after_s=exc.retry_after_s)
-    if isinstance(exc, BadResponse):
-        return Failure("bad_response", str(exc), retryable=True, fallback=True)
-    if isinstance(exc, openai.APITimeoutError):
-        cause = exc.__cause__ or exc.__context__
-        detail = str(cause) if isinstance(cause, httpx2.TimeoutException) and str(cause) else "no answer in time"
-        return Failure("timeout", detail, retryable=True, fallback=True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, BadResponse):  # raised by our transport while the SDK read the body
-            return Failure("bad_response", str(cause), retryable=True, fallback=True)
-        detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
-        return Failure("connection", detail, retryable=True, fallback=True)
-    if isinstance(exc, openai.APIStatusError):
-        message, detail = _error_fields(exc.body, str(exc.message))
-        failure = status_failure(
-            exc.status_code,
-            message,
-            detail=detail,
-            sent_hints=sent_hints,
-            retry_after_s=retry_after_seconds(exc.response.headers),
-        )
-        return replace(failure, body=_error_object(exc.body))
-    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError)):
-        # The SDK raises a raw JSONDecodeError for a 200 whose JSON body does not parse.
-        return Failure("bad_response", f"malformed response from upstream: {exc}", retryable=True, fallback=True)
-    if isinstance(exc, httpx2.TimeoutException):
-        return Failure("timeout", str(exc) or "no answer in time", retryable=True, fallback=True)
-    if isinstance(exc, httpx2.TransportError):
-        return Failure("connection", f"{type(exc).__name__}: {exc}", retryable=True, fallback=True)
-    if isinstance(exc, openai.APIError):
-        return Failure("api_error", str(exc), retryable=True, fallback=True)
-    raise exc

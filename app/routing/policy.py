@@ -1,15 +1,17 @@
 """The routing decisions as pure functions of plain inputs: retry, resend without hints, fail over
-or stop; which attempts count against a provider's breaker; deadline arithmetic.
+or stop; which attempts count against a provider's breaker; deadline arithmetic (a request's
+:class:`Deadline`, an attempt's :class:`AttemptDeadline`).
 
 No I/O, no clock, no randomness here: the routing core (:class:`app.routing.core.RoutingCore`)
 reads its injected clock, draws the backoff from its injected randomness and asks these functions
-what to do next; the two drivers (:class:`app.routing.client.RoutingClient`,
-:class:`app.routing.async_client.AsyncRoutingClient`) only perform the I/O it decides. Tested once,
+what to do next; the two drivers (:class:`app.routing.io.client.RoutingClient`,
+:class:`app.routing.io.async_client.AsyncRoutingClient`) only perform the I/O it decides. Tested once,
 without a network (``tests/unit/routing/test_policy.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,6 +45,51 @@ class Deadline:
 
     def passed(self, now: float) -> bool:
         return now >= self.end
+
+
+class AttemptDeadline:
+    """One attempt's deadlines on the router's monotonic ``clock`` (injected: the core reads no
+    clock of its own).
+
+    ``end``: by when the attempt must be over (non-streamed: the attempt's timeout, capped by the
+    request deadline; streamed: the request deadline). ``first_token_by``: by when a stream must
+    deliver text (cleared by :meth:`first_token`). ``idle_s``: the longest gap between chunks.
+    The drivers enforce it (:mod:`app.routing.io.deadline`); this only says what is left and what
+    has passed."""
+
+    __slots__ = ("clock", "end", "first_token_by", "idle_s")
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        end: float,
+        *,
+        first_token_by: float | None = None,
+        idle_s: float | None = None,
+    ):
+        self.clock = clock
+        self.end = end
+        self.first_token_by = first_token_by
+        self.idle_s = idle_s
+
+    def first_token(self) -> None:
+        self.first_token_by = None
+
+    def time_left(self, now: float, *, body: bool = False) -> float:
+        left = self.end - now
+        if self.first_token_by is not None:
+            left = min(left, self.first_token_by - now)
+        if body and self.idle_s is not None:
+            left = min(left, self.idle_s)
+        return left
+
+    def overdue(self, now: float) -> str | None:
+        """Which deadline has passed at ``now``, in words, or None while time is left."""
+        if now >= self.end:
+            return "the attempt's deadline passed"
+        if self.first_token_by is not None and now >= self.first_token_by:
+            return "no first token before the time-to-first-token deadline"
+        return None
 
 
 def attempt_budget_s(attempt_timeout_s: float, request_remaining_s: float) -> float:

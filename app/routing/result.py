@@ -1,16 +1,20 @@
-"""What a routed chat returns: the answer plus everything an operator wants to know about it."""
+"""What a routed chat returns: the answer plus everything an operator wants to know about it.
+
+Plain data, like the rest of the core: the upstream's answer is kept as JSON (``raw``). Its view as
+the openai SDK's type (``result.completion``) is built by the I/O layer, which owns the SDK
+(:mod:`app.routing.io.sdk` sets :data:`sdk_view` when the routing package is imported)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from openai.types import Completion, CreateEmbeddingResponse
-from openai.types.chat import ChatCompletion
-from openai.types.responses import Response
-
 from core.errors import UpstreamError
+
+#: ``sdk_view(api, raw)``: an answer's JSON as the SDK's model of it; set by :mod:`app.routing.io.sdk`.
+sdk_view: Callable[[str, dict], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,9 @@ class ChatResult:
         ``CreateEmbeddingResponse`` or ``Completion``), or None for a stream."""
         if self.raw is None:
             return None
-        return _as_sdk(self.api, self.raw)
+        if sdk_view is None:
+            raise RuntimeError("the SDK's types come with the routing package: import app.routing first")
+        return sdk_view(self.api, self.raw)
 
     @property
     def tool_calls(self) -> list[Any]:
@@ -97,20 +103,6 @@ class ChatResult:
         d["usage"]["total_tokens"] = self.usage.total_tokens
         d["tool_calls"] = [t.model_dump(mode="json") for t in self.tool_calls]
         return d
-
-
-def _sdk_type(api: str) -> Any:
-    return {"chat": ChatCompletion, "responses": Response, "embeddings": CreateEmbeddingResponse}.get(api, Completion)
-
-
-def _as_sdk(api: str, raw: dict) -> Any:
-    """``raw`` as the SDK's model; an answer the SDK's schema does not accept is still built
-    (unvalidated, as the SDK itself builds what it reads)."""
-    cls = _sdk_type(api)
-    try:
-        return cls.model_validate(raw)
-    except ValueError:
-        return cls.construct(**raw)
 
 
 class AllRoutesFailed(UpstreamError):

@@ -20,7 +20,7 @@ drops a failure-fallback route whose substitute is too dear: the request then fa
 rather than being answered at many times the price.
 
 Everything here is a plain function of its inputs (the model, the planned routes, what each provider
-serves, the policy); :class:`app.routing.client.RoutingClient` performs what it decides.
+serves, the policy); :class:`app.routing.io.client.RoutingClient` performs what it decides.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The server's chat handler: one validated OpenAI request in, the shared routing policy, one OpenAI
 answer out.
 
-The policy is :class:`app.routing.client.RoutingClient`'s (canary split, intent rules,
+The policy is :class:`app.routing.io.client.RoutingClient`'s (canary split, intent rules,
 retry/fallback, breakers, telemetry), driven on the event loop by its async driver
-(:class:`app.routing.async_client.AsyncRoutingClient`): nothing of it is copied here. This module
+(:class:`app.routing.io.async_client.AsyncRoutingClient`): nothing of it is copied here. This module
 only adds what a server needs around it: key admission (rate limits and budgets, settled with the
 real cost), mapping outcomes to HTTP statuses and ``x-gateway-*`` headers, and OpenAI's SSE framing.
 
@@ -31,12 +31,13 @@ import anyio.to_thread
 from app import catalog
 from app.config import priced_as
 from app.routing.answers import chunk_text
-from app.routing.async_client import AsyncChatStream, AsyncRoutingClient
-from app.routing.client import RoutingClient
 from app.routing.core import MAX_SESSION_ID
 from app.routing.errors import GATEWAY_OVERLOADED
 from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
+from app.routing.io.async_client import AsyncChatStream, AsyncRoutingClient
+from app.routing.io.client import RoutingClient
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 from app.server import wire
 from app.server.admission import Admission
@@ -188,11 +189,11 @@ class ChatHandler:
 
     async def __call__(self, req: wire.ChatRequest, key: KeyRecord | None) -> ChatReply | ChatStreamReply:
         self._size_threads()
-        kwargs = self._route_kwargs(req, key)  # before admission: a refused header reserves nothing
+        options = self._route_options(req, key)  # before admission: a refused header reserves nothing
         admitted = await self._admit(req, key)
         if req.stream:
-            return await self._stream(req, key, admitted, kwargs)
-        return await self._complete(req, key, admitted, kwargs)
+            return await self._stream(req, key, admitted, options)
+        return await self._complete(req, key, admitted, options)
 
     # ------------------------------------------------------------------------------ admission
 
@@ -281,7 +282,7 @@ class ChatHandler:
 
     # ------------------------------------------------------------------------------ routing
 
-    def _route_kwargs(self, req: wire.ChatRequest, key: KeyRecord | None) -> dict[str, Any]:
+    def _route_options(self, req: wire.ChatRequest, key: KeyRecord | None) -> RouteOptions:
         headers = None
         if self._forwarded and req.headers:
             headers = {}
@@ -293,22 +294,22 @@ class ChatHandler:
                         # not the gateway's to guess.
                         raise wire.bad_request(f"header {name} was sent more than once; send it once")
                     headers[name] = v.decode("latin-1")
-        return {
-            "model": req.model,
+        return RouteOptions(
+            model=req.model,
             # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it
             # (one longer than a log session id still routes, without stickiness). It is forwarded too.
-            "session_id": req.user if req.user and len(req.user) <= MAX_SESSION_ID else None,
-            "source": SOURCE,
-            "key_name": key.name if key is not None else None,
-            "headers": headers,
-        }
+            session_id=req.user if req.user and len(req.user) <= MAX_SESSION_ID else None,
+            source=SOURCE,
+            key_name=key.name if key is not None else None,
+            headers=headers,
+        )
 
     async def _complete(
-        self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
+        self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, options: RouteOptions
     ) -> ChatReply:
         result: ChatResult | None = None
         try:
-            result = await self.driver.request(req.api, req.body, **kwargs)
+            result = await self.driver.request(req.api, req.body, options)
         except AllRoutesFailed as exc:
             raise self._counted(status_for(exc)) from None
         except InvalidRequest as exc:
@@ -325,14 +326,14 @@ class ChatHandler:
         return err
 
     async def _stream(
-        self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, kwargs: dict[str, Any]
+        self, req: wire.ChatRequest, key: KeyRecord | None, admitted: _Admitted, options: RouteOptions
     ) -> ChatStreamReply:
         """Wait for the first output (or the end) before answering: until then a failure is still
         an HTTP status, and the headers name the provider that is really streaming."""
         stream: AsyncChatStream | None = None
         first: dict | None = None
         try:
-            stream = self.driver.stream(req.api, req.body, **kwargs)
+            stream = self.driver.stream(req.api, req.body, options)
             try:
                 first = await stream.events().__anext__()
             except StopAsyncIteration:  # finished without any chunk

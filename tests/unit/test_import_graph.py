@@ -225,3 +225,61 @@ def test_the_cycle_checker_finds_a_planted_cycle(tmp_path: Path) -> None:
 
     (pkg / "sub" / "c.py").write_text("import os\n")  # break it
     assert find_cycles(import_graph(tmp_path, ("pkg",))) == []
+
+
+# -- the routing core does no I/O --------------------------------------------------------------------
+
+#: What sends, waits, reads a clock or takes a thread lock: none of it below the routing core.
+IO_LIBRARIES = {"httpx2", "httpx", "openai", "pyreqwest", "anyio", "asyncio", "threading", "time", "socket"}
+
+
+def routing_core(graph: dict[str, set[str]]) -> list[str]:
+    """The core modules: every module of app.routing outside its io package (and the package's
+    ``__init__``, the drivers' front door)."""
+    return sorted(m for m in graph if m.startswith("app.routing.") and not m.startswith("app.routing.io"))
+
+
+def io_imports(root: Path, packages: tuple[str, ...], start: list[str]) -> list[str]:
+    """``module imports library`` for every I/O library imported by ``start`` or by any module of
+    ours that they import, directly or not (a helper of ours cannot carry the I/O in)."""
+    graph = import_graph(root, packages)
+    files = module_files(root, packages)
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(graph[name])
+    return sorted(
+        f"{name} imports {module}"
+        for name in seen
+        for module in imported_modules(files[name])
+        if module.split(".")[0] in IO_LIBRARIES or module.startswith("app.routing.io")
+    )
+
+
+def test_the_routing_core_imports_no_io() -> None:
+    graph = import_graph(REPO, CYCLE_PACKAGES)
+    core = routing_core(graph)
+    assert {"app.routing.core", "app.routing.policy", "app.routing.errors", "app.routing.result"} <= set(core)
+    assert not any(m.startswith("app.routing.io") for m in core)
+    assert io_imports(REPO, CYCLE_PACKAGES, core) == []
+
+
+def test_the_io_checker_sees_an_io_import_through_a_helper(tmp_path: Path) -> None:
+    pkg = tmp_path / "app"
+    (pkg / "routing" / "io").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "routing" / "__init__.py", pkg / "routing" / "io" / "__init__.py"):
+        init.write_text("")
+    (pkg / "routing" / "core.py").write_text("from app import helper\n")
+    (pkg / "helper.py").write_text("def now():\n    import time\n    return time.time()\n")
+    (pkg / "routing" / "io" / "client.py").write_text("import httpx2\n")
+    graph = import_graph(tmp_path, ("app",))
+    assert routing_core(graph) == ["app.routing.core"]
+    assert io_imports(tmp_path, ("app",), routing_core(graph)) == ["app.helper imports time"]
+    (pkg / "routing" / "core.py").write_text("from app.routing.io import client\n")
+    assert io_imports(tmp_path, ("app",), ["app.routing.core"]) == [
+        "app.routing.core imports app.routing.io",
+        "app.routing.io.client imports httpx2",
+    ]

@@ -42,7 +42,7 @@ def chunk(delta: dict, *, finish: str | None = None, logprobs: dict | None = Non
 
 
 def stream(request: dict, chunks: list[dict]) -> list[dict]:
-    bridge = EventBridge(request, "gpt-4.1")
+    bridge = EventBridge(request, "gpt-4.1", now=1_700_000_000.0)
     events = [e for c in chunks for e in bridge.take(c)] + bridge.end()
     for e in events:
         validate("ResponseStreamEvent", e)
@@ -132,7 +132,9 @@ def test_text_tool_results_in_parts_become_chat_text_parts():
 
 # ------------------------------------------------------------------------------------ plain answers
 def test_a_refusal_becomes_a_refusal_part_and_is_logged_as_one():
-    body = response_body(chat({"content": None, "refusal": "I can't help with that."}), HI, "gpt-4.1")
+    body = response_body(
+        chat({"content": None, "refusal": "I can't help with that."}), HI, "gpt-4.1", now=1_700_000_000.0
+    )
     validate("Response", body)
     (item,) = body["output"]
     assert item["type"] == "message" and item["content"] == [{"type": "refusal", "refusal": "I can't help with that."}]
@@ -143,7 +145,7 @@ def test_logprobs_and_citations_come_back_in_the_output_text():
     cite = {"type": "url_citation", "url_citation": {"url": "https://e.x/a", "title": "A", "start_index": 0,
                                                      "end_index": 5}}  # fmt: skip
     answer = chat({"content": "Hello", "annotations": [cite]}, logprobs={"content": ENTRIES, "refusal": None})
-    body = response_body(answer, {**HI, "top_logprobs": 2}, "gpt-4.1")
+    body = response_body(answer, {**HI, "top_logprobs": 2}, "gpt-4.1", now=1_700_000_000.0)
     validate("Response", body)
     (part,) = body["output"][0]["content"]
     assert part["logprobs"] == ENTRIES and body["top_logprobs"] == 2

@@ -483,7 +483,7 @@ def test_async_sdk_through_the_threaded_transport() -> None:
     """The async server's path: AsyncOpenAI over the simulator's transport run in worker threads."""
     import asyncio
 
-    from app.routing.async_client import ThreadedTransport
+    from app.routing.io.async_client import ThreadedTransport
 
     sim = provider()
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.routing.async_client import AsyncRoutingClient
+from app.routing.io.async_client import AsyncRoutingClient
 from app.routing.result import AllRoutesFailed
 from app.server import wire
 from app.server.handler import status_for

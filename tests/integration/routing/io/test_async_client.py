@@ -1,8 +1,8 @@
-"""The async driver (:class:`app.routing.async_client.AsyncRoutingClient`) routes as the sync client
+"""The async driver (:class:`app.routing.io.async_client.AsyncRoutingClient`) routes as the sync client
 does, because it is built from one and shares its policy: the same answers, retries, fail-overs,
 deadlines and attempt records; and cancelling it cancels the upstream request.
 
-Built like tests/integration/routing/test_client.py (``make_router``): primary ``chaos`` is the loopback
+Built like tests/integration/routing/io/test_client.py (``make_router``): primary ``chaos`` is the loopback
 chaos upstream, fallback ``direct`` is the instant simulator. Each test drives the loop with
 ``asyncio.run`` and bounds every wait.
 """
@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 
 from app.routing import AllRoutesFailed, RoutingClient, StreamBrokenError
-from app.routing.async_client import AsyncRoutingClient
+from app.routing.io.async_client import AsyncRoutingClient
 from core.errors import InvalidRequest
-from tests.integration.routing.test_client import (
+from tests.integration.routing.io.test_client import (
     HI,
     KEY,
     KEY_ENV,

@@ -30,7 +30,7 @@ def test_pool_figures_in_the_metrics():
 
 
 def test_slots_go_to_waiters_first_come_first_served_and_a_cancelled_grant_is_passed_on():
-    from app.routing.pool import PoolSaturated, ProviderPool
+    from app.routing.io.pool import PoolSaturated, ProviderPool
 
     async def go() -> None:
         pool = ProviderPool("p", limit=2, timeout_s=5)

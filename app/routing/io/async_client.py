@@ -8,7 +8,7 @@ to its driver instead of sleeping), the circuit breakers, failure classification
 records and the telemetry hand-off. A request routed here is logged exactly as the sync client logs
 it.
 
-Deadlines are the sync driver's :class:`~app.routing.deadline.AttemptDeadline`, enforced with
+Deadlines are the sync driver's :class:`~app.routing.io.deadline.AttemptDeadline`, enforced with
 ``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a
 stream must send its headers and first text by the first-token deadline, then each chunk within the
 idle gap, all by the request deadline. A passed deadline is an ordinary ``httpx2`` timeout to the
@@ -29,22 +29,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio.to_thread
 import httpx2
 import openai
 
-from app.routing import deadline as deadlines
+from app.config import ProviderNotConfigured
 from app.routing.answers import chunk_text, passed_headers
-from app.routing.body_limit import AsyncBodyLimitTransport
-from app.routing.canary import Side
-from app.routing.client import RoutingClient, sdk_chunk
-from app.routing.core import Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import ClientClosedError, Failure, ProviderNotConfigured
-from app.routing.pool import ProviderPool
+from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
+from app.routing.errors import ClientClosedError, Failure
+from app.routing.io import deadline as deadlines
+from app.routing.io.body_limit import AsyncBodyLimitTransport
+from app.routing.io.client import RoutingClient
+from app.routing.io.pool import ProviderPool
+from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
+from app.routing.io.upstream_http import HttpUpstream
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
-from app.routing.upstream_http import HttpUpstream
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,7 @@ class AsyncChatStream(StreamState):
     chunks as JSON objects (what the server forwards), or ``chunks()`` for the SDK's chunk
     objects. One of the three, once. Afterwards ``.result`` holds the :class:`ChatResult`.
     ``aclose()`` (or leaving ``async with``) before the end cancels the upstream stream and logs
-    the attempt as ``cancelled``. The async twin of :class:`~app.routing.client.ChatStream`."""
+    the attempt as ``cancelled``. The async twin of :class:`~app.routing.io.client.ChatStream`."""
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
@@ -181,82 +184,36 @@ class AsyncRoutingClient:
     def closed(self) -> bool:
         return self._closed or self.sync.closed
 
-    async def request(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> ChatResult:
+    async def request(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> ChatResult:
         """One non-streamed request of ``api``, routed as :meth:`RoutingClient.request` routes it."""
-        plan = self._new_plan(api, body, model, False, session_id, source, route, cache_hints, key_name, headers)
+        plan = self._new_plan(api, body, replace(options, stream=False))
         return await self._run(plan)
 
-    def stream(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> AsyncChatStream:
+    def stream(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> AsyncChatStream:
         """One streamed request of ``api``. Invalid input raises here, before any network I/O;
         the request starts at the first read."""
-        plan = self._new_plan(api, body, model, True, session_id, source, route, cache_hints, key_name, headers)
+        plan = self._new_plan(api, body, replace(options, stream=True))
         stream = AsyncChatStream(plan)
         stream._gen = self._run_stream(plan, stream)
         return stream
 
     async def chat(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> ChatResult:
-        """One non-streamed chat request; ``kwargs`` as :meth:`request`'s, plus any chat parameters."""
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
-        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
-        return await self.request("chat", body, model=model, **own)
+        """One non-streamed chat request; ``kwargs``: the routing options
+        (:class:`~app.routing.options.RouteOptions`) and any chat parameters."""
+        options, rest = RouteOptions.split(kwargs, model=model)
+        body = {"messages": messages, **{k: v for k, v in rest.items() if v is not None}}
+        return await self.request("chat", body, options)
 
     def chat_stream(self, messages: Sequence[dict], model: str = "auto", **kwargs: Any) -> AsyncChatStream:
         """One streamed chat request (chunks as JSON objects)."""
-        own = {k: kwargs.pop(k) for k in list(kwargs) if k in _OWN_KWARGS}
-        body = {"messages": messages, **{k: v for k, v in kwargs.items() if v is not None}}
-        return self.stream("chat", body, model=model, **own)
+        options, rest = RouteOptions.split(kwargs, model=model)
+        body = {"messages": messages, **{k: v for k, v in rest.items() if v is not None}}
+        return self.stream("chat", body, options)
 
-    def _new_plan(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        model: str | None,
-        stream: bool,
-        session_id: str | None,
-        source: str | None,
-        route: Side | None,
-        cache_hints: bool,
-        key_name: str | None,
-        headers: Mapping[str, str] | None,
-    ) -> Plan:
+    def _new_plan(self, api: str, body: Mapping[str, Any], options: RouteOptions) -> Plan:
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed: build a new one")
-        return self.core.plan(
-            api,
-            body,
-            model=model,
-            session_id=session_id,
-            stream=stream,
-            source=source,
-            route=route,
-            cache_hints=cache_hints,
-            key_name=key_name,
-            headers=headers,
-        )
+        return self.core.plan(api, body, options)
 
     # -- I/O -----------------------------------------------------------------------------------
     def _client(self, name: str) -> openai.AsyncOpenAI:
@@ -267,7 +224,7 @@ class AsyncRoutingClient:
             return client
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed")
-        sdk = self.core.sdk_settings(name)  # ProviderNotConfigured if its key is unset
+        sdk = sdk_settings(self.settings, name, self.core.env, self.core.secrets)  # ProviderNotConfigured if unset
         transport = self._transports.get(name)
         if transport is None:
             sync_transport = self.sync.transports.get(name)
@@ -316,23 +273,25 @@ class AsyncRoutingClient:
         """The SDK call, under the attempt's deadline (non-streamed: the whole answer, raw;
         streamed: until the response headers, at most the first-token deadline)."""
         client = self._client(attempt.provider)
-        path, body, options = self.core.request(plan, attempt)
+        req = self.core.request(plan, attempt)
         upstream = self._upstreams.get(attempt.provider)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
                 if upstream is not None:
-                    extra = {k: v for k, v in (options.get("headers") or {}).items() if isinstance(v, str)}
-                    return await upstream.post(path, body, headers=extra, timeout_s=attempt.timeout, stream=plan.stream)
+                    return await upstream.post(
+                        req.path, req.body, headers=req.headers, timeout_s=req.timeout, stream=plan.stream
+                    )
+                options = sdk_options(req)
                 if plan.stream:
                     return await client.post(
-                        path,
-                        body=body,
+                        req.path,
+                        body=req.body,
                         options=options,
                         cast_to=object,
                         stream=True,
                         stream_cls=openai.AsyncStream[object],
                     )
-                return await client.post(path, body=body, options=options, cast_to=httpx2.Response)
+                return await client.post(req.path, body=req.body, options=options, cast_to=httpx2.Response)
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
 
@@ -347,7 +306,7 @@ class AsyncRoutingClient:
                 try:
                     async with self._slot(plan, attempt):
                         response = await self._send(plan, attempt, core.deadline(plan, attempt))
-                    answer = core.read(plan, attempt, response)
+                    answer = core.read(plan, attempt, response.content, response.headers)
                 except asyncio.CancelledError:
                     core.record(plan, attempt, failure=core.cancelled("the caller went away"))
                     raise
@@ -392,7 +351,7 @@ class AsyncRoutingClient:
                             except StopAsyncIteration:
                                 break
                             except TimeoutError:
-                                deadline.check()  # the first-token or request deadline, by name
+                                deadlines.check(deadline)  # the first-token or request deadline, by name
                                 raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
                             for event in feed.take(chunk):
                                 for out in acc.take(event, deadline):
@@ -423,9 +382,6 @@ class AsyncRoutingClient:
         finally:
             steps.close()
             core.commit(plan)
-
-
-_OWN_KWARGS = frozenset({"session_id", "source", "route", "cache_hints", "key_name", "headers"})
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

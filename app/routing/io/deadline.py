@@ -25,9 +25,13 @@ The deadline is captured when the request is sent, so a stream read later from a
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx2
+
+from app.routing.policy import AttemptDeadline
+
+__all__ = ["AttemptDeadline", "DeadlineExceeded", "DeadlineTransport", "activate", "check", "deactivate"]
 
 _current: contextvars.ContextVar[AttemptDeadline | None] = contextvars.ContextVar("gateway_deadline", default=None)
 
@@ -36,45 +40,11 @@ class DeadlineExceeded(httpx2.ReadTimeout):
     """An attempt's deadline (total, first token, or idle gap) passed."""
 
 
-class AttemptDeadline:
-    """One attempt's deadlines on the router's monotonic ``clock``.
-
-    ``end``: by when the attempt must be over (non-streamed: the attempt's timeout, capped by the
-    request deadline; streamed: the request deadline). ``first_token_by``: by when a stream must
-    deliver text (cleared by :meth:`first_token`). ``idle_s``: the longest gap between chunks."""
-
-    __slots__ = ("clock", "end", "first_token_by", "idle_s")
-
-    def __init__(
-        self,
-        clock: Callable[[], float],
-        end: float,
-        *,
-        first_token_by: float | None = None,
-        idle_s: float | None = None,
-    ):
-        self.clock = clock
-        self.end = end
-        self.first_token_by = first_token_by
-        self.idle_s = idle_s
-
-    def first_token(self) -> None:
-        self.first_token_by = None
-
-    def time_left(self, now: float, *, body: bool = False) -> float:
-        left = self.end - now
-        if self.first_token_by is not None:
-            left = min(left, self.first_token_by - now)
-        if body and self.idle_s is not None:
-            left = min(left, self.idle_s)
-        return left
-
-    def check(self, request: httpx2.Request | None = None) -> None:
-        now = self.clock()
-        if now >= self.end:
-            raise DeadlineExceeded("the attempt's deadline passed", request=request)
-        if self.first_token_by is not None and now >= self.first_token_by:
-            raise DeadlineExceeded("no first token before the time-to-first-token deadline", request=request)
+def check(deadline: AttemptDeadline, request: httpx2.Request | None = None) -> None:
+    """Raise :class:`DeadlineExceeded` once one of the attempt's deadlines has passed."""
+    why = deadline.overdue(deadline.clock())
+    if why is not None:
+        raise DeadlineExceeded(why, request=request)
 
 
 def current() -> AttemptDeadline | None:
@@ -108,7 +78,7 @@ class _DeadlineStream(httpx2.SyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self._inner:
-            self._deadline.check(self._request)
+            check(self._deadline, self._request)
             yield chunk
 
     def close(self) -> None:
@@ -125,7 +95,7 @@ class DeadlineTransport(httpx2.BaseTransport):
         deadline = _current.get()
         if deadline is None:
             return self.inner.handle_request(request)
-        deadline.check(request)
+        check(deadline, request)
         _cap(request, deadline.time_left(deadline.clock()), ("connect", "read", "write", "pool"))
         response = self.inner.handle_request(request)
         # The body is read after this returns: its reads get what is left now.

@@ -45,8 +45,8 @@ from pyreqwest.proxy import ProxyBuilder
 from pyreqwest.response import Response
 
 from app.netconf import NetConf
-from app.routing.body_limit import declared_length, too_large
 from app.routing.errors import BadResponse
+from app.routing.io.body_limit import Budget
 from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
 
@@ -115,8 +115,7 @@ class _Body:
 
     def __init__(self, response: Response, limit: int):
         self.response = response
-        self.limit = limit
-        self.total = 0
+        self.budget = Budget(limit)
         codings = [c.strip().lower() for c in ",".join(response.headers.getall("content-encoding")).split(",")]
         codings = [c for c in codings if c and c != "identity"]
         unknown = [c for c in codings if c not in ("gzip", "x-gzip", "deflate")]
@@ -132,7 +131,7 @@ class _Body:
         reader = self.response.body_reader
         while (chunk := await reader.read_chunk()) is not None:
             for piece in self._decode(chunk.to_bytes(), 0):
-                yield self._counted(piece)
+                yield self.budget.count(piece)
         for stage in self.stages:
             stage.end()
 
@@ -143,12 +142,6 @@ class _Body:
             return
         for piece in self.stages[i].feed(data):
             yield from self._decode(piece, i + 1)
-
-    def _counted(self, piece: bytes) -> bytes:
-        self.total += len(piece)
-        if self.total > self.limit:
-            raise too_large(self.limit)
-        return piece
 
     async def read(self) -> bytes:
         parts = [piece async for piece in self.pieces()]
@@ -276,7 +269,7 @@ class HttpUpstream:
 
     ``default_headers`` are the SDK client's own (key, user agent, platform), so the upstream sees
     the same request; ``sdk`` builds the status errors. The number of requests at once is bounded
-    by the server's :class:`~app.routing.pool.ProviderPool` slots, taken before each call."""
+    by the server's :class:`~app.routing.io.pool.ProviderPool` slots, taken before each call."""
 
     def __init__(
         self,
@@ -382,9 +375,8 @@ class HttpUpstream:
             except BaseException:  # a coding refused by name: the answer is dropped with its connection
                 await context.__aexit__(None, None, None)
                 raise
-            declared = declared_length(call.headers)
-            if declared is not None and declared > self.max_response_bytes and not call.body.stages:
-                raise too_large(self.max_response_bytes, declared)
+            if not call.body.stages:  # a declared length counts encoded bytes: only a plain body's is the size
+                call.body.budget.refuse_declared(call.headers)
             if response.status >= 300:
                 raise await self._status_error(call, url)
             if stream:

@@ -18,7 +18,7 @@ broken stream), and the connection is closed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 
 import httpx2
 
@@ -29,7 +29,7 @@ class ResponseTooLarge(BadResponse):
     """An upstream response passed the configured size limit."""
 
 
-def declared_length(headers: httpx2.Headers) -> int | None:
+def declared_length(headers: Mapping[str, str]) -> int | None:
     """The ``Content-Length`` an answer declares, when it is a plain number."""
     value = headers.get("content-length")
     return int(value) if value is not None and value.isdigit() else None
@@ -40,18 +40,42 @@ def too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
     return ResponseTooLarge(f"upstream response larger than the limit of {limit:,} bytes ({got})")
 
 
+class Budget:
+    """One response's bytes counted against the limit as they arrive: the one counting rule of
+    every reader of a body (both transports here, and the async driver's HTTP client, which counts
+    decoded bytes)."""
+
+    __slots__ = ("limit", "total")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.total = 0
+
+    def count(self, piece: bytes) -> bytes:
+        """``piece``, counted; :class:`ResponseTooLarge` as soon as the total passes the limit."""
+        self.total += len(piece)
+        if self.total > self.limit:
+            raise too_large(self.limit)
+        return piece
+
+    def refuse_declared(self, headers: Mapping[str, str]) -> bool:
+        """Whether the answer declares its length within the limit (nothing left to count); raises
+        :class:`ResponseTooLarge` when it declares more."""
+        declared = declared_length(headers)
+        if declared is not None and declared > self.limit:
+            raise too_large(self.limit, declared)
+        return declared is not None
+
+
 class _LimitedStream(httpx2.SyncByteStream):
     def __init__(self, inner: httpx2.SyncByteStream, limit: int):
         self._inner = inner
         self._limit = limit
 
     def __iter__(self) -> Iterator[bytes]:
-        total = 0
+        budget = Budget(self._limit)
         for chunk in self._inner:
-            total += len(chunk)
-            if total > self._limit:
-                raise too_large(self._limit)
-            yield chunk
+            yield budget.count(chunk)
 
     def close(self) -> None:
         self._inner.close()
@@ -63,12 +87,9 @@ class _AsyncLimitedStream(httpx2.AsyncByteStream):
         self._limit = limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        total = 0
+        budget = Budget(self._limit)
         async for chunk in self._inner:
-            total += len(chunk)
-            if total > self._limit:
-                raise too_large(self._limit)
-            yield chunk
+            yield budget.count(chunk)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -83,12 +104,12 @@ class BodyLimitTransport(httpx2.BaseTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = self.inner.handle_request(request)
-        declared = declared_length(response.headers)
-        if declared is not None:
-            if declared > self.limit:
-                response.close()
-                raise too_large(self.limit, declared)
-            return response
+        try:
+            if Budget(self.limit).refuse_declared(response.headers):
+                return response
+        except ResponseTooLarge:
+            response.close()
+            raise
         stream = response.stream
         if isinstance(stream, httpx2.SyncByteStream):
             response.stream = _LimitedStream(stream, self.limit)
@@ -107,12 +128,12 @@ class AsyncBodyLimitTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self.inner.handle_async_request(request)
-        declared = declared_length(response.headers)
-        if declared is not None:
-            if declared > self.limit:
-                await response.aclose()
-                raise too_large(self.limit, declared)
-            return response
+        try:
+            if Budget(self.limit).refuse_declared(response.headers):
+                return response
+        except ResponseTooLarge:
+            await response.aclose()
+            raise
         stream = response.stream
         if isinstance(stream, httpx2.AsyncByteStream):
             response.stream = _AsyncLimitedStream(stream, self.limit)

@@ -1,4 +1,4 @@
-"""The server's upstream client (app.routing.upstream_http on pyreqwest) against raw loopback
+"""The server's upstream client (app.routing.io.upstream_http on pyreqwest) against raw loopback
 servers that answer as hostile or merely unusual upstreams do: interim 1xx answers, bytes after a
 response, header floods, compression bombs, proxies, private CAs and mutual TLS. Where one
 connection is shared, two callers each must get only their own answer."""
@@ -24,9 +24,10 @@ import openai
 import pytest
 
 from app import netconf
-from app.routing.body_limit import ResponseTooLarge
 from app.routing.errors import BadResponse
-from app.routing.upstream_http import KEEPALIVE_S, HttpUpstream, UpstreamAnswer, UpstreamStream
+from app.routing.io.body_limit import ResponseTooLarge
+from app.routing.io.client import httpx_transport
+from app.routing.io.upstream_http import KEEPALIVE_S, HttpUpstream, UpstreamAnswer, UpstreamStream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, int], Awaitable[None]]
 LIMIT = 1 << 20
@@ -733,7 +734,7 @@ def test_the_sync_drivers_transport_takes_the_same_proxy_and_ca(pki: dict[str, P
             net = netconf.resolve(srv.url, ca_bundle=str(pki["ca.pem"]), environ={"HTTPS_PROXY": proxy.url})
 
             def sync_call() -> bytes:
-                with httpx2.Client(transport=net.httpx_transport()) as c:
+                with httpx2.Client(transport=httpx_transport(net)) as c:
                     return c.post(srv.url + "/chat/completions", content=b'{"who":"S"}').content
 
             assert await asyncio.to_thread(sync_call) == b'{"who":"S"}'
@@ -747,7 +748,7 @@ def test_a_process_that_exits_without_closing_its_clients_exits_cleanly() -> Non
     program = textwrap.dedent(
         """
         import asyncio, openai
-        from app.routing.upstream_http import HttpUpstream
+        from app.routing.io.upstream_http import HttpUpstream
         async def main():
             sdk = openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
             up = HttpUpstream("http://127.0.0.1:9/v1", sdk=sdk, max_response_bytes=1 << 20)
@@ -759,7 +760,7 @@ def test_a_process_that_exits_without_closing_its_clients_exits_cleanly() -> Non
         asyncio.run(main())
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[4])}
     codes = [subprocess.run([sys.executable, "-c", program], env=env, capture_output=True).returncode for _ in range(8)]
     assert codes == [0] * 8
 

@@ -19,9 +19,9 @@ from openai._utils import maybe_transform
 from openai.types.chat import completion_create_params
 from sqlalchemy import create_engine, inspect, text
 
-from app.routing import AllRoutesFailed, RoutingClient, StreamBrokenError
-from app.routing.async_client import AsyncRoutingClient
-from app.routing.client import VALID_ROLES
+from app.routing import AllRoutesFailed, RouteOptions, RoutingClient, StreamBrokenError
+from app.routing.io.async_client import AsyncRoutingClient
+from app.routing.io.client import VALID_ROLES
 from db.canary import set_ratio
 from tests.configs import two_providers
 from tests.support.examples import examples
@@ -436,9 +436,9 @@ def test_the_sdk_transform_is_the_identity_on_every_body_we_build(
 ):
     client, _ = routed_sdk_request
     params = {k: v for k, v in {"temperature": temperature, "max_tokens": max_tokens}.items() if v is not None}
-    plan = client.core.plan("chat", {"messages": msgs, **params}, model=MODEL, stream=stream)
+    plan = client.core.plan("chat", {"messages": msgs, **params}, RouteOptions(model=MODEL, stream=stream))
     attempt = next(client.core.attempts(plan))
-    _, body, _ = client.core.request(plan, attempt)
+    body = client.core.request(plan, attempt).body
     shape = (
         completion_create_params.CompletionCreateParamsStreaming
         if stream

@@ -8,7 +8,7 @@ records, reading answers and stream chunks); this module performs only the I/O: 
 ``httpx2.Client`` with the transport it was handed (:func:`app.gateway.build_gateway` hands it the
 built-in simulator's mock transport for ``sim://`` providers, or a test's transport), the network
 otherwise; ``time.sleep`` for the backoff; deadlines enforced at the transport
-(:mod:`app.routing.deadline`). The request path does no database I/O: the canary ratio is the last
+(:mod:`app.routing.io.deadline`). The request path does no database I/O: the canary ratio is the last
 value the gateway's background refresher loaded, and the attempt records go to the telemetry
 writer in one hand-off.
 
@@ -28,19 +28,14 @@ from typing import Any, Literal, Protocol, overload
 
 import httpx2
 import openai
-from openai.types import Completion
-from openai.types.chat import ChatCompletionChunk
-from openai.types.responses import ResponseStreamEvent
-from pydantic import TypeAdapter
 from sqlalchemy import Engine
 
 from app.config import Settings, load_settings
-from app.routing import deadline as deadlines
+from app.netconf import NetConf
 from app.routing.answers import StreamAccount, chunk_text, passed_headers
-from app.routing.body_limit import BodyLimitTransport
 from app.routing.breaker import BreakerSnapshot, State
-from app.routing.canary import Side
 from app.routing.core import (
+    DEFAULT_OPTIONS,
     MAX_SESSION_ID,
     Attempt,
     NoRoute,
@@ -54,6 +49,11 @@ from app.routing.core import (
 )
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.inputs import VALID_ROLES, validate_messages
+from app.routing.io import deadline as deadlines
+from app.routing.io.body_limit import BodyLimitTransport
+from app.routing.io.classify import classify
+from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
+from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 
 __all__ = [
@@ -66,18 +66,16 @@ __all__ = [
     "validate_messages",
 ]
 
-_EVENT = TypeAdapter(ResponseStreamEvent)
 
-
-def sdk_chunk(api: str, chunk: dict) -> Any:
-    """A stream chunk as the openai SDK's type (built unvalidated, as the SDK builds what it reads)."""
-    if api == "responses":
-        try:
-            return _EVENT.validate_python(chunk)
-        except ValueError:
-            return chunk
-    cls = Completion if api == "completions" else ChatCompletionChunk
-    return cls.construct(**chunk)
+def httpx_transport(net: NetConf) -> httpx2.HTTPTransport:
+    """A provider's network transport for the sync driver, with its proxy and TLS settings."""
+    kwargs: dict = {}
+    ctx = net.ssl_context()
+    if ctx is not None:
+        kwargs["verify"] = ctx
+    if net.proxy:
+        kwargs["proxy"] = httpx2.Proxy(net.proxy)
+    return httpx2.HTTPTransport(**kwargs)
 
 
 class _Closable(Protocol):
@@ -152,6 +150,8 @@ class RoutingClient:
             source=source,
             env=env,
             secrets=secrets,
+            classify=classify,
+            new_lock=threading.Lock,
         )
         self._reload = reload
         self._sleep = sleep
@@ -218,128 +218,67 @@ class RoutingClient:
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: Literal[False] = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: Literal[False] = False, **params: Any
     ) -> ChatResult: ...
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: Literal[True],
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: Literal[True], **params: Any
     ) -> ChatStream: ...
 
     @overload
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream: ...
 
     def chat(
-        self,
-        messages: Sequence[dict],
-        model: str = "auto",
-        *,
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        **params: Any,
+        self, messages: Sequence[dict], model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
-        """Send one chat request through the router. ``params`` are any chat completions
-        parameters (``tools``, ``tool_choice``, ``response_format``, ``temperature``, ``seed``,
-        ``n``, ``logprobs``, ...), sent as given; a ``None`` value is left out.
+        """Send one chat request through the router. ``params`` are the routing options of
+        :class:`~app.routing.options.RouteOptions` (``session_id``, ``source``, ``route``,
+        ``cache_hints``, ``key_name``, ``headers``) and any chat completions parameters (``tools``,
+        ``tool_choice``, ``response_format``, ``temperature``, ``seed``, ``n``, ``logprobs``, ...),
+        sent as given; a ``None`` value is left out.
 
         ``route`` forces one side with no fallback (the playground's compare mode). Raises
         :class:`ClientClosedError` at once, without any network I/O, once ``close()`` has begun.
         """
-        body = {"messages": messages, **params}
-        return self.request("chat", body, model=model, stream=stream, session_id=session_id, source=source,
-                            route=route, cache_hints=cache_hints, key_name=key_name)  # fmt: skip
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("chat", {"messages": messages, **rest}, options)
 
     def responses(
-        self, input: Any, model: str = "auto", *, stream: bool = False, session_id: str | None = None, **params: Any
+        self, input: Any, model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
         """One Responses API request (``POST /v1/responses``) through the same policy;
         ``result.completion`` is the SDK's ``Response``; streamed, the semantic events."""
-        return self.request("responses", {"input": input, **params}, model=model, stream=stream, session_id=session_id)
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("responses", {"input": input, **rest}, options)
 
-    def embeddings(
-        self, input: Any, model: str = "auto", *, session_id: str | None = None, **params: Any
-    ) -> ChatResult:
+    def embeddings(self, input: Any, model: str = "auto", **params: Any) -> ChatResult:
         """Embeddings (``POST /v1/embeddings``) through the same policy; ``result.completion`` is
         the SDK's ``CreateEmbeddingResponse`` (``.data[i].embedding``); ``model='auto'`` takes the
         route's first embedding model."""
-        result = self.request("embeddings", {"input": input, **params}, model=model, session_id=session_id)
+        options, rest = RouteOptions.split(params, model=model)
+        result = self.request("embeddings", {"input": input, **rest}, options)
         assert isinstance(result, ChatResult)
         return result
 
     def completions(
-        self, prompt: Any, model: str = "auto", *, stream: bool = False, session_id: str | None = None, **params: Any
+        self, prompt: Any, model: str = "auto", *, stream: bool = False, **params: Any
     ) -> ChatResult | ChatStream:
         """Legacy completions (``POST /v1/completions``) through the same policy."""
-        return self.request("completions", {"prompt": prompt, **params}, model=model, stream=stream,
-                            session_id=session_id)  # fmt: skip
+        options, rest = RouteOptions.split(params, model=model, stream=stream)
+        return self.request("completions", {"prompt": prompt, **rest}, options)
 
     def request(
-        self,
-        api: str,
-        body: Mapping[str, Any],
-        *,
-        model: str | None = "auto",
-        stream: bool = False,
-        session_id: str | None = None,
-        source: str | None = None,
-        route: Side | None = None,
-        cache_hints: bool = True,
-        key_name: str | None = None,
-        headers: Mapping[str, str] | None = None,
+        self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS
     ) -> ChatResult | ChatStream:
         """Any routed API call: ``api`` is chat, responses, embeddings or completions, ``body`` its
-        parameters (``None`` values left out; ``model`` and ``stream`` are the arguments)."""
+        parameters (``None`` values left out), ``options`` how to route it."""
         if self._closed:
             raise ClientClosedError("this RoutingClient is closed: build a new one (RoutingClient.from_config())")
-        plan = self.core.plan(
-            api,
-            {k: v for k, v in body.items() if v is not None},
-            model=model,
-            session_id=session_id,
-            stream=stream,
-            source=source,
-            route=route,
-            cache_hints=cache_hints,
-            key_name=key_name,
-            headers=headers,
-        )
-        if stream:
+        plan = self.core.plan(api, {k: v for k, v in body.items() if v is not None}, options)
+        if options.stream:
             return ChatStream(lambda s: self._run_stream(plan, s), plan)
         return self._run(plan)
 
@@ -384,11 +323,11 @@ class RoutingClient:
                 return client
             if self._closed:
                 raise ClientClosedError("this RoutingClient is closed")
-            sdk = self.core.sdk_settings(name)  # ProviderNotConfigured if its key is unset
+            sdk = sdk_settings(self.settings, name, self.core.env, self.core.secrets)  # ProviderNotConfigured if unset
             # Deadlines and the response size limit are enforced at the transport (see
-            # app.routing.deadline and app.routing.body_limit).
+            # app.routing.io.deadline and app.routing.io.body_limit).
             inner = BodyLimitTransport(
-                self.transports.get(name) or self.settings.providers[name].net().httpx_transport(),
+                self.transports.get(name) or httpx_transport(self.settings.providers[name].net()),
                 self.settings.retry.max_response_bytes,
             )
             transport = deadlines.DeadlineTransport(inner)
@@ -412,14 +351,20 @@ class RoutingClient:
         not its model construction): the raw response, or for a stream the SDK's stream of JSON
         chunks."""
         client = self._client(attempt.provider)
-        path, body, options = self.core.request(plan, attempt)
+        req = self.core.request(plan, attempt)
+        options = sdk_options(req)
         token = deadlines.activate(deadline)
         try:
             if plan.stream:
                 return client.post(
-                    path, body=body, options=options, cast_to=object, stream=True, stream_cls=openai.Stream[object]
+                    req.path,
+                    body=req.body,
+                    options=options,
+                    cast_to=object,
+                    stream=True,
+                    stream_cls=openai.Stream[object],
                 )
-            return client.post(path, body=body, options=options, cast_to=httpx2.Response)
+            return client.post(req.path, body=req.body, options=options, cast_to=httpx2.Response)
         finally:
             deadlines.deactivate(token)
 
@@ -433,7 +378,7 @@ class RoutingClient:
                 attempt = attempt.begin(core.wall(), core.clock())
                 try:
                     response = self._send(plan, attempt, core.deadline(plan, attempt))
-                    answer = core.read(plan, attempt, response)
+                    answer = core.read(plan, attempt, response.content, response.headers)
                 except Exception as exc:  # noqa: BLE001 - failed() re-raises what is not an upstream fault
                     attempt = self._advance(steps, core.failed(plan, attempt, exc))
                     continue

@@ -224,7 +224,7 @@ def test_2_stream_chunk_with_null_choices_is_retried(router, up):
 
 
 def test_2_our_own_errors_are_not_classified_as_upstream_faults():
-    from app.routing.errors import classify
+    from app.routing.io.classify import classify
 
     with pytest.raises(ValueError, match="our own bug"):
         classify(ValueError("our own bug"), sent_hints=False)
@@ -441,7 +441,7 @@ def test_12_in_memory_database_urls_are_refused(router, url):
 # deadlines, the request deadline across attempts, per-provider attempt counts, the circuit breaker's
 # states and hooks, our own bugs surfacing, session ids, and chat() during close.
 #
-# Built like tests/integration/routing/test_client.py (``make_router``): primary ``chaos`` is the loopback
+# Built like tests/integration/routing/io/test_client.py (``make_router``): primary ``chaos`` is the loopback
 # chaos upstream, fallback ``direct`` is the instant simulator.
 
 

@@ -1,6 +1,6 @@
 """An upstream cannot make the gateway buffer an answer of any size: ``retry.max_response_bytes``
 bounds each attempt's body, declared or not, streamed or not, in both drivers (see
-:mod:`app.routing.body_limit`). Built on the chaos upstream like tests/integration/routing/test_async_client.py.
+:mod:`app.routing.io.body_limit`). Built on the chaos upstream like tests/integration/routing/io/test_async_client.py.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 from app.routing import StreamBrokenError
-from app.routing.async_client import AsyncRoutingClient
-from tests.integration.routing.test_async_client import BOUND_S, router, stream_async, up  # noqa: F401 - fixtures
-from tests.integration.routing.test_client import HI, chaos_requests, flushed, log_rows
+from app.routing.io.async_client import AsyncRoutingClient
+from tests.integration.routing.io.test_async_client import BOUND_S, router, stream_async, up  # noqa: F401 - fixtures
+from tests.integration.routing.io.test_client import HI, chaos_requests, flushed, log_rows
 from tests.support.chaos_upstream import huge, ok
 
 LIMIT = 64 * 1024

@@ -365,6 +365,11 @@ class RouteConfig(_Strict):
     # ``deployments``.
     canary: DeploymentConfig | None = None
 
+    @property
+    def every_deployment(self) -> tuple[DeploymentConfig, ...]:
+        """Its deployments and its canary deployment, if it has one."""
+        return (*self.deployments, *((self.canary,) if self.canary else ()))
+
 
 class TelemetryConfig(_Strict):
     # Spill journal for records the database cannot take yet; one subdirectory per database URL.

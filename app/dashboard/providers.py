@@ -41,7 +41,7 @@ def provider_role(settings: Settings, name: str) -> str:
     if name == settings.routing.fallback:
         return "fallback"
     for r in settings.routes.values():
-        if any(d.provider == name for d in (*r.deployments, *((r.canary,) if r.canary else ()))):
+        if any(d.provider == name for d in r.every_deployment):
             return "routes only"
     return "spare"
 

@@ -460,12 +460,16 @@ class RoutingCore:
             stream=stream,
             caller_usage=caller_usage,
             session_header=header,
-            prompt_text=clean(message_text(msgs), PROMPT_STORE_LIMIT, self.secret_values)
-            if self.settings.telemetry.store_prompts
-            else None,
+            prompt_text=self._stored_prompt(msgs),
             headers=forwarded,
             key_name=key_name,
         )
+
+    def _stored_prompt(self, msgs: list[dict]) -> str | None:
+        """The prompt as the log keeps it: cleaned, keys scrubbed, and only with store_prompts."""
+        if not self.settings.telemetry.store_prompts:
+            return None
+        return clean(message_text(msgs), PROMPT_STORE_LIMIT, self.secret_values)
 
     def _forwarded(self, headers: Mapping[str, str] | None) -> dict[str, str]:
         forwarded: dict[str, str] = {}
@@ -525,10 +529,10 @@ class RoutingCore:
                 chat_request(body)
             except NotBridgeable as exc:
                 native = {p for p in serving if "responses" in providers[p].apis}
-                if not any(d.provider in native for d in self._route_deployments(name)):
+                if not any(d.provider in native for d in self.route_table.routes[name].every_deployment):
                     raise NoProvider(str(exc), param=exc.param) from None
                 serving = native
-        if not any(d.provider in serving for d in self._route_deployments(name)):
+        if not any(d.provider in serving for d in self.route_table.routes[name].every_deployment):
             raise NoProvider(f"no deployment of route {name!r} serves the {API_NAMES[api]}")
         if est is None:
             est = estimate_tokens(len(message_text(msgs)), self.settings.intents.chars_per_token)
@@ -552,9 +556,7 @@ class RoutingCore:
             stream=stream,
             caller_usage=caller_usage,
             session_header=header,
-            prompt_text=clean(message_text(msgs), PROMPT_STORE_LIMIT, self.secret_values)
-            if self.settings.telemetry.store_prompts
-            else None,
+            prompt_text=self._stored_prompt(msgs),
             headers=self._forwarded(headers),
             key_name=key_name,
             route=name,
@@ -562,10 +564,6 @@ class RoutingCore:
             route_providers=frozenset(serving),
             canary=canary,
         )
-
-    def _route_deployments(self, name: str) -> list[routes_mod.Deployment]:
-        r = self.route_table.routes[name]
-        return [*r.deployments, *((r.canary,) if r.canary else ())]
 
     def _refused(
         self,

@@ -114,6 +114,11 @@ class Route:
     cooldown_s: float = 30.0
     canary: Deployment | None = None
 
+    @property
+    def every_deployment(self) -> tuple[Deployment, ...]:
+        """Its deployments and its canary deployment, if it has one."""
+        return (*self.deployments, *((self.canary,) if self.canary else ()))
+
 
 @dataclass(frozen=True)
 class Target:
@@ -203,7 +208,7 @@ class RouteTable:
         self.stats: dict[str, Stats] = {}
         self._current: dict[str, dict[str, float]] = {}  # smooth weighted round-robin, per route
         for r in self.routes.values():
-            for d in (*r.deployments, *((r.canary,) if r.canary else ())):
+            for d in r.every_deployment:
                 self.stats.setdefault(d.key, Stats())
 
     def __contains__(self, name: object) -> bool:

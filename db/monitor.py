@@ -718,7 +718,9 @@ def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows:
             conds.append(log.c.status != "ok")
         conds.append(log.c.error_class.in_(r.error_classes))
     if r.keys:
-        conds.append(log.c.key_name.in_(r.keys))
+        # Spelled as the key index's predicate (migration 0016), so both databases read one key's
+        # rows of the window from it instead of walking every row.
+        conds += [log.c.key_name.is_not(None), log.c.key_name.in_(r.keys)]
     if r.session_id is not None:
         conds.append(log.c.session_id == r.session_id)
     return conds
@@ -779,8 +781,8 @@ def count_log_rows(
     Filters the rollups carry (dimensions, status, error class) are counted from them for the whole
     minutes of the range, and from the raw log's ``ts`` index for the partial minutes at its two
     edges (and for minutes older than the oldest raw row: none, the rollups outlive the log). A
-    key or session filter, which no rollup carries, counts raw rows newest first along the ``ts``
-    index, stopping at ``cap + 1``."""
+    key or session filter, which no rollup carries, counts raw rows from that filter's index
+    (``(key_name, ts, id)``, ``(session_id, ts)``), stopping at ``cap + 1``."""
     log = RequestLog.__table__
     r = rows or NO_ROW_FILTERS
     cap = int(cap)
@@ -817,14 +819,16 @@ def _count_raw(
     *,
     exclusive: bool = False,
 ) -> int:
-    # Rows newest first along the ts index, at most cap + 1 of them; ``exclusive``: ts < until.
+    # At most cap + 1 matching rows, in no order (which ones does not change the count), so the
+    # planner reads them from whichever index bounds them best: ts, the failed rows', a key's or a
+    # session's. ``exclusive``: ts < until.
     log = RequestLog.__table__
     conds = _row_conds(since, until, filters, rows, log)
     if exclusive:
         conds.append(log.c.ts < until)
     if newer_than is not None:
         conds.append(_newer(newer_than, log))
-    inner = select(log.c.id).where(*conds).order_by(log.c.ts.desc()).limit(cap + 1).subquery()
+    inner = select(log.c.id).where(*conds).limit(cap + 1).subquery()
     with engine.connect() as conn:
         return _i(conn.execute(select(func.count()).select_from(inner)).scalar_one())
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, fields
 
 from sqlalchemy import Engine
 
-from db.monitor import RecentCounts, SummedCell, minute_floor, part_cells, recent_counts
+from db.monitor import SummedCell, minute_floor, part_cells
+from db.raw_log import RecentCounts, recent_counts
 
 ATTEMPT_ERROR_RATE = "attempt_error_rate"
 FINAL_FAILURE_RATE = "final_failure_rate"

@@ -39,7 +39,6 @@ from db.monitor import (
     COUNT_COLUMNS,
     Breakdown,
     MonitorFilters,
-    RecentCounts,
     SubstitutionSums,
     SummedCell,
     minute_floor,
@@ -47,6 +46,7 @@ from db.monitor import (
     side_filters,
     span_parts,
 )
+from db.raw_log import RecentCounts
 
 RECENT_S = float(LAST_MINUTE_S)
 ALL = "all"

@@ -77,10 +77,6 @@ class TableCursor:
     def live(self) -> bool:
         return self.held_at is None
 
-    @property
-    def first_page(self) -> bool:
-        return self.older_than is None and self.newer_than is None
-
     def for_query(self, query: tuple, now: float, *, filtered: bool) -> TableCursor:
         """This cursor if it belongs to ``query``; else the newest page of it, held still when
         ``filtered`` (a filtered table is being read, not watched)."""

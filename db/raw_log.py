@@ -68,6 +68,7 @@ class RecentCounts:
     requests: int
     request_errors: int
     fallbacks: int
+    last_failure: float | None = None  # the newest failed attempt's ts; None without one
 
 
 def recent_counts(
@@ -86,12 +87,23 @@ def recent_counts(
             func.sum(final),
             func.sum(case((and_(log.c.final.is_(true()), log.c.status != "ok"), 1), else_=0)),
             func.sum(case((and_(log.c.final.is_(true()), log.c.fallback.is_(true())), 1), else_=0)),
+            func.max(case((log.c.status != "ok", log.c.ts), else_=None)),
         )
         .where(log.c.ts >= since, log.c.ts <= until, *dimension_filter(filters, log))
         .group_by(log.c.provider)
     )
     with engine.connect() as conn:
-        return {r[0]: RecentCounts(*(as_int(v) for v in r[1:])) for r in conn.execute(q)}
+        return {
+            r[0]: RecentCounts(
+                as_int(r[1]),
+                as_int(r[2]),
+                as_int(r[3]),
+                as_int(r[4]),
+                as_int(r[5]),
+                None if r[6] is None else float(r[6]),
+            )
+            for r in conn.execute(q)
+        }
 
 
 def last_error(engine: Engine, *, provider: str, since: float, until: float) -> tuple[str | None, float] | None:

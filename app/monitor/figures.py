@@ -144,6 +144,8 @@ class LiveFigures:
     window: Counts
     providers_last_minute: dict[str, Counts] = field(default_factory=dict)
     providers_window: dict[str, Counts] = field(default_factory=dict)
+    # each provider's newest failed attempt of the last minute (epoch seconds; absent without one)
+    providers_last_failure: dict[str, float] = field(default_factory=dict)
 
     def tiles(self) -> list[tuple[str, float | None, str]]:
         """``(label, rate, help)`` for each figure, last minute first, then the window."""
@@ -171,4 +173,5 @@ def live_figures(engine: Engine, *, now: float, window_s: int) -> LiveFigures:
         window=Counts.total(window.values()),
         providers_last_minute=minute,
         providers_window=window,
+        providers_last_failure={p: c.last_failure for p, c in recent.items() if c.last_failure is not None},
     )

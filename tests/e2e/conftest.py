@@ -456,8 +456,14 @@ def rerun(page, timeout: float = RUN_TIMEOUT_MS) -> Iterator[None]:
 
 
 def open_page(page, server: Server, path: str = "") -> None:
-    page.goto(f"{server.url}/{path}")
-    wait_ready(page)
+    """Open ``path`` and wait for its first script run to end (a watched page: the run the page
+    asked for on connecting; else the script state the page shows)."""
+    if getattr(page, "run_watch", None) is None:
+        page.goto(f"{server.url}/{path}")
+        wait_ready(page)
+        return
+    with rerun(page):
+        page.goto(f"{server.url}/{path}")
 
 
 def assert_no_exception(page) -> None:

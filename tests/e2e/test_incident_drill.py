@@ -75,11 +75,11 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         # the sidebar and the page's ratio in step, no reload.
         expect(sidebar.get_by_test_id("stMetricValue").first).to_have_text("0 %", timeout=60_000)
         expect(main.get_by_test_id("stMetricValue").first).to_have_text("0 %", timeout=10_000)
+        banner = main.get_by_test_id("stAlert").filter(has_text="holysheep: incident since")
+        expect(banner).to_contain_text("breaker open", timeout=30_000)
         expect(canary_header).to_contain_text("0 %", timeout=10_000)
         expect(canary_tab.get_by_test_id("stMain")).to_contain_text("The ratio changed since this page loaded (now 0 %")
         screenshot(canary_tab, "drill-1b-canary-page-followed")
-        banner = main.get_by_test_id("stAlert").filter(has_text="holysheep: incident since")
-        expect(banner).to_contain_text("breaker open", timeout=30_000)
         # The load process dies with its breaker open (cooldown 15 s); the primary recovers.
         os.kill(loadgen.pid, signal.SIGKILL)
         loadgen.wait(timeout=30)

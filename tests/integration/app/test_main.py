@@ -39,29 +39,18 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
+# One refusal per command, as operators meet it (a process, its exit code and its one stderr line);
+# every bad number of every command is refused in-process in tests/unit/app/test_main.py.
 CLI_CASES = [
-    *[
-        (["canary", "set", raw, "--reason", "r"], "ratio must be a number from 0 to 1")
-        for raw in ["1e-400", "nan", "inf", "1.5", "-0.1", "1e100000000"]
-    ],
-    *[
-        (["prune", "--days", raw], "--days must be a number above 0 and at most 36500")
-        for raw in ["nan", "inf", "-1", "1e400"]
-    ],
-    (["canary", "set", "--reason", "r", "--", "-inf"], "ratio must be a number from 0 to 1"),
-    (["prune", "--rollup-days", "inf"], "--rollup-days must be a number above 0"),
-    *[
-        (["loadgen", "--rps", raw, "--quiet"], "--rps must be a number above 0 and at most 1000")
-        for raw in ["0", "nan", "1e9"]
-    ],
-    (["loadgen", "--duration", "nan", "--quiet"], "--duration must be a number above 0"),
-    (["loadgen", "--seed", "1.5", "--quiet"], "--seed must be a whole number from 0"),
+    (["canary", "set", "nan", "--reason", "r"], "ratio must be a number from 0 to 1"),
+    (["prune", "--days", "1e400"], "--days must be a number above 0 and at most 36500"),
+    (["loadgen", "--rps", "nan", "--quiet"], "--rps must be a number above 0 and at most 1000"),
     (["simulate", "--port", "99999"], "--port must be a whole number from 0 to 65535"),
 ]
 
 
 def test_cli_refusals_write_nothing(cli_env):
-    """One run per refusal would take minutes; the first state is read once and compared at the end."""
+    """The first state is read once and compared at the end."""
     before = run(cli_env, "canary", "show", "--json")
     assert before.returncode == 0, before.stderr
     for args, expected in CLI_CASES:

@@ -75,6 +75,11 @@ CLI_CASES = [
     (["loadgen", "--duration", "nan", "--quiet"], "--duration must be a number above 0"),
     (["loadgen", "--seed", "1.5", "--quiet"], "--seed must be a whole number from 0"),
     (["simulate", "--port", "99999"], "--port must be a whole number from 0 to 65535"),
+    *[
+        (["canary", "set", raw, "--dry-run"], "ratio must be a number from 0 to 1")
+        for raw in ["nan", "1e400", "-0.5", "2"]
+    ],
+    (["canary", "set", "0.5"], "--reason"),  # a change without --dry-run needs its reason
 ]
 
 

@@ -229,10 +229,11 @@ def test_canary_set_then_show(cli: Cli) -> None:
     assert human.returncode == 0 and "25" in human.stdout and "bob" in human.stdout
 
 
-@pytest.mark.parametrize("bad", ["1.5", "abc", "-1", "nan"])
+# Numbers out of range are refused in-process too, with every other bad number
+# (tests/unit/app/test_main.py): here, text that is no number, as a process.
+@pytest.mark.parametrize("bad", ["abc"])
 def test_canary_set_bad_ratio_fails_with_one_line_and_writes_nothing(cli: Cli, bad: str) -> None:
-    assert cli.run("canary", "show").returncode == 0  # the database exists before the bad write
-    before_show = json.loads(cli.run("canary", "show", "--json").stdout)
+    before_show = json.loads(cli.run("canary", "show", "--json").stdout)  # the database exists before the bad write
     before = _audit_count(cli.database_url)
     proc = cli.run("canary", "set", bad, "--reason", "oops", "--actor", "mallory")
     line = _one_error_line(proc)
@@ -246,9 +247,8 @@ def test_canary_set_overlong_actor_is_one_clear_line(tmp_path: Path, cli: Cli, d
     limit (on PostgreSQL too, where the database would otherwise raise a multi-line DataError), and
     nothing is written."""
     actor = "a" * 200
-    assert cli.run("canary", "show", DATABASE_URL=db_url).returncode == 0
+    before_show = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)  # creates the row
     before = _audit_count(db_url)
-    before_show = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)
     proc = cli.run("canary", "set", "0.3", "--reason", "long name", "--actor", actor, DATABASE_URL=db_url)
     line = _one_error_line(proc)
     assert "actor is too long (200 characters, at most 128)" in line

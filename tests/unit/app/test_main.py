@@ -80,6 +80,10 @@ CLI_CASES = [
         for raw in ["nan", "1e400", "-0.5", "2"]
     ],
     (["canary", "set", "0.5"], "--reason"),  # a change without --dry-run needs its reason
+    *[
+        (["canary", "set", raw, "--reason", "oops", "--actor", "mallory"], "ratio")
+        for raw in ["1.5", "abc", "-1", "nan"]
+    ],
 ]
 
 

@@ -117,3 +117,20 @@ def test_every_bad_number_is_refused_with_one_line_and_nothing_written(cli_env):
         assert out == "", args
     code, after, _ = _main("canary", "show", "--json")
     assert json.loads(after) == json.loads(before)
+
+
+BAD_PORT = "postgresql+psycopg://gw:hunter2-secret@127.0.0.1:abc/gateway"
+
+
+@pytest.mark.parametrize("args", [["status"], ["canary", "show"], ["users", "list"], ["keys", "list"]])
+def test_a_port_that_is_not_a_number_is_one_line_naming_database_url(args, monkeypatch):
+    """Every command that reads DATABASE_URL says what to change in one line, the password never
+    shown (serve and dashboard, which start servers, as processes in tests/integration/app/test_config.py)."""
+    monkeypatch.setenv("DATABASE_URL", BAD_PORT)
+    monkeypatch.setenv("GATEWAY_CONFIG", str(REPO / "gateway.toml"))
+    code, out, err = _main(*args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: DATABASE_URL: port 'abc' is not a number") and "Fix:" in lines[0]
+    assert "invalid literal" not in err and "hunter2" not in err + out

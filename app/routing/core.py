@@ -897,7 +897,7 @@ class RoutingCore:
                 skipped.append(provider)
                 return "skipped", None
             if target is not None and made and self.route_table.cooling(target.deployment, now):
-                return "fail_over", None  # it began cooling down on this request's own failures
+                return "fail_over", None  # it began cooling down while this request waited
             timeout = attempt_budget_s(base_timeout, remaining)
             bridged = plan.api == "responses" and "responses" not in p.apis
             attempt = Attempt(
@@ -930,6 +930,14 @@ class RoutingCore:
                 with_hints, hints_dropped = False, True
                 continue
             made += 1
+            if (
+                step.action == "retry"
+                and target is not None
+                and self.route_table.cooling(target.deployment, self.clock())
+            ):
+                # This request's own failures put the deployment out: the next deployment now,
+                # not a backoff sleep before a retry that would not be made.
+                return "fail_over", failure
             if step.action == "retry":
                 log.info(
                     "%s: %s; retry in %.2fs (request %s)",

@@ -25,7 +25,7 @@ from core.histogram import N_BUCKETS
 
 LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
 TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]
-ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side"]
+ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side", "route"]
 ROLLUP_SUMS = [
     "attempts",
     "requests",
@@ -157,6 +157,9 @@ class _RollupColumns:
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
     side: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # migration 0016: the [routes] name (NO_ROUTE for the two-sided routing); with provider and
+    # model it keys a route's deployment.
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")
 
     attempts: Mapped[int] = mapped_column(BigInteger, default=0)
     requests: Mapped[int] = mapped_column(BigInteger, default=0)  # final attempts
@@ -217,12 +220,13 @@ def rollup_table_for(step_s: int):
 # The failed attempts and the substituted requests by the columns the per-minute rollups do not
 # carry (error class, model asked for), per minute and per hour (migration 0013). The monitor's
 # error-class choices and substitution figures read these, never the raw log.
-DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source"]
+DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source", "route"]
 ERROR_ROLLUP_KEY = [*DETAIL_KEY, "error_class"]
 ERROR_ROLLUP_SUMS = ["attempts", "requests"]
 SUBSTITUTION_ROLLUP_KEY = DETAIL_KEY
 SUBSTITUTION_ROLLUP_SUMS = ["requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd"]
 NO_ERROR_CLASS = ""  # a failed attempt without a class (a key column cannot be NULL)
+NO_ROUTE = ""  # the rollups' route of an attempt of the two-sided routing (request_log.route is NULL)
 
 
 class _DetailKey:
@@ -232,6 +236,7 @@ class _DetailKey:
     requested_model: Mapped[str] = mapped_column(String(128), primary_key=True)
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")  # migration 0016
 
 
 class _ErrorRollupColumns(_DetailKey):

@@ -1,6 +1,6 @@
 """The routes table of the Overview: each ``[routes]`` entry's deployments as configured (strategy,
 weight, limits, canary) beside what they served in the window, from the rollups (a deployment is
-a provider and the model sent to it, which the rollups already key by)."""
+a route's provider and the model sent to it, which the rollups key by)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from db.monitor import ProviderSums
 
 
 def deployment_rows(
-    settings: Settings, sums: Mapping[tuple[str, str], ProviderSums], route_ratios: Mapping[str, float]
+    settings: Settings, sums: Mapping[tuple[str, str, str], ProviderSums], route_ratios: Mapping[str, float]
 ) -> list[dict]:
     """One row per deployment of every route, in configuration order (the canary last)."""
     rows: list[dict] = []
@@ -21,7 +21,7 @@ def deployment_rows(
         total = sum(d.weight for d, canary in deps if not canary)
         for d, canary in deps:
             model = deployment_model(name, d)
-            got = sums.get((d.provider, model))
+            got = sums.get((name, d.provider, model))
             if canary:
                 share = f"canary, {route_ratios.get(name, 0.0):.0%}"
             elif r.strategy == "weighted":

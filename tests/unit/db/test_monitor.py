@@ -23,6 +23,7 @@ from db.models import (
     ERROR_ROLLUP_KEY,
     ERROR_ROLLUP_TABLES,
     NO_ERROR_CLASS,
+    NO_ROUTE,
     SUBSTITUTION_ROLLUP_KEY,
     SUBSTITUTION_ROLLUP_SUMS,
     SUBSTITUTION_ROLLUP_TABLES,
@@ -358,7 +359,9 @@ def test_requests_csv_round_trip(engine):
 
 def test_has_requests_and_filter_options(engine):
     assert not dbm.has_requests(engine)
-    assert dbm.filter_options(engine, since=0) == {"providers": [], "models": [], "intents": [], "sources": []}
+    assert dbm.filter_options(engine, since=0) == {
+        "providers": [], "models": [], "intents": [], "sources": [], "routes": [], "deployments": [],
+    }  # fmt: skip
     _scenario(engine)
     assert dbm.has_requests(engine)
     assert dbm.filter_options(engine, since=T0 - 60) == {
@@ -366,6 +369,8 @@ def test_has_requests_and_filter_options(engine):
         "models": ["m1", "m2"],
         "intents": ["coding", "general"],
         "sources": ["api", "loadgen"],
+        "routes": [],
+        "deployments": [],
     }
     assert dbm.filter_options(engine, since=T0 + 120)["sources"] == ["loadgen"]
 
@@ -448,6 +453,7 @@ def make_records(n: int, seed: int = 1) -> list[AttemptRecord]:
                 substituted=rng.random() < 0.2,
                 source=rng.choice(("api", "loadgen")),
                 key_name=rng.choice(("k1", None)),
+                route=rng.choice(("r1", None)),
             )
         )
     return out
@@ -459,7 +465,10 @@ def raw_rows(engine) -> list:
 
 
 def _dims(r, span: int) -> tuple:
-    return (int(r["ts"] // span) * span, r["provider"], r["model"], r["requested_model"], r["intent"], r["source"])
+    return (
+        int(r["ts"] // span) * span, r["provider"], r["model"], r["requested_model"], r["intent"], r["source"],
+        r["route"] or NO_ROUTE,
+    )  # fmt: skip
 
 
 def recount_errors(rows, span: int) -> dict[tuple, tuple[int, int]]:
@@ -488,14 +497,14 @@ def stored_errors(engine, span: int) -> dict[tuple, tuple[int, int]]:
     t = ERROR_ROLLUP_TABLES[span].__table__  # type: ignore[attr-defined]
     cols = [t.c[k] for k in ERROR_ROLLUP_KEY] + [t.c.attempts, t.c.requests]
     with engine.connect() as conn:
-        return {tuple(r[:7]): (int(r[7]), int(r[8])) for r in conn.execute(select(*cols))}
+        return {tuple(r[:8]): (int(r[8]), int(r[9])) for r in conn.execute(select(*cols))}
 
 
 def stored_substitutions(engine, span: int) -> dict[tuple, tuple]:
     t = SUBSTITUTION_ROLLUP_TABLES[span].__table__  # type: ignore[attr-defined]
     cols = [t.c[k] for k in (*SUBSTITUTION_ROLLUP_KEY, *SUBSTITUTION_ROLLUP_SUMS)]
     with engine.connect() as conn:
-        return {tuple(r[:6]): (*(int(v) for v in r[6:10]), round(float(r[10]), 9)) for r in conn.execute(select(*cols))}
+        return {tuple(r[:7]): (*(int(v) for v in r[7:11]), round(float(r[11]), 9)) for r in conn.execute(select(*cols))}
 
 
 def assert_rollups_match_log(engine) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -278,10 +278,12 @@ class Breakdown:
     """Whole-window cells for the monitor's level table.
 
     ``by_provider_side`` is keyed by ``(provider, canary side)`` and ignores the provider filter
-    (see :func:`side_filters`); ``by_model`` honours every filter."""
+    (see :func:`side_filters`); ``by_model`` and ``by_deployment`` honour every filter."""
 
     by_provider_side: dict[tuple[str, str], SummedCell]
     by_model: dict[str, SummedCell]
+    # (route, deployment key) -> cell, the route's attempts only; honours every filter
+    by_deployment: dict[tuple[str, str], SummedCell] = field(default_factory=dict)
 
 
 def span_parts(lo: int, hi: int, spans: Sequence[int] = (3600, 300, 60)) -> list[tuple[int, int, int]]:

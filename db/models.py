@@ -376,6 +376,22 @@ class BreakerHeartbeat(Base):
     source: Mapped[str] = mapped_column(String(32))  # api | loadgen | dashboard | cli ...
 
 
+class DeploymentCooldown(Base):
+    """A route deployment cooling down in one gateway process (migration 0017), reported with that
+    process's breaker heartbeat (:mod:`db.breakers`): only deployments cooling at the beat have a
+    row, and a row beaten too long ago no longer counts."""
+
+    __tablename__ = "deployment_cooldown"
+
+    process: Mapped[str] = mapped_column(String(64), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)  # "provider/model"
+    until: Mapped[float] = mapped_column(Float)  # wall time its cooldown ends
+    beat_at: Mapped[float] = mapped_column(Float, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(32))
+
+
 class DashboardUser(Base):
     """A local dashboard account (when no identity provider is configured): Argon2 hash only."""
 

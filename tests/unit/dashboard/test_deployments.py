@@ -77,3 +77,30 @@ def test_no_routes_no_rows(tmp_path, engine):
     p.write_text((paths.REPO / "gateway.toml").read_text())
     s = load_settings(p, env={"DATABASE_URL": f"sqlite:///{tmp_path / 'g.db'}"})
     assert deployment_rows(s, {}, {}) == []
+
+
+def test_health_names_the_process_with_the_most_cooldown_left_and_counts_the_others():
+    from app.dashboard.deployments import HEALTHY, health_text
+    from db.breakers import LiveCooldown
+
+    now = 1_800_000_000.0
+    one = [LiveCooldown(now + 24.6, 41, "h", "server")]
+    assert health_text(one, now) == "cooling down (25 s left) in server pid 41"
+    three = [LiveCooldown(now + 3, 7, "h", "loadgen"), *one, LiveCooldown(now + 9, 8, "h", "playground")]
+    assert health_text(three, now) == "cooling down (25 s left) in server pid 41 and 2 other processes"
+    assert health_text(three[:2], now).endswith("and 1 other process")
+    assert health_text([], now) == HEALTHY
+
+
+def test_each_row_carries_its_deployments_health(tmp_path):
+    from db.breakers import LiveCooldown
+
+    now = 1_800_000_000.0
+    s = settings(tmp_path)
+    cooling = {"holysheep/gpt-4.1": [LiveCooldown(now + 10, 41, "h", "server")]}
+    rows = deployment_rows(s, {}, {}, cooling, now)
+    assert [(r["deployment"], r["health"]) for r in rows if r["route"] == "gpt-4.1"] == [
+        ("direct/gpt-4.1", "ok"),
+        ("holysheep/gpt-4.1", "cooling down (10 s left) in server pid 41"),
+        ("holysheep/deepseek-chat-v3.2", "ok"),
+    ]

@@ -369,32 +369,33 @@ class AsyncRoutingClient:
                     raw = isinstance(stream, UpstreamStream) and isinstance(feed, PassThrough)
                     async with stream:
                         reads = stream.reads() if isinstance(stream, UpstreamStream) else _one_by_one(stream)
-                        while True:
-                            try:
-                                async with _timeout(deadline.time_left(deadline.clock(), body=True)):
-                                    events = await reads.__anext__()
-                            except StopAsyncIteration:
+                        watch = deadlines.ReadWatch(deadline)
+                        try:
+                            while True:
+                                try:
+                                    async with watch.read():
+                                        events = await reads.__anext__()
+                                except StopAsyncIteration:
+                                    out = []
+                                    break
                                 out = []
-                                break
-                            except TimeoutError:
-                                deadlines.check(deadline)  # the first-token or request deadline, by name
-                                raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
-                            out = []
-                            for event in events:
-                                if raw:
-                                    passed = acc.pass_raw(event.data) if event.event is None else None
-                                    if passed is not None:
-                                        out.append(passed)
-                                        continue
-                                    event = stream.decode(event)
-                                elif isinstance(stream, UpstreamStream):
-                                    event = stream.decode(event)
-                                for chunk in feed.take(event):
-                                    out += acc.take(chunk, deadline)
-                            if isinstance(stream, UpstreamStream) and stream.done:
-                                break  # the read that ended the stream is handed on with its result
-                            if out:
-                                yield out
+                                for event in events:
+                                    if raw:
+                                        passed = acc.pass_raw(event.data) if event.event is None else None
+                                        if passed is not None:
+                                            out.append(passed)
+                                            continue
+                                        event = stream.decode(event)
+                                    elif isinstance(stream, UpstreamStream):
+                                        event = stream.decode(event)
+                                    for chunk in feed.take(event):
+                                        out += acc.take(chunk, deadline)
+                                if isinstance(stream, UpstreamStream) and stream.done:
+                                    break  # the read that ended the stream is handed on with its result
+                                if out:
+                                    yield out
+                        finally:
+                            watch.close()
                     for chunk in feed.end():
                         out += acc.take(chunk, deadline)
                     out += acc.check_finished()

@@ -130,8 +130,19 @@ class _Body:
     async def pieces(self) -> AsyncIterator[bytes]:
         reader = self.response.body_reader
         while (chunk := await reader.read_chunk()) is not None:
-            for piece in self._decode(chunk.to_bytes(), 0):
-                yield self.budget.count(piece)
+            for piece in self.decoded(chunk.to_bytes()):
+                yield piece
+        self.end()
+
+    def decoded(self, data: bytes) -> Iterator[bytes]:
+        """What one read of the body decodes to, counted against the limit."""
+        if not self.stages:
+            yield self.budget.count(data)
+            return
+        for piece in self._decode(data, 0):
+            yield self.budget.count(piece)
+
+    def end(self) -> None:
         for stage in self.stages:
             stage.end()
 
@@ -181,15 +192,19 @@ class UpstreamStream:
         completed (a read may complete none). After the read that held ``[DONE]``, ``done`` is set
         and nothing more is read."""
         splitter = SSESplitter()
+        body = self._call.body
+        reader = body.response.body_reader
         try:
-            async for piece in self._call.body.pieces():
-                events = splitter.feed(piece)
-                for i, sse in enumerate(events):
-                    if sse.data.startswith(b"[DONE]"):
-                        self.done = True
-                        yield events[:i]
-                        return
-                yield events
+            while (chunk := await reader.read_chunk()) is not None:
+                for piece in body.decoded(chunk.to_bytes()):
+                    events = splitter.feed(piece)
+                    for i, sse in enumerate(events):
+                        if sse.data.startswith(b"[DONE]"):
+                            self.done = True
+                            yield events[:i]
+                            return
+                    yield events
+            body.end()
             splitter.end()  # an event left without its closing blank line is not one
         except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             raise _mapped(exc, self._upstream.net) from None

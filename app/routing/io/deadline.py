@@ -178,6 +178,8 @@ class ReadWatch:
     async def _end(self, exc: BaseException | None) -> None:
         self._reading = False
         if not self._expired:
+            if isinstance(exc, httpx2.TimeoutException):
+                check(self._deadline)  # the client's own timeout, due at the same instant: named as ours
             return
         self._expired = False
         assert self._task is not None

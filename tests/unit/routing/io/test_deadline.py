@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx2
 import pytest
 
 from app.routing.io.deadline import DeadlineExceeded, ReadWatch
@@ -97,6 +98,18 @@ def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        watch.close()
+
+    asyncio.run(main())
+
+
+def test_the_clients_own_timeout_at_the_same_instant_is_named_as_the_deadline() -> None:
+    async def main() -> None:
+        watch = ReadWatch(_deadline(idle=10, first_token_in=0.01))
+        await asyncio.sleep(0.02)
+        with pytest.raises(DeadlineExceeded, match="time-to-first-token"):
+            async with watch.read():
+                raise httpx2.ReadTimeout("no answer in time")  # the upstream client's timeout won the race
         watch.close()
 
     asyncio.run(main())

@@ -1261,5 +1261,5 @@ class RoutingCore:
         if plan.api == "responses" and not attempt.bridged:
             self.remember_response(acc.response_id, attempt.provider)
         body = acc.assembled() or {}
-        answer = Answer(body, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
+        answer = Answer(body, acc.text(), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
         return self.succeed(plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms)

@@ -213,10 +213,19 @@ def assemble(
         record_breaker_change_later(engine, provider, old, new, why)
 
     client.on_breaker_change.append(record_breaker_change)
-    # Every process reports its breakers with a heartbeat: the banner counts only live processes.
-    reporter = BreakerReporter(engine, client.breaker_states, source=source, wall_clock=wall_clock, stop=stop)
+    # Every process reports its breakers and cooling route deployments with a heartbeat: the
+    # banner and the routes table count only live processes.
+    reporter = BreakerReporter(
+        engine,
+        client.breaker_states,
+        cooldowns=client.core.cooldowns,
+        source=source,
+        wall_clock=wall_clock,
+        stop=stop,
+    )
     gateway.breaker_report = reporter
     client.on_breaker_change.append(reporter.changed)
+    client.core.on_cooldown.append(reporter.cooling)
     refresher.start()
     reporter.start()
     if timer is not None:

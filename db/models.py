@@ -25,7 +25,7 @@ from core.histogram import N_BUCKETS
 
 LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
 TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]
-ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side"]
+ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side", "route"]
 ROLLUP_SUMS = [
     "attempts",
     "requests",
@@ -101,7 +101,7 @@ class RequestLog(Base):
             sqlite_where=text("status != 'ok'"),
             postgresql_where=text("status != 'ok'"),
         ),
-        # The table's gateway-key filter (migration 0016): one key's rows of a window, newest first,
+        # The table's gateway-key filter (migration 0018): one key's rows of a window, newest first,
         # without walking the window's other rows; rows without a key are most rows and left out.
         Index(
             "ix_request_log_key_ts",
@@ -167,6 +167,9 @@ class _RollupColumns:
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
     side: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # migration 0016: the [routes] name (NO_ROUTE for the two-sided routing); with provider and
+    # model it keys a route's deployment.
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")
 
     attempts: Mapped[int] = mapped_column(BigInteger, default=0)
     requests: Mapped[int] = mapped_column(BigInteger, default=0)  # final attempts
@@ -227,12 +230,13 @@ def rollup_table_for(step_s: int):
 # The failed attempts and the substituted requests by the columns the per-minute rollups do not
 # carry (error class, model asked for), per minute and per hour (migration 0013). The monitor's
 # error-class choices and substitution figures read these, never the raw log.
-DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source"]
+DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source", "route"]
 ERROR_ROLLUP_KEY = [*DETAIL_KEY, "error_class"]
 ERROR_ROLLUP_SUMS = ["attempts", "requests"]
 SUBSTITUTION_ROLLUP_KEY = DETAIL_KEY
 SUBSTITUTION_ROLLUP_SUMS = ["requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd"]
 NO_ERROR_CLASS = ""  # a failed attempt without a class (a key column cannot be NULL)
+NO_ROUTE = ""  # the rollups' route of an attempt of the two-sided routing (request_log.route is NULL)
 
 
 class _DetailKey:
@@ -242,6 +246,7 @@ class _DetailKey:
     requested_model: Mapped[str] = mapped_column(String(128), primary_key=True)
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")  # migration 0016
 
 
 class _ErrorRollupColumns(_DetailKey):
@@ -379,6 +384,22 @@ class BreakerHeartbeat(Base):
     pid: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(128))
     source: Mapped[str] = mapped_column(String(32))  # api | loadgen | dashboard | cli ...
+
+
+class DeploymentCooldown(Base):
+    """A route deployment cooling down in one gateway process (migration 0017), reported with that
+    process's breaker heartbeat (:mod:`db.breakers`): only deployments cooling at the beat have a
+    row, and a row beaten too long ago no longer counts."""
+
+    __tablename__ = "deployment_cooldown"
+
+    process: Mapped[str] = mapped_column(String(64), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)  # "provider/model"
+    until: Mapped[float] = mapped_column(Float)  # wall time its cooldown ends
+    beat_at: Mapped[float] = mapped_column(Float, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(32))
 
 
 class DashboardUser(Base):

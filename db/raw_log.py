@@ -203,7 +203,7 @@ def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows:
             conds.append(log.c.status != "ok")
         conds.append(log.c.error_class.in_(r.error_classes))
     if r.keys:
-        # Spelled as the key index's predicate (migration 0016), so both databases read one key's
+        # Spelled as the key index's predicate (migration 0018), so both databases read one key's
         # rows of the window from it instead of walking every row.
         conds += [log.c.key_name.is_not(None), log.c.key_name.in_(r.keys)]
     if r.session_id is not None:

@@ -115,7 +115,7 @@ def _plans(engine, call) -> list[str]:
 
 def test_a_gateway_key_filter_reads_that_keys_rows_from_its_index(engine) -> None:
     """A key that sent a few of a busy window's rows: its count and its pages come from the
-    (key_name, ts, id) index (migration 0016), never a walk of the window's rows (the count of an
+    (key_name, ts, id) index (migration 0018), never a walk of the window's rows (the count of an
     hour grew with the log: 104 -> 3,888 ms from 1 M to 15 M rows on PostgreSQL)."""
     from dataclasses import replace
 

@@ -1,8 +1,8 @@
 """request_log: a partial index on (key_name, ts, id) of the rows a gateway key sent, for the
 request table's key filter
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-02
 
 The table's gateway-key filter is carried by no rollup, so its count and its pages read raw rows.
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0015"
+revision: str = "0018"
+down_revision: str | Sequence[str] | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

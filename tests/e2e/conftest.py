@@ -37,6 +37,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 READY = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+# A bound on each expectation (Playwright's default is 5 s). The socket can say a run ended before
+# the page has drawn what it sent, and drawing lags by seconds when two cores carry a server,
+# Chromium and other suites; an expectation met sooner returns at once.
+EXPECT_TIMEOUT_MS = 20_000
+
+
+def pytest_configure(config):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 def pytest_collection_modifyitems(items):

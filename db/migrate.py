@@ -3,7 +3,11 @@
 A database already at head is recognised by one read of ``alembic_version`` against the head
 revision (read from the scripts once per process), so opening an up-to-date database does not run
 Alembic's environment at all. Two processes starting together (the dashboard and a CLI command, say)
-may both try to migrate; the loser of that race retries once after the winner has committed.
+may both try to migrate. On SQLite the migration's transaction takes the write lock when it begins
+(``BEGIN IMMEDIATE``): one that first read and then wrote would fail at once, without waiting, while
+another process migrates. A process that finds the lock held waits for it (the busy timeout) and
+tries again until ``RACE_WAIT_S`` have passed; by then the winner has committed and there is
+nothing left to do.
 """
 
 from __future__ import annotations
@@ -50,21 +54,27 @@ def at_head(engine: Engine) -> bool:
     return versions == [head_revision()]
 
 
+RACE_WAIT_S = 120.0  # how long a process waits for another's migration before giving up
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
     if revision == "head" and at_head(engine):
         return
-    for attempt in range(3):
+    give_up = time.monotonic() + RACE_WAIT_S
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            with engine.begin() as conn:
+            with engine.execution_options(sqlite_immediate=True).begin() as conn:
                 cfg = alembic_config(engine)
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
             return
         except DBAPIError:
-            if attempt == 2:
+            if time.monotonic() >= give_up:
                 raise
-            log.info("migration raced another process (attempt %d); retrying", attempt + 1)
-            time.sleep(0.5 * (attempt + 1))
+            log.info("migration raced another process (attempt %d); retrying", attempt)
+            time.sleep(min(0.5 * attempt, 2.0))
 
 
 def current_tables(engine: Engine) -> list[str]:

@@ -20,7 +20,6 @@ import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from app.config import ConfigError
 from app.shutdown import DRAIN_S, Interrupted, StopSignals, abandoned, close_within, exit_now, stop_on_signals
 from core.bounds import parse_decimal, parse_float, parse_int
 from core.errors import ConflictError, GatewayError, InvalidRequest
@@ -533,6 +532,8 @@ def one_line(exc: BaseException) -> str:
 
 def exit_code(exc: GatewayError) -> int:
     """2 for what the operator can fix in the command or the config, 1 when the gateway failed."""
+    from app.config import ConfigError  # imported here: --help and a bad command line need no settings
+
     if isinstance(exc, CliError):
         return exc.code
     if isinstance(exc, (InvalidRequest, ConflictError, ConfigError)):

@@ -16,24 +16,33 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from sqlalchemy import Engine
 
 from app.refresh import Periodic
-from app.routing.breaker import BreakerSnapshot
 from db.breakers import HEARTBEAT_S, ReportedBreaker, beat, forget
 
 log = logging.getLogger(__name__)
 
 
+class Snapshot(Protocol):
+    """What the reporter reads of a breaker (the router's ``BreakerSnapshot``): the state other
+    processes are told."""
+
+    @property
+    def reported_state(self) -> str: ...
+
+
 class BreakerReporter:
-    """Reports ``states()`` (``{provider: BreakerSnapshot}``) and ``cooldowns()`` (``{deployment:
-    seconds left}``, on any clock: they are turned into wall times at each report) for one process."""
+    """Reports ``states()`` (``{provider: snapshot}``, the router's breaker snapshots) and
+    ``cooldowns()`` (``{deployment: seconds left}``, on any clock: they are turned into wall times
+    at each report) for one process."""
 
     def __init__(
         self,
         engine: Engine,
-        states: Callable[[], Mapping[str, BreakerSnapshot]],
+        states: Callable[[], Mapping[str, Snapshot]],
         *,
         source: str,
         wall_clock: Callable[[], float],

@@ -438,6 +438,10 @@ SESSION_TTL_MAX_S = 30 * 86400.0
 
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
+    # A provider without a failed attempt this long is no longer failing: the Overview's incident
+    # banner ends this long after the last failure (plus a refresh), unless a live process still
+    # holds the provider's breaker open.
+    incident_quiet_s: float = Field(default=30.0, gt=0, le=3600)
     session_ttl_s: float = Field(default=SESSION_TTL_DEFAULT_S, ge=SESSION_TTL_MIN_S, le=SESSION_TTL_MAX_S)
     roles: DashboardRoles = DashboardRoles()
 

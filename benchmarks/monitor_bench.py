@@ -309,7 +309,7 @@ def run() -> list[dict]:
     incident_ms = _dist(lambda: render_overview(engine, now, providers, failing="holysheep"))
     canary_ms = _dist(lambda: render_canary(engine, now))
     request_ms = _dist(lambda: render_request(engine, request_id, session_id))
-    from db.monitor import RowFilters
+    from db.raw_log import RowFilters
 
     failed = RowFilters(status="error")
     table_failed_ms = _dist(lambda: render_table(engine, now, failed))

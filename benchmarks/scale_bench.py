@@ -243,26 +243,27 @@ def _queries(engine, now: float):
     from app.monitor.table import TableCursor, key_choices
     from app.monitor.view import table_view
     from db import monitor as dbm
+    from db import raw_log
     from db.events import events_between
 
     hour, day = now - 3600, now - 86_400
-    failed = dbm.RowFilters(status="error")
-    klass = dbm.RowFilters(error_classes=("timeout",))
+    failed = raw_log.RowFilters(status="error")
+    klass = raw_log.RowFilters(error_classes=("timeout",))
     beta = dbm.MonitorFilters(providers=(PROVIDERS[1],))
-    keyed = dbm.RowFilters(keys=(KEYS[0],))
+    keyed = raw_log.RowFilters(keys=(KEYS[0],))
 
     def second_page_count():
         first = table_view(engine, window="1h", rows=failed, now=now)
         table_view(engine, window="1h", rows=failed, cursor=TableCursor().older(first), now=now)
 
     def count(since: float, **kw):
-        return lambda: dbm.count_log_rows(engine, since=since, until=now, **kw)
+        return lambda: raw_log.count_log_rows(engine, since=since, until=now, **kw)
 
     def classes(since: float):
         return lambda: dbm.error_classes_between(engine, since=since, until=now)
 
     def page(**kw):
-        return lambda: dbm.log_page(engine, since=day, until=now, limit=51, **kw)
+        return lambda: raw_log.log_page(engine, since=day, until=now, limit=51, **kw)
 
     return [
         ("filter_options 1 h (filter choices)", lambda: dbm.filter_options(engine, since=hour)),
@@ -272,7 +273,7 @@ def _queries(engine, now: float):
         ("key choices (gateway keys)", lambda: key_choices(engine)),
         ("substitution_sums 1 h", lambda: dbm.substitution_sums(engine, since=hour, until=now)),
         ("substitution_sums 24 h", lambda: dbm.substitution_sums(engine, since=day, until=now)),
-        ("recent_counts last minute", lambda: dbm.recent_counts(engine, since=now - 60, until=now)),
+        ("recent_counts last minute", lambda: raw_log.recent_counts(engine, since=now - 60, until=now)),
         ("events_between 24 h", lambda: events_between(engine, since=day, until=now)),
         ("count_log_rows 1 h", count(hour)),
         ("count_log_rows 24 h", count(day)),
@@ -291,10 +292,11 @@ def _pages(engine, now: float):
     """(name, call) for each whole page render; each carries the budget."""
     from benchmarks.monitor_bench import render_canary, render_overview, render_request
     from db import monitor as dbm
+    from db import raw_log
 
     failing = (
         dbm.MonitorFilters(providers=(PROVIDERS[1],)),
-        dbm.RowFilters(status="error", error_classes=("timeout",)),
+        raw_log.RowFilters(status="error", error_classes=("timeout",)),
     )
     return [
         ("Monitor render 1 h, first (cold cache)", lambda: monitor_page(engine, now, "1h", cold=True)),

@@ -3,8 +3,8 @@ read every attempt of one request.
 
 ``request_log.key_name`` arrives with migration 0005; until a database has it, searching by key
 reports that the column is missing instead of failing (:func:`log_columns` reads the table's
-columns once per engine). Columns of later migrations (:data:`OPTIONAL_COLUMNS`) are read only
-where the table has them.
+columns once per engine). An attempt is read with every column the table has, so the column list
+is the model's (:class:`db.models.RequestLog`), spelled nowhere else here.
 """
 
 from __future__ import annotations
@@ -19,50 +19,6 @@ from db.models import RequestLog
 SEARCH_KINDS = ("request", "session", "key")
 MAX_MATCHES = 200  # requests listed per search
 _ROWS_PER_MATCH = 8  # attempt rows read per listed request, at most (retries and fallbacks)
-
-# Attempt columns the request view shows, in timeline order.
-ATTEMPT_COLUMNS = (
-    "request_id",
-    "attempt",
-    "ts",
-    "provider",
-    "model",
-    "requested_model",
-    "intent",
-    "side",
-    "source",
-    "status",
-    "http_status",
-    "error_class",
-    "error_message",
-    "latency_ms",
-    "ttft_ms",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "cost_usd",
-    "fallback",
-    "final",
-    "substituted",
-    "stream",
-    "session_id",
-)
-
-# Read where the table has them (added by later migrations: 0005 key_name, 0007 answer_text, 0008
-# the API fields); a row without one gets its default in the request view.
-OPTIONAL_COLUMNS = (
-    "prompt_text",
-    "key_name",
-    "answer_text",
-    "api",
-    "finish_reason",
-    "tool_calls",
-    "reasoning_tokens",
-    "adjusted_params",
-    "route",
-    "deployment",
-    "route_why",
-)
 
 _columns_lock = threading.Lock()
 _columns: dict[str, frozenset[str]] = {}
@@ -105,13 +61,11 @@ class Match:
 
 
 def _select(engine: Engine):
+    # Every column of the table's model but the row id, where this database has it (a column of a
+    # later migration is absent until it runs; the request view gives such a field its default).
     log = RequestLog.__table__
-    cols = [log.c[c] for c in ATTEMPT_COLUMNS]
     have = log_columns(engine)
-    for name in OPTIONAL_COLUMNS:
-        if name in have:
-            cols.append(log.c[name] if name in log.c else column(name))
-    return log, cols
+    return log, [c for c in log.c if c.name != "id" and c.name in have]
 
 
 def find_requests(engine: Engine, kind: str, value: str, *, limit: int = MAX_MATCHES) -> list[Match]:
@@ -179,8 +133,8 @@ def find_requests(engine: Engine, kind: str, value: str, *, limit: int = MAX_MAT
 
 
 def request_attempts(engine: Engine, request_id: str) -> list[dict]:
-    """Every attempt row of one request in attempt order, as dicts keyed by
-    :data:`ATTEMPT_COLUMNS` plus the :data:`OPTIONAL_COLUMNS` the table has."""
+    """Every attempt row of one request in attempt order, as dicts keyed by the ``request_log``
+    columns this database has (:func:`log_columns`), the row id left out."""
     log, cols = _select(engine)
     q = select(*cols).select_from(log).where(log.c.request_id == request_id).order_by(log.c.attempt, log.c.id)
     with engine.connect() as conn:

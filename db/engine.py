@@ -23,7 +23,6 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,6 @@ def get_engine(url: str, *, migrate: bool = True, timeouts: DbTimeouts | None = 
                 upgrade(engine)
             _engines[url] = engine
         return engine
-
-
-def session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
 
 
 def dispose_all() -> None:

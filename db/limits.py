@@ -93,10 +93,6 @@ class SpendState:
         return self.spent_micro_usd / MICRO
 
     @property
-    def reserved_usd(self) -> float:
-        return self.reserved_micro_usd / MICRO
-
-    @property
     def budget_usd(self) -> float:
         return self.budget_micro_usd / MICRO
 

@@ -101,6 +101,16 @@ class RequestLog(Base):
             sqlite_where=text("status != 'ok'"),
             postgresql_where=text("status != 'ok'"),
         ),
+        # The table's gateway-key filter (migration 0018): one key's rows of a window, newest first,
+        # without walking the window's other rows; rows without a key are most rows and left out.
+        Index(
+            "ix_request_log_key_ts",
+            "key_name",
+            "ts",
+            "id",
+            sqlite_where=text("key_name IS NOT NULL"),
+            postgresql_where=text("key_name IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

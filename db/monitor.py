@@ -1,17 +1,17 @@
-"""The monitor's SQL: summed rollup cells, bounded raw-row reads and the guardrail's reading.
+"""The monitor's rollup reads: summed rollup cells, the filter choices, the substitution and
+error-class figures and the guardrail's reading.
 
 Everything here is a query that returns what the database summed or stored, as plain frozen values;
 building series from them, percentiles, caching settled buckets, date formatting and CSV live in
-:mod:`app.monitor`.
+:mod:`app.monitor`. Reads of raw ``request_log`` rows (the request table, the last minute, a
+provider's latest error) are in :mod:`db.raw_log`.
 
 Everything that charts or summarises traffic reads the rollup tables (per minute, and per five
 minutes and per hour for long windows: see :func:`db.models.rollup_table_for`), never the raw log, so
 the cost of a query depends on the window's minutes and dimensions, not on the request volume.
 The error classes and the substitutions come from their own rollups (per minute and per hour:
-``request_error_rollup*``, ``request_substitution_rollup*``), and the request table's count from the
-rollups for its whole minutes plus a ``ts``-indexed read of the two partial minutes at its edges.
-The raw ``request_log`` is read only for bounded, index-ordered lookups (the newest rows, a
-provider's latest error, the last minute, the edges of a count).
+``request_error_rollup*``, ``request_substitution_rollup*``); the partial minutes at a window's
+edges (:func:`split_minutes`, :func:`raw_ranges`) are read from the raw log's partial indexes.
 
 Time bucketing: a rollup's ``minute`` is the integer epoch second of the minute's start. A query cut
 into buckets of ``step`` seconds (a whole number of minutes) groups a row under
@@ -21,15 +21,14 @@ into buckets of ``step`` seconds (a whole number of minutes) groups a row under
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, and_, case, func, literal_column, or_, select, true
+from sqlalchemy import BigInteger, Engine, and_, func, literal_column, or_, select, true
 
 from core.canary import ROUTE_SIDES
-from core.session import validate_session_id
 from db.models import (
     API_REQUEST_COUNTERS,
     ERROR_ROLLUP_TABLES,
@@ -43,8 +42,6 @@ from db.models import (
     rollup_table_for,
 )
 
-RECENT_LIMIT_MAX = 5000
-
 # The rollup counters a cell carries, in this order.
 COUNT_COLUMNS = (
     "attempts",
@@ -55,40 +52,6 @@ COUNT_COLUMNS = (
     "prompt_tokens",
     "cached_tokens",
     "completion_tokens",
-)
-
-# Operator-facing columns of ``request_log`` for the recent-requests table, in display order.
-# prompt_text is opt-in.
-RECENT_LOG_COLUMNS = (
-    "request_id",
-    "attempt",
-    "final",
-    "api",
-    "provider",
-    "model",
-    "requested_model",
-    "intent",
-    "side",
-    "source",
-    "status",
-    "finish_reason",
-    "http_status",
-    "error_class",
-    "error_message",
-    "latency_ms",
-    "ttft_ms",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "tool_calls",
-    "cost_usd",
-    "fallback",
-    "substituted",
-    "stream",
-    "session_id",
-    "key_name",
-    "ts",
 )
 
 
@@ -156,7 +119,7 @@ def minute_floor(ts: float) -> int:
     return int(ts // 60) * 60
 
 
-def _dimension_filter(filters: MonitorFilters | None, table) -> list:
+def dimension_filter(filters: MonitorFilters | None, table) -> list:
     """The filters as conditions on ``table``: a rollup table (route ``''`` for the two-sided
     routing; a deployment is its provider and model on a route) or the raw log (route NULL, and a
     ``deployment`` column of its own)."""
@@ -183,10 +146,10 @@ def _dimension_filter(filters: MonitorFilters | None, table) -> list:
 
 def _rollup_range(since: float, until: float, filters: MonitorFilters | None, table=None):
     t = RequestRollup.__table__ if table is None else table
-    return and_(t.c.minute >= minute_floor(since), t.c.minute <= int(until), *_dimension_filter(filters, t))
+    return and_(t.c.minute >= minute_floor(since), t.c.minute <= int(until), *dimension_filter(filters, t))
 
 
-def _i(v) -> int:
+def as_int(v) -> int:
     # PostgreSQL returns SUM(bigint) as numeric (Decimal); SQLite as int.
     return int(v or 0)
 
@@ -196,7 +159,7 @@ def _f(v) -> float:
 
 
 def _hist(values: Sequence) -> tuple[int, ...] | None:
-    h = tuple(_i(v) for v in values)
+    h = tuple(as_int(v) for v in values)
     return h if any(h) else None
 
 
@@ -216,7 +179,7 @@ def _full_cell(row: Sequence, first: int) -> SummedCell:
     # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS, *TTFT_BUCKETS
     nc, nl = len(COUNT_COLUMNS), len(LATENCY_BUCKETS)
     return SummedCell(
-        counts=tuple(_i(v) for v in row[first : first + nc]),
+        counts=tuple(as_int(v) for v in row[first : first + nc]),
         cost=_f(row[first + nc]),
         lat=_hist(row[first + nc + 1 : first + nc + 1 + nl]),
         ttft=_hist(row[first + nc + 1 + nl :]),
@@ -229,7 +192,7 @@ _REQ = COUNT_COLUMNS.index("requests")
 def _model_cell(row: Sequence) -> SummedCell:
     # row: bucket, model, requests, cost_usd
     counts = [0] * len(COUNT_COLUMNS)
-    counts[_REQ] = _i(row[2])
+    counts[_REQ] = as_int(row[2])
     return SummedCell(counts=tuple(counts), cost=_f(row[3]))
 
 
@@ -308,7 +271,7 @@ def _lat_cell(row: Sequence, first: int) -> SummedCell:
     # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS
     nc = len(COUNT_COLUMNS)
     return SummedCell(
-        counts=tuple(_i(v) for v in row[first : first + nc]),
+        counts=tuple(as_int(v) for v in row[first : first + nc]),
         cost=_f(row[first + nc]),
         lat=_hist(row[first + nc + 1 :]),
     )
@@ -328,7 +291,7 @@ def part_cells(
     """One piece of :func:`span_parts`: the ``span`` rollup table's minutes ``[start, end)`` summed
     by ``keys`` (e.g. ``("provider", "side", "model")``), keyed by the tuple of key values."""
     t = rollup_table_for(span)
-    q = _level_select(span, tuple(keys)).where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
+    q = _level_select(span, tuple(keys)).where(t.c.minute >= start, t.c.minute < end, *dimension_filter(filters, t))
     n = len(keys)
     with engine.connect() as conn:
         return {tuple(r[:n]): _lat_cell(r, n) for r in conn.execute(q)}
@@ -342,43 +305,6 @@ def side_filters(filters: MonitorFilters | None) -> MonitorFilters:
     return MonitorFilters(
         models=f.models, intents=f.intents, sources=f.sources, routes=f.routes, deployments=f.deployments
     )
-
-
-@dataclass(frozen=True)
-class RecentCounts:
-    """One provider's attempts in the last seconds, read from the raw log: ``requests`` are final
-    attempts, ``request_errors`` failed final attempts, ``fallbacks`` final attempts on the
-    fallback route."""
-
-    attempts: int
-    errors: int
-    requests: int
-    request_errors: int
-    fallbacks: int
-
-
-def recent_counts(
-    engine: Engine, *, since: float, until: float, filters: MonitorFilters | None = None
-) -> dict[str, RecentCounts]:
-    """Attempts per provider with ``since <= ts <= until`` (a ``ts``-indexed range of the raw log:
-    the rollups are per minute, too coarse for "the last minute" to mean sixty seconds)."""
-    log = RequestLog.__table__
-    failed = case((log.c.status != "ok", 1), else_=0)
-    final = case((log.c.final.is_(true()), 1), else_=0)
-    q = (
-        select(
-            log.c.provider,
-            func.count(),
-            func.sum(failed),
-            func.sum(final),
-            func.sum(case((and_(log.c.final.is_(true()), log.c.status != "ok"), 1), else_=0)),
-            func.sum(case((and_(log.c.final.is_(true()), log.c.fallback.is_(true())), 1), else_=0)),
-        )
-        .where(log.c.ts >= since, log.c.ts <= until, *_dimension_filter(filters, log))
-        .group_by(log.c.provider)
-    )
-    with engine.connect() as conn:
-        return {r[0]: RecentCounts(*(_i(v) for v in r[1:])) for r in conn.execute(q)}
 
 
 @dataclass(frozen=True)
@@ -445,7 +371,7 @@ def substitution_sums(
                 func.sum(t.c.completion_tokens),
                 func.sum(t.c.cost_usd),
             )
-            .where(t.c.minute >= start, t.c.minute < end, *_dimension_filter(filters, t))
+            .where(t.c.minute >= start, t.c.minute < end, *dimension_filter(filters, t))
             .group_by(t.c.provider, t.c.model, t.c.requested_model, t.c.intent)
         )
     for a, b, exclusive in raw_ranges(since, until, lo, hi):
@@ -466,7 +392,7 @@ def substitution_sums(
                 log.c.ts >= a,
                 (log.c.ts < b) if exclusive else (log.c.ts <= b),
                 log.c.final.is_(true()),
-                *_dimension_filter(filters, log),
+                *dimension_filter(filters, log),
             )
             .group_by(log.c.provider, log.c.model, log.c.requested_model, log.c.intent)
         )
@@ -475,7 +401,7 @@ def substitution_sums(
             for r in conn.execute(q):
                 cell = acc.setdefault((r[0], r[1], r[2], r[3]), [0, 0, 0, 0, 0.0])
                 for i in range(4):
-                    cell[i] += _i(r[4 + i])
+                    cell[i] += as_int(r[4 + i])
                 cell[4] += _f(r[8])
     return [SubstitutionSums(*key, *cell) for key, cell in sorted(acc.items())]
 
@@ -505,7 +431,7 @@ def api_sums(engine: Engine, *, since: float, until: float, filters: MonitorFilt
         _rollup_range(since, until, filters)
     )
     with engine.connect() as conn:
-        row = [_i(v) for v in conn.execute(q).one()]
+        row = [as_int(v) for v in conn.execute(q).one()]
     per_api = {api: row[3 + i] for i, (api, _) in enumerate(others)}
     return ApiSums({"chat": row[0] - sum(per_api.values()), **per_api}, row[1], row[2])
 
@@ -532,7 +458,7 @@ def provider_sums(engine: Engine, *, providers: Sequence[str], since: float, unt
     )
     with engine.connect() as conn:
         return {
-            r.provider: ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[4:]))
+            r.provider: ProviderSums(as_int(r.attempts), as_int(r.errors), as_int(r.requests), _hist(r[4:]))
             for r in conn.execute(q).all()
         }
 
@@ -559,24 +485,11 @@ def deployment_sums(
     )
     with engine.connect() as conn:
         return {
-            (r.route, r.provider, r.model): ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[6:]))
+            (r.route, r.provider, r.model): ProviderSums(
+                as_int(r.attempts), as_int(r.errors), as_int(r.requests), _hist(r[6:])
+            )
             for r in conn.execute(q).all()
         }
-
-
-def last_error(engine: Engine, *, provider: str, since: float, until: float) -> tuple[str | None, float] | None:
-    """``(error_class, ts)`` of the provider's newest failed attempt in the window (a ``ts``-indexed
-    lookup; a minute of slack past ``until`` for rows of the minute in progress)."""
-    log = RequestLog.__table__
-    q = (
-        select(log.c.error_class, log.c.ts)
-        .where(log.c.ts >= since, log.c.ts <= until + 60, log.c.provider == provider, log.c.status != "ok")
-        .order_by(log.c.ts.desc())
-        .limit(1)
-    )
-    with engine.connect() as conn:
-        row = conn.execute(q).first()
-    return (row.error_class, float(row.ts)) if row else None
 
 
 def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dict[int, tuple[int, int]]:
@@ -594,7 +507,7 @@ def side_counts(engine: Engine, *, since: float, until: float, step: int) -> dic
         for r in conn.execute(q).all():
             if r.side in ROUTE_SIDES:  # a route's requests are not the global canary's split
                 continue
-            out.setdefault(int(r.bucket), [0, 0])[0 if r.side == "primary" else 1] += _i(r.requests)
+            out.setdefault(int(r.bucket), [0, 0])[0 if r.side == "primary" else 1] += as_int(r.requests)
     return {b: (p, f) for b, (p, f) in out.items()}
 
 
@@ -614,34 +527,9 @@ def provider_side_sums(engine: Engine, *, since: float, until: float) -> dict[tu
         .group_by(t.c.provider, t.c.side)
     )
     with engine.connect() as conn:
-        return {(r.provider, r.side): (_i(r.requests), _i(r.fb), _i(r.failed)) for r in conn.execute(q).all()}
-
-
-def recent_rows(
-    engine: Engine,
-    *,
-    limit: int = 200,
-    filters: MonitorFilters | None = None,
-    include_prompt: bool = False,
-    since: float | None = None,
-    until: float | None = None,
-) -> list[dict]:
-    """The newest attempt rows of ``request_log`` (at most :data:`RECENT_LIMIT_MAX`), newest
-    first, as dicts keyed by :data:`RECENT_LOG_COLUMNS` (plus ``prompt_text`` only when
-    ``include_prompt``)."""
-    log = RequestLog.__table__
-    limit = max(0, min(int(limit), RECENT_LIMIT_MAX))
-    cols = [log.c[c] for c in RECENT_LOG_COLUMNS]
-    if include_prompt:
-        cols.append(log.c.prompt_text)
-    conds = _dimension_filter(filters, log)
-    if since is not None:
-        conds.append(log.c.ts >= since)
-    if until is not None:
-        conds.append(log.c.ts <= until)
-    q = select(*cols).where(*conds).order_by(log.c.ts.desc(), log.c.id.desc()).limit(limit)
-    with engine.connect() as conn:
-        return [dict(r) for r in conn.execute(q).mappings().all()]
+        return {
+            (r.provider, r.side): (as_int(r.requests), as_int(r.fb), as_int(r.failed)) for r in conn.execute(q).all()
+        }
 
 
 def has_requests(engine: Engine) -> bool:
@@ -706,237 +594,7 @@ def provider_error_rate(
     )
     with engine.connect() as conn:
         attempts, errors = conn.execute(q).one()
-    return GuardrailReading(_i(attempts), _i(errors))
-
-
-# -- the request table: row filters, keyset pages, bounded counts, batched export -------------------
-
-STATUSES = ("ok", "error")
-# A position in ``request_log`` order: (ts, id). Rows are read newest first by (ts, id) descending,
-# so a page anchored on a row stays the same page however many newer rows arrive.
-Cursor = tuple[float, int]
-
-
-@dataclass(frozen=True)
-class RowFilters:
-    """Filters on columns the rollups do not carry (status, error class, gateway key, session), so
-    they narrow only raw ``request_log`` reads. Empty means "all". ``ValueError`` on a status other
-    than :data:`STATUSES` or an unusable session id (:func:`core.session.validate_session_id`)."""
-
-    status: str | None = None
-    error_classes: tuple[str, ...] = ()
-    keys: tuple[str, ...] = ()
-    session_id: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.status is not None and self.status not in STATUSES:
-            raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {self.status!r}")
-        if self.session_id is not None:
-            validate_session_id(self.session_id)
-        for name in ("error_classes", "keys"):
-            values = getattr(self, name) or ()
-            if not all(isinstance(v, str) for v in values):
-                raise ValueError(f"{name} must be text values")
-            object.__setattr__(self, name, tuple(sorted(set(values))))
-
-    @property
-    def active(self) -> bool:
-        return bool(self.status or self.error_classes or self.keys or self.session_id)
-
-
-NO_ROW_FILTERS = RowFilters()
-
-
-def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows: RowFilters | None, log=None) -> list:
-    log = RequestLog.__table__ if log is None else log
-    r = rows or NO_ROW_FILTERS
-    conds = [log.c.ts >= since, log.c.ts <= until, *_dimension_filter(filters, log)]
-    if r.status == "error":
-        # Spelled exactly as the partial index's predicate (migration 0011), so both SQLite and
-        # PostgreSQL read the failed rows of a window from it instead of walking every row.
-        conds.append(log.c.status != "ok")
-    elif r.status == "ok":
-        conds.append(log.c.status == "ok")
-    if r.error_classes:
-        # Only failed rows carry a class: saying so lets both databases read the failed rows'
-        # (error_class, ts) partial index (migration 0013) instead of every row of the window.
-        if r.status is None:
-            conds.append(log.c.status != "ok")
-        conds.append(log.c.error_class.in_(r.error_classes))
-    if r.keys:
-        conds.append(log.c.key_name.in_(r.keys))
-    if r.session_id is not None:
-        conds.append(log.c.session_id == r.session_id)
-    return conds
-
-
-def _older(c: Cursor, log) -> object:
-    # (ts, id) < c, written so the ts index bounds the range (ts <= c.ts) on both databases.
-    return and_(log.c.ts <= c[0], or_(log.c.ts < c[0], log.c.id < c[1]))
-
-
-def _newer(c: Cursor, log) -> object:
-    return and_(log.c.ts >= c[0], or_(log.c.ts > c[0], log.c.id > c[1]))
-
-
-def log_page(
-    engine: Engine,
-    *,
-    since: float,
-    until: float,
-    filters: MonitorFilters | None = None,
-    rows: RowFilters | None = None,
-    older_than: Cursor | None = None,
-    newer_than: Cursor | None = None,
-    limit: int = 50,
-) -> list[dict]:
-    """Up to ``limit`` matching rows of ``[since, until]``, newest first, keyed by
-    :data:`RECENT_LOG_COLUMNS` plus ``id``: the newest ones, or those just older than
-    ``older_than``, or those just newer than ``newer_than`` (the ``limit`` closest to it)."""
-    log = RequestLog.__table__
-    limit = max(0, min(int(limit), RECENT_LIMIT_MAX))
-    conds = _row_conds(since, until, filters, rows, log)
-    if older_than is not None:
-        conds.append(_older(older_than, log))
-    if newer_than is not None:
-        conds.append(_newer(newer_than, log))
-        order = (log.c.ts.asc(), log.c.id.asc())
-    else:
-        order = (log.c.ts.desc(), log.c.id.desc())
-    q = select(log.c.id, *(log.c[c] for c in RECENT_LOG_COLUMNS)).where(*conds).order_by(*order).limit(limit)
-    with engine.connect() as conn:
-        out = [dict(r) for r in conn.execute(q).mappings().all()]
-    return out[::-1] if newer_than is not None else out
-
-
-def count_log_rows(
-    engine: Engine,
-    *,
-    since: float,
-    until: float,
-    filters: MonitorFilters | None = None,
-    rows: RowFilters | None = None,
-    newer_than: Cursor | None = None,
-    cap: int = 100_000,
-) -> int:
-    """Matching rows of ``[since, until]`` (only those newer than ``newer_than`` when given),
-    counted up to ``cap + 1``: a result above ``cap`` means "more than ``cap``".
-
-    Filters the rollups carry (dimensions, status, error class) are counted from them for the whole
-    minutes of the range, and from the raw log's ``ts`` index for the partial minutes at its two
-    edges (and for minutes older than the oldest raw row: none, the rollups outlive the log). A
-    key or session filter, which no rollup carries, counts raw rows newest first along the ``ts``
-    index, stopping at ``cap + 1``."""
-    log = RequestLog.__table__
-    r = rows or NO_ROW_FILTERS
-    cap = int(cap)
-    if r.keys or r.session_id is not None:
-        return _count_raw(engine, since, until, filters, r, newer_than, cap)
-    low = since if newer_than is None else max(since, newer_than[0])
-    with engine.connect() as conn:
-        oldest = conn.execute(select(func.min(log.c.ts))).scalar_one()
-    if oldest is None:
-        return 0
-    low = max(low, float(oldest))
-    lo, hi = split_minutes(low, until)
-    total = _count_rollups(engine, lo, hi, filters, r) if lo < hi else 0
-    for a, b, exclusive in raw_ranges(low, until, lo, hi):
-        cursor = newer_than if a == low else None
-        total += _count_raw(engine, a, b, filters, r, cursor, cap, exclusive=exclusive)
-    if lo < hi and newer_than is not None and newer_than[0] == lo:
-        # The cursor sits exactly on the first whole minute: its row and those before it at the
-        # same ts are in that minute's rollup, but are not newer than it.
-        total -= _count_raw(engine, lo, lo, filters, r, None, cap) - _count_raw(
-            engine, lo, lo, filters, r, newer_than, cap
-        )
-    return min(total, cap + 1)
-
-
-def _count_raw(
-    engine: Engine,
-    since: float,
-    until: float,
-    filters: MonitorFilters | None,
-    rows: RowFilters,
-    newer_than: Cursor | None,
-    cap: int,
-    *,
-    exclusive: bool = False,
-) -> int:
-    # Rows newest first along the ts index, at most cap + 1 of them; ``exclusive``: ts < until.
-    log = RequestLog.__table__
-    conds = _row_conds(since, until, filters, rows, log)
-    if exclusive:
-        conds.append(log.c.ts < until)
-    if newer_than is not None:
-        conds.append(_newer(newer_than, log))
-    inner = select(log.c.id).where(*conds).order_by(log.c.ts.desc()).limit(cap + 1).subquery()
-    with engine.connect() as conn:
-        return _i(conn.execute(select(func.count()).select_from(inner)).scalar_one())
-
-
-def _count_rollups(engine: Engine, lo: int, hi: int, filters: MonitorFilters | None, rows: RowFilters) -> int:
-    # Attempts of the whole minutes [lo, hi) that pass the filters, from the coarsest rollups that fit.
-    if rows.error_classes:
-        if rows.status == "ok":
-            return 0  # only failed attempts carry an error class
-        pieces = [
-            (ERROR_ROLLUP_TABLES[span].__table__, a, b)  # mapped subclasses
-            for span, a, b in span_parts(lo, hi, (3600, 60))
-        ]
-        total = 0
-        with engine.connect() as conn:
-            for t, a, b in pieces:
-                q = select(func.sum(t.c.attempts)).where(
-                    t.c.minute >= a,
-                    t.c.minute < b,
-                    t.c.error_class.in_(rows.error_classes),
-                    *_dimension_filter(filters, t),
-                )
-                total += _i(conn.execute(q).scalar_one())
-        return total
-    total = 0
-    with engine.connect() as conn:
-        for span, a, b in span_parts(lo, hi):
-            t = rollup_table_for(span)
-            if rows.status == "error":
-                what = func.sum(t.c.errors)
-            elif rows.status == "ok":
-                what = func.sum(t.c.attempts - t.c.errors)
-            else:
-                what = func.sum(t.c.attempts)
-            q = select(what).where(t.c.minute >= a, t.c.minute < b, *_dimension_filter(filters, t))
-            total += _i(conn.execute(q).scalar_one())
-    return total
-
-
-def iter_log_rows(
-    engine: Engine,
-    *,
-    since: float,
-    until: float,
-    filters: MonitorFilters | None = None,
-    rows: RowFilters | None = None,
-    batch: int = 5000,
-    max_rows: int | None = None,
-) -> Iterator[list[dict]]:
-    """Every matching row of ``[since, until]``, newest first, in batches of at most ``batch``
-    (each one short keyset query: no connection or transaction is held between batches, so a
-    long export neither blocks writers nor needs a server-side cursor). Stops after ``max_rows``."""
-    batch = max(1, min(int(batch), RECENT_LIMIT_MAX))
-    left = max_rows
-    cursor: Cursor | None = None
-    while left is None or left > 0:
-        n = batch if left is None else min(batch, left)
-        got = log_page(engine, since=since, until=until, filters=filters, rows=rows, older_than=cursor, limit=n)
-        if not got:
-            return
-        yield got
-        if len(got) < n:
-            return
-        cursor = (got[-1]["ts"], got[-1]["id"])
-        if left is not None:
-            left -= len(got)
+    return GuardrailReading(as_int(attempts), as_int(errors))
 
 
 def error_classes_between(engine: Engine, *, since: float, until: float) -> list[str]:
@@ -967,16 +625,3 @@ def error_classes_between(engine: Engine, *, since: float, until: float) -> list
         for q in queries:
             found.update(r[0] for r in conn.execute(q))
     return sorted(found)
-
-
-def request_mix(engine: Engine, *, since: float, until: float) -> dict[tuple[str, str, str], int]:
-    """Final requests of ``[since, until]`` by (model asked for, intent, canary side): a ``ts``
-    range of the raw log, read on demand (the canary preview), not on a page's refresh."""
-    log = RequestLog.__table__
-    q = (
-        select(log.c.requested_model, log.c.intent, log.c.side, func.count())
-        .where(log.c.ts >= since, log.c.ts <= until, log.c.final.is_(true()))
-        .group_by(log.c.requested_model, log.c.intent, log.c.side)
-    )
-    with engine.connect() as conn:
-        return {(r[0], r[1], r[2]): int(r[3]) for r in conn.execute(q)}

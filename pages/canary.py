@@ -115,14 +115,30 @@ def on_quick(action: str) -> None:
 st.title("Canary control")
 
 
-m1, m2 = st.columns([1, 3], vertical_alignment="center")
-m1.metric("Current canary ratio", ratio_pct(current.ratio))
-m2.markdown(
-    f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(current.ratio)} of new sessions, "
-    f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {current.version}, set by "
-    f"**{inert(current.updated_by)}** {ago(current.updated_at, time.time())} ({when(current.updated_at)}): "
-    f"{inert(current.reason)}  \n{inert(resources.split_causes(15).exposure(15))}"
-)
+@st.fragment(run_every=settings.dashboard.refresh_s)
+def header() -> None:
+    """The ratio as stored now, re-read every refresh (a change by the guardrail or another operator
+    shows without a reload); when it moved since the page loaded, Apply is locked on the old
+    version and says so."""
+    now_state = get_state(engine) if st.session_state.get("_canary_header_ran") else current
+    st.session_state["_canary_header_ran"] = True
+    m1, m2 = st.columns([1, 3], vertical_alignment="center")
+    m1.metric("Current canary ratio", ratio_pct(now_state.ratio))
+    m2.markdown(
+        f"**{inert(settings.routing.primary)}** (primary) gets {ratio_pct(now_state.ratio)} of new sessions, "
+        f"**{inert(settings.routing.fallback)}** the rest.  \nVersion {now_state.version}, set by "
+        f"**{inert(now_state.updated_by)}** {ago(now_state.updated_at, time.time())} ({when(now_state.updated_at)}): "
+        f"{inert(now_state.reason)}  \n{inert(resources.split_causes(15).exposure(15))}"
+    )
+    if now_state.version != state.seen_version and now_state.version != current.version:
+        st.warning(
+            f"The ratio changed since this page loaded (now {ratio_pct(now_state.ratio)} by "
+            f"{inert(now_state.updated_by)}); Apply will be refused until you reload the value."
+        )
+
+
+st.session_state["_canary_header_ran"] = False  # a full run draws the header from the read above
+header()
 g = resources.guardrail()
 reading = provider_error_rate(engine, settings.routing.primary, g.window_minutes)
 read_only = auth.viewer_note()

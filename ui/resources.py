@@ -141,7 +141,15 @@ def _live(key: tuple[str, str], providers: tuple[str, ...], primary: str, window
 
     now = time.time()
     figures = live_figures(engine(), now=now, window_s=window_s)
-    found = current_incidents(engine(), providers, now=now, last_minute=figures.providers_last_minute, primary=primary)
+    found = current_incidents(
+        engine(),
+        providers,
+        now=now,
+        last_minute=figures.providers_last_minute,
+        primary=primary,
+        last_failure=figures.providers_last_failure,
+        quiet_s=settings().dashboard.incident_quiet_s,
+    )
     return figures, found, now
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.monitor.levels import chosen_model, intent_models
 from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide
-from db.monitor import request_mix
+from db.raw_log import request_mix
 
 PREVIEW_WINDOW_S = 3600
 

@@ -12,7 +12,7 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -575,16 +575,11 @@ def _catalog_rows(context: int, extra: ModelSpec | None) -> list[dict]:
     return rows
 
 
-def build_page_data(v: KvInputs) -> PageData:
-    """All numbers, tables, figures and exports of one render of the KV-calculator page."""
-    # the chosen engine's layouts and state dtypes, and the user's recurrent-state dtype if set
-    spec = with_ssm_dtype(for_engine(v.spec, v.engine), None if v.ssm_dtype == "auto" else v.ssm_dtype)
-    whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
-    per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
+def _planner(spec: ModelSpec, v: KvInputs) -> Callable[[int, int], CapacityPlan]:
+    """The capacity plan of the page's inputs on ``gpu_count`` GPUs at tensor parallel ``tp``."""
     gpu = catalog.gpu(v.gpu)
 
     def plan_for(gpu_count: int, tp: int) -> CapacityPlan:
-        """The capacity plan of this page's inputs on ``gpu_count`` GPUs at tensor parallel ``tp``."""
         return plan(
             spec,
             gpu,
@@ -604,31 +599,27 @@ def build_page_data(v: KvInputs) -> PageData:
             cpu_offload_bytes=v.cpu_offload_bytes,
         )
 
-    cap = plan_for(v.gpu_count, v.tp)
-    paged = paged_allocation(
+    return plan_for
+
+
+def _prefix(spec: ModelSpec, v: KvInputs, cap: CapacityPlan) -> PrefixSharing | None:
+    if not v.prefix_len:
+        return None
+    return prefix_sharing(
         spec,
-        v.context_len,
         cap.batch_per_replica,
+        v.prefix_len,
+        v.context_len,
         v.kv_dtype,
         block_size=v.block_size,
         tp=v.tp,
         state_dtype=v.state_dtype,
     )
-    prefix = None
-    if v.prefix_len:
-        prefix = prefix_sharing(
-            spec,
-            cap.batch_per_replica,
-            v.prefix_len,
-            v.context_len,
-            v.kv_dtype,
-            block_size=v.block_size,
-            tp=v.tp,
-            state_dtype=v.state_dtype,
-        )
-    naive = naive_bytes(spec, v.context_len, v.batch, v.kv_dtype)
 
-    # charts: one cost model, many lengths
+
+def _charts(spec: ModelSpec, v: KvInputs, cap: CapacityPlan) -> tuple[list[int], list[int], dict[str, go.Figure]]:
+    """The context lengths charted, the sequences that fit at each, and the three figures: one cost
+    model, many lengths."""
     contexts = charts.context_points(v.context_len, spec.max_context)
     if cap.vllm is not None:
         lay, pool = cap.vllm.layout, cap.vllm.num_blocks
@@ -646,7 +637,12 @@ def build_page_data(v: KvInputs) -> PageData:
             _catalog_rows(v.context_len, spec if v.model == CUSTOM else None), CATALOG_CHART_DTYPES, v.context_len
         ),
     }
+    return contexts, concurrency, figures
 
+
+def _verdict(v: KvInputs, cap: CapacityPlan, needed: GpusNeeded) -> str:
+    """Fits or not and by how much; the engine it was computed for, whichever it is (its allocator
+    decides what a sequence holds); and how many GPUs would be enough, fitting or not."""
     if not cap.weights_fit:
         verdict = (
             f"Does not fit: the weights ({fmt_bytes(cap.weights_per_gpu)} per GPU) and the reserve "
@@ -666,83 +662,44 @@ def build_page_data(v: KvInputs) -> PageData:
             f"{fmt_bytes(cap.kv_budget)} (short by {fmt_bytes(-cap.headroom)}). At most "
             f"{cap.max_concurrency:,} such sequences fit."
         )
-
-    # The verdict names the engine it was computed for, whichever it is (its allocator decides
-    # what a sequence holds), and the answer to "how many would be enough", fitting or not.
     chosen = ENGINES[v.engine]
     verdict += f" Engine: {chosen.name}, {chosen.alloc_note}."
-    needed = gpus_needed(plan_for, batch=v.batch, pp=v.pp, tp_choices=(*TP_CANDIDATES, v.tp))
-    verdict += " " + needed.text(gpu.name)
+    verdict += " " + needed.text(catalog.gpu(v.gpu).name)
+    if cap.vllm is not None and cap.weights_fit:
+        vc = cap.vllm
+        verdict += (
+            f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
+            f"its start-up log will report {float(vc.logged_concurrency):.2f}x (it budgets each request for a "
+            f"{v.max_num_batched_tokens:,}-token chunked prefill)."
+        )
+    return verdict
 
-    growth = whole.bytes_per_token
+
+def _metrics(v: KvInputs, whole: KvBreakdown, cap: CapacityPlan) -> dict[str, str]:
     metrics = {
-        "Bytes per token": f"{growth:,} B",
+        "Bytes per token": f"{whole.bytes_per_token:,} B",
         "Per sequence": fmt_bytes(whole.per_sequence),
         f"Total ({v.batch:,} seq)": fmt_bytes(whole.total),
         "Per GPU (TP)": fmt_bytes(cap.batch_bytes),
         "Max concurrent sequences": f"{cap.max_concurrency:,}",
         f"Max context at {v.batch:,} seq": f"{cap.max_context_at_batch:,} tokens",
     }
-    vllm_rows: list[dict] = []
     if cap.vllm is not None:
         vc = cap.vllm
-        lay = vc.layout
         metrics["vLLM steady state (per instance)"] = f"{float(vc.steady_concurrency):.2f} sequences"
         # the log line reads 'Maximum concurrency for N tokens per request: X.XXx'
         metrics["vLLM start-up log: Maximum concurrency"] = (
             f"{float(vc.logged_concurrency):.2f}x for {v.context_len:,} tokens"
         )
-        verdict += (
-            ""
-            if not cap.weights_fit
-            else (
-                f" vLLM steady state: {float(vc.steady_concurrency):.2f} sequences per instance while decoding; "
-                f"its start-up log will report {float(vc.logged_concurrency):.2f}x (it budgets each request for a "
-                f"{v.max_num_batched_tokens:,}-token chunked prefill)."
-            )
-        )
-        vllm_rows = [
-            _vrow(
-                "KV-cache groups",
-                f"{len(lay.groups)} x {lay.group_size} layers",
-                f"{lay.describe()} (vLLM get_kv_cache_groups)",
-            ),
-            _vrow("page (one layer, one block)", f"{lay.page_bytes:,} B", f"{v.block_size} tokens x one layer's bytes"),
-            _vrow(
-                "num_blocks",
-                f"{vc.num_blocks:,}",
-                f"{vc.available:,} // {lay.page_bytes:,} // {lay.group_size} layers per group"
-                + (f", smallest of {v.pp} pipeline stages" if v.pp > 1 else ""),
-            ),
-            _vrow("GPU KV cache size (start-up log)", f"{vc.kv_cache_tokens:,} tokens", "num_blocks // groups x block"),
-        ]
-        for i, g in enumerate(lay.groups):
-            name = f"group {i} ({g.kind}{'' if g.span is None else f' {g.span:,}'}, {len(g.layers)} layers"
-            name += f" + {g.padding} padding)" if g.padding else ")"
-            logged = g.logged_blocks(v.context_len, v.max_num_batched_tokens)
-            vllm_rows.append(
-                _vrow(
-                    name,
-                    f"{g.steady_blocks(v.context_len):,} / {logged:,}",
-                    f"steady {g.describe_steady(v.context_len)}; "
-                    f"start-up {g.describe_logged(v.context_len, v.max_num_batched_tokens)}",
-                )
-            )
-        vllm_rows += [
-            _vrow(
-                "steady-state concurrency (what vLLM sustains while decoding)",
-                f"{float(vc.steady_concurrency):.2f}",
-                f"{vc.num_blocks:,} / {vc.steady_blocks:,} blocks per request",
-            ),
-            _vrow(
-                f"'Maximum concurrency for {v.context_len:,} tokens per request' (start-up log)",
-                f"{float(vc.logged_concurrency):.2f}x",
-                f"{vc.num_blocks:,} / {vc.logged_blocks:,} blocks per request "
-                f"(max_num_batched_tokens {v.max_num_batched_tokens:,})",
-            ),
-        ]
-    elif v.engine == "vllm":
-        vllm_rows = [
+    return metrics
+
+
+def _vllm_rows(v: KvInputs, cap: CapacityPlan) -> list[dict]:
+    """What vLLM allocates: its KV-cache groups, pages and blocks, and both concurrency figures."""
+    if cap.vllm is None:
+        if v.engine != "vllm":
+            return []
+        return [
             _vrow(
                 "vLLM allocator",
                 "not modelled for recurrent-state layers",
@@ -750,8 +707,54 @@ def build_page_data(v: KvInputs) -> PageData:
                 "capacity here counts whole blocks per group plus the states",
             )
         ]
-    conventions = list(spec.extras.get("conventions", ()))
-    working = [f"config: {note}" for note in conventions]
+    vc = cap.vllm
+    lay = vc.layout
+    rows = [
+        _vrow(
+            "KV-cache groups",
+            f"{len(lay.groups)} x {lay.group_size} layers",
+            f"{lay.describe()} (vLLM get_kv_cache_groups)",
+        ),
+        _vrow("page (one layer, one block)", f"{lay.page_bytes:,} B", f"{v.block_size} tokens x one layer's bytes"),
+        _vrow(
+            "num_blocks",
+            f"{vc.num_blocks:,}",
+            f"{vc.available:,} // {lay.page_bytes:,} // {lay.group_size} layers per group"
+            + (f", smallest of {v.pp} pipeline stages" if v.pp > 1 else ""),
+        ),
+        _vrow("GPU KV cache size (start-up log)", f"{vc.kv_cache_tokens:,} tokens", "num_blocks // groups x block"),
+    ]
+    for i, g in enumerate(lay.groups):
+        name = f"group {i} ({g.kind}{'' if g.span is None else f' {g.span:,}'}, {len(g.layers)} layers"
+        name += f" + {g.padding} padding)" if g.padding else ")"
+        logged = g.logged_blocks(v.context_len, v.max_num_batched_tokens)
+        rows.append(
+            _vrow(
+                name,
+                f"{g.steady_blocks(v.context_len):,} / {logged:,}",
+                f"steady {g.describe_steady(v.context_len)}; "
+                f"start-up {g.describe_logged(v.context_len, v.max_num_batched_tokens)}",
+            )
+        )
+    rows += [
+        _vrow(
+            "steady-state concurrency (what vLLM sustains while decoding)",
+            f"{float(vc.steady_concurrency):.2f}",
+            f"{vc.num_blocks:,} / {vc.steady_blocks:,} blocks per request",
+        ),
+        _vrow(
+            f"'Maximum concurrency for {v.context_len:,} tokens per request' (start-up log)",
+            f"{float(vc.logged_concurrency):.2f}x",
+            f"{vc.num_blocks:,} / {vc.logged_blocks:,} blocks per request "
+            f"(max_num_batched_tokens {v.max_num_batched_tokens:,})",
+        ),
+    ]
+    return rows
+
+
+def _working(spec: ModelSpec, v: KvInputs, whole: KvBreakdown, per_gpu: KvBreakdown, naive: int) -> list[str]:
+    """The formulas behind the figures, the config's conventions first, the naive formula last."""
+    working = [f"config: {note}" for note in spec.extras.get("conventions", ())]
     working += [f"{g.label}: {g.formula}" for g in whole.groups]
     if v.tp > 1:
         working += [f"per GPU (TP {v.tp}), {g.label}: {g.formula}" for g in per_gpu.groups]
@@ -762,8 +765,12 @@ def build_page_data(v: KvInputs) -> PageData:
         if whole.total
         else "naive formula: n/a"
     )
+    return working
 
-    breakdown_rows = [
+
+def _breakdown_rows(spec: ModelSpec, v: KvInputs, whole: KvBreakdown) -> list[dict]:
+    """One row per layer group of the whole model's cache, then the total."""
+    rows = [
         {
             "item": g.label,
             "layers": g.layers,
@@ -776,7 +783,24 @@ def build_page_data(v: KvInputs) -> PageData:
         }
         for g in whole.groups
     ]
-    parts_rows = [
+    rows.append(
+        {
+            "item": "total",
+            "layers": spec.num_layers,
+            "tokens held": v.context_len,
+            "B/token": whole.bytes_per_token,
+            "B/sequence": whole.per_sequence,
+            "bytes": whole.total,
+            "readable": fmt_bytes(whole.total),
+            "formula": "sum of the groups",
+        }
+    )
+    return rows
+
+
+def _parts_rows(v: KvInputs, whole: KvBreakdown) -> list[dict]:
+    """One row per cache part of each layer group, with its dtype and the engine rule behind it."""
+    return [
         {
             "layers": g.label,
             "part": part,
@@ -801,20 +825,12 @@ def build_page_data(v: KvInputs) -> PageData:
         for g in whole.groups
         for part, dtype, size in g.cache_parts
     ]
-    breakdown_rows.append(
-        {
-            "item": "total",
-            "layers": spec.num_layers,
-            "tokens held": v.context_len,
-            "B/token": growth,
-            "B/sequence": whole.per_sequence,
-            "bytes": whole.total,
-            "readable": fmt_bytes(whole.total),
-            "formula": "sum of the groups",
-        }
-    )
+
+
+def _capacity_rows(spec: ModelSpec, v: KvInputs, cap: CapacityPlan) -> list[dict]:
+    """Per GPU, from its memory down to the headroom; the swap space when one is set."""
     weight = WEIGHT_DTYPES[v.weight_dtype]
-    capacity_rows = [
+    rows = [
         _row("GPU memory", cap.gpu_memory, f"{catalog.gpu(v.gpu).memory_gib} GiB"),
         _row("usable per GPU", cap.usable, f"floor({cap.gpu_memory:,} x {cap.utilization})"),
         _row("weights (all GPUs of a replica)", cap.weights_total, weight.describe(spec.params_total)),
@@ -844,7 +860,7 @@ def build_page_data(v: KvInputs) -> PageData:
     ]
     if v.swap_bytes:
         parked = v.swap_bytes // cap.sequence_bytes if cap.sequence_bytes else 0
-        capacity_rows.append(
+        rows.append(
             _row(
                 f"CPU swap space per GPU: holds {parked:,} preempted sequences of {v.context_len:,} tokens",
                 v.swap_bytes,
@@ -853,7 +869,11 @@ def build_page_data(v: KvInputs) -> PageData:
                 "number of sequences running on the GPU",
             )
         )
-    paged_rows = [
+    return rows
+
+
+def _paged_rows(v: KvInputs, paged: PagedAllocation, cap: CapacityPlan) -> list[dict]:
+    return [
         _row("used by the tokens", paged.used),
         _row(
             f"paged allocation ({v.block_size}-token blocks)",
@@ -869,18 +889,24 @@ def build_page_data(v: KvInputs) -> PageData:
         _row(f"contiguous pre-allocation to {paged.max_len:,} tokens", paged.contiguous),
         _row("saved by paging", paged.saved_by_paging, "contiguous - allocated"),
     ]
-    prefix_rows = []
-    if prefix is not None:
-        prefix_rows = [
-            _row(f"{prefix.requests} requests without prefix caching", prefix.without_sharing),
-            _row(
-                f"with a shared {prefix.shared_tokens:,}-token prefix",
-                prefix.with_sharing,
-                "prefix stored once; only whole blocks are shared",
-            ),
-            _row("saved by prefix caching", prefix.saved),
-        ]
-    model_rows = [
+
+
+def _prefix_rows(prefix: PrefixSharing | None) -> list[dict]:
+    if prefix is None:
+        return []
+    return [
+        _row(f"{prefix.requests} requests without prefix caching", prefix.without_sharing),
+        _row(
+            f"with a shared {prefix.shared_tokens:,}-token prefix",
+            prefix.with_sharing,
+            "prefix stored once; only whole blocks are shared",
+        ),
+        _row("saved by prefix caching", prefix.saved),
+    ]
+
+
+def _model_rows(spec: ModelSpec, v: KvInputs) -> list[dict]:
+    rows = [
         {"field": "attention", "value": spec.attention_label},
         {"field": "layers", "value": f"{spec.num_layers}"},
         {"field": "layer groups", "value": ", ".join(f"{g.layers} {g.kind}" for g in spec.groups)},
@@ -891,82 +917,115 @@ def build_page_data(v: KvInputs) -> PageData:
         },
         {"field": "source", "value": v.source or "pasted config.json"},
     ]
+    conventions = list(spec.extras.get("conventions", ()))
     if conventions:
-        model_rows.append({"field": "not in config.json / family names", "value": "; ".join(conventions)})
-    inputs = {
-        k: getattr(v, k)
-        for k in (
-            "model",
-            "kv_dtype",
-            "weight_dtype",
-            "state_dtype",
-            "ssm_dtype",
-            "context_len",
-            "batch",
-            "prefix_len",
-            "gpu",
-            "gpu_count",
-            "tp",
-            "block_size",
-            "reserve_bytes",
-            "engine",
-            "pp",
-            "max_num_batched_tokens",
-            "cpu_offload_bytes",
-            "draft_model",
-            "swap_bytes",
-        )
-    }
+        rows.append({"field": "not in config.json / family names", "value": "; ".join(conventions)})
+    return rows
+
+
+_EXPORTED_INPUTS = (
+    "model",
+    "kv_dtype",
+    "weight_dtype",
+    "state_dtype",
+    "ssm_dtype",
+    "context_len",
+    "batch",
+    "prefix_len",
+    "gpu",
+    "gpu_count",
+    "tp",
+    "block_size",
+    "reserve_bytes",
+    "engine",
+    "pp",
+    "max_num_batched_tokens",
+    "cpu_offload_bytes",
+    "draft_model",
+    "swap_bytes",
+)
+
+
+def _export(spec: ModelSpec, data: PageData) -> dict:
+    """The JSON export: the inputs, the model, the verdict and every table's figures."""
+    v, cap, whole, per_gpu = data.inputs, data.capacity, data.whole, data.per_gpu
+    inputs: dict[str, Any] = {k: getattr(v, k) for k in _EXPORTED_INPUTS}
     inputs["utilization"] = str(v.utilization)
-    export = {
+    return {
         "inputs": inputs,
-        "model": {"name": spec.name, **{r["field"]: r["value"] for r in model_rows}},
-        "verdict": verdict,
+        "model": {"name": spec.name, **{r["field"]: r["value"] for r in data.model_rows}},
+        "verdict": data.verdict,
         "fits": cap.fits,
-        "gpus_needed": asdict(needed),
+        "gpus_needed": asdict(data.gpus_needed) if data.gpus_needed is not None else None,
         "kv_whole_model": {
-            "bytes_per_token": growth,
+            "bytes_per_token": whole.bytes_per_token,
             "per_sequence": whole.per_sequence,
             "total": whole.total,
             "groups": [asdict(g) for g in whole.groups],
         },
         "kv_per_gpu": {"total": per_gpu.total, "groups": [asdict(g) for g in per_gpu.groups]},
-        "capacity": {r["item"]: r["bytes"] for r in capacity_rows}
+        "capacity": {r["item"]: r["bytes"] for r in data.capacity_rows}
         | {
             "max_concurrency": cap.max_concurrency,
             "max_context_at_batch": cap.max_context_at_batch,
             "replicas": cap.replicas,
             "max_len_fits": cap.max_len_fits,
         },
-        "paged": {r["item"]: r["bytes"] for r in paged_rows},
-        "prefix": {r["item"]: r["bytes"] for r in prefix_rows},
+        "paged": {r["item"]: r["bytes"] for r in data.paged_rows},
+        "prefix": {r["item"]: r["bytes"] for r in data.prefix_rows},
         "engine": {"id": v.engine, "pp": v.pp, "max_num_batched_tokens": v.max_num_batched_tokens}
-        | {r["item"]: r["value"] for r in vllm_rows},
+        | {r["item"]: r["value"] for r in data.vllm_rows},
     }
-    return PageData(
-        v,
-        model_rows,
-        whole,
-        per_gpu,
-        naive,
-        paged,
-        cap,
-        prefix,
-        metrics,
-        verdict,
-        cap.fits,
-        working,
-        breakdown_rows,
-        capacity_rows,
-        paged_rows,
-        prefix_rows,
-        vllm_rows,
-        [
+
+
+def build_page_data(v: KvInputs) -> PageData:
+    """All numbers, tables, figures and exports of one render of the KV-calculator page, section by
+    section."""
+    # the chosen engine's layouts and state dtypes, and the user's recurrent-state dtype if set
+    spec = with_ssm_dtype(for_engine(v.spec, v.engine), None if v.ssm_dtype == "auto" else v.ssm_dtype)
+    whole = breakdown(spec, v.context_len, v.batch, v.kv_dtype, state_dtype=v.state_dtype)
+    per_gpu = breakdown(spec, v.context_len, v.batch, v.kv_dtype, tp=v.tp, state_dtype=v.state_dtype)
+    plan_for = _planner(spec, v)
+    cap = plan_for(v.gpu_count, v.tp)
+    paged = paged_allocation(
+        spec,
+        v.context_len,
+        cap.batch_per_replica,
+        v.kv_dtype,
+        block_size=v.block_size,
+        tp=v.tp,
+        state_dtype=v.state_dtype,
+    )
+    prefix = _prefix(spec, v, cap)
+    naive = naive_bytes(spec, v.context_len, v.batch, v.kv_dtype)
+    contexts, concurrency, figures = _charts(spec, v, cap)
+    needed = gpus_needed(plan_for, batch=v.batch, pp=v.pp, tp_choices=(*TP_CANDIDATES, v.tp))
+    data = PageData(
+        inputs=v,
+        model_rows=_model_rows(spec, v),
+        whole=whole,
+        per_gpu=per_gpu,
+        naive=naive,
+        paged=paged,
+        capacity=cap,
+        prefix=prefix,
+        metrics=_metrics(v, whole, cap),
+        verdict=_verdict(v, cap, needed),
+        fits=cap.fits,
+        working=_working(spec, v, whole, per_gpu, naive),
+        breakdown_rows=_breakdown_rows(spec, v, whole),
+        capacity_rows=_capacity_rows(spec, v, cap),
+        paged_rows=_paged_rows(v, paged, cap),
+        prefix_rows=_prefix_rows(prefix),
+        vllm_rows=_vllm_rows(v, cap),
+        concurrency_rows=[
             {"context": f"{c:,}", "max sequences": f"{n:,}" if n > 0 else "does not fit"}
             for c, n in zip(contexts, concurrency, strict=True)
         ],
-        figures,
-        export,
-        needed,
-        parts_rows,
+        figures=figures,
+        export={},
+        gpus_needed=needed,
+        parts_rows=_parts_rows(v, whole),
     )
+    data.export = _export(spec, data)
+    return data

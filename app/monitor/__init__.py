@@ -77,7 +77,8 @@ from app.monitor.view import (
     window_label,
     window_seconds,
 )
-from db.monitor import MonitorFilters, RowFilters
+from db.monitor import MonitorFilters
+from db.raw_log import RowFilters
 
 __all__ = [
     "CUSTOM",

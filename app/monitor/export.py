@@ -22,7 +22,8 @@ from typing import BinaryIO
 from sqlalchemy import Engine
 
 from core.text import csv_safe
-from db.monitor import RECENT_LOG_COLUMNS, MonitorFilters, RowFilters, iter_log_rows, recent_rows
+from db.monitor import MonitorFilters
+from db.raw_log import RECENT_LOG_COLUMNS, RowFilters, iter_log_rows, recent_rows
 
 # Columns of the table, in display order (prompt_text follows only when asked for).
 RECENT_COLUMNS = ("time_utc", *RECENT_LOG_COLUMNS)

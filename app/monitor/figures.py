@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, fields
 
 from sqlalchemy import Engine
 
-from db.monitor import RecentCounts, SummedCell, minute_floor, part_cells, recent_counts
+from db.monitor import SummedCell, minute_floor, part_cells
+from db.raw_log import RecentCounts, recent_counts
 
 ATTEMPT_ERROR_RATE = "attempt_error_rate"
 FINAL_FAILURE_RATE = "final_failure_rate"
@@ -143,6 +144,8 @@ class LiveFigures:
     window: Counts
     providers_last_minute: dict[str, Counts] = field(default_factory=dict)
     providers_window: dict[str, Counts] = field(default_factory=dict)
+    # each provider's newest failed attempt of the last minute (epoch seconds; absent without one)
+    providers_last_failure: dict[str, float] = field(default_factory=dict)
 
     def tiles(self) -> list[tuple[str, float | None, str]]:
         """``(label, rate, help)`` for each figure, last minute first, then the window."""
@@ -170,4 +173,5 @@ def live_figures(engine: Engine, *, now: float, window_s: int) -> LiveFigures:
         window=Counts.total(window.values()),
         providers_last_minute=minute,
         providers_window=window,
+        providers_last_failure={p: c.last_failure for p, c in recent.items() if c.last_failure is not None},
     )

@@ -6,7 +6,9 @@ A provider is **in an incident** while a live gateway process holds its circuit 
 reporting, one that exited or was killed mid-incident, no longer counts; a half-open breaker, whose
 cooldown is over, counts only while the provider is also failing), or while it is failing (at
 least :data:`FAILING_MIN_ATTEMPTS` attempts in the last minute and an attempt error rate of at
-least :data:`FAILING_ERROR_RATE`).
+least :data:`FAILING_ERROR_RATE`, and a failed attempt within the last ``quiet_s`` seconds,
+``[dashboard] incident_quiet_s``: the banner ends that long after the last failure, seen within a
+refresh, instead of when the failure leaves the last minute's figures).
 
 The incident's **start** survives the breaker's cycling: open -> half-open -> open -> ... is one
 incident until the breaker has stayed closed for :data:`QUIET_S` seconds (:func:`breaker_incident_start`).
@@ -37,6 +39,8 @@ from db.monitor import minute_floor, part_cells
 FAILING_MIN_ATTEMPTS = 3  # one unlucky request does not raise a banner
 FAILING_ERROR_RATE = 0.2
 QUIET_S = 120.0  # a breaker closed this long ends its incident
+# A provider without a failed attempt this long is no longer failing (``[dashboard] incident_quiet_s``).
+QUIET_AFTER_FAILURE_S = 30.0
 LOOKBACK_S = 3600
 MAX_CLASSES = 4
 # The error classes of requests refused before any attempt (their one row names the provider the
@@ -73,6 +77,13 @@ def is_failing(counts: Counts) -> bool:
     return counts.attempts >= FAILING_MIN_ATTEMPTS and rate is not None and rate >= FAILING_ERROR_RATE
 
 
+def is_quiet(provider: str, last_failure: Mapping[str, float] | None, now: float, quiet_s: float) -> bool:
+    """Whether ``provider``'s newest failed attempt is ``quiet_s`` seconds old or older (``False``
+    when ``last_failure`` is not known, or names no failure of it: the counts alone decide)."""
+    ts = None if last_failure is None else last_failure.get(provider)
+    return ts is not None and now - ts >= quiet_s
+
+
 def failing_since(minutes: Mapping[int, Counts], now: float) -> float | None:
     """The first minute of the failing stretch that reaches ``now``: walking back minute by
     minute, a minute with attempts and an attempt error rate under :data:`FAILING_ERROR_RATE`
@@ -105,10 +116,11 @@ class Incident:
     openings: int = 0  # moves to open within the incident
     error_classes: tuple[tuple[str, int], ...] = ()
     rollbacks: tuple[tuple[float, str], ...] = ()  # guardrail rollbacks since the start: (ts, detail)
+    quiet: bool = False  # no failed attempt for the quiet time: the last minute's errors are over
 
     @property
     def failing(self) -> bool:
-        return is_failing(self.last_minute)
+        return is_failing(self.last_minute) and not self.quiet
 
     @property
     def severity(self) -> str:
@@ -176,26 +188,32 @@ def build_incidents(
     rollbacks: Sequence[tuple[float, str]] = (),
     primary: str | None = None,
     live: Mapping[str, LiveBreaker] | None = None,
+    last_failure: Mapping[str, float] | None = None,
+    quiet_s: float = QUIET_AFTER_FAILURE_S,
 ) -> list[Incident]:
     """The providers in an incident now, worst first (open breakers, then failing, then half-open).
 
     ``live`` is each breaker across the live processes (:func:`db.breakers.live_breakers`): the
     breaker's state is the worst one a live process holds. Without it (``None``) the newest of
-    ``transitions`` says the state. ``transitions`` (every process's, merged) date the incident."""
+    ``transitions`` says the state. ``transitions`` (every process's, merged) date the incident.
+    ``last_failure`` is each provider's newest failed attempt (without it, the last minute's
+    counts alone decide): a provider quiet for ``quiet_s`` seconds is no longer failing."""
     out = []
     for name in providers:
         changes = sorted(transitions.get(name, ()))
         counts = last_minute.get(name, Counts())
+        quiet = is_quiet(name, last_failure, now, quiet_s)
+        failing = is_failing(counts) and not quiet
         held = None
         if live is not None:
             held = live.get(name)
             # Half-open alone is no incident: a breaker whose cooldown is over refuses nothing and
             # waits for a probe that may never come (no traffic goes there after a rollback).
-            state = held.state if held and (held.state == "open" or is_failing(counts)) else None
+            state = held.state if held and (held.state == "open" or failing) else None
         else:
             state = changes[-1][1] if changes else None
         breaker_state = state if state in ("open", "half_open") else None
-        if breaker_state is None and not is_failing(counts):
+        if breaker_state is None and not failing:
             continue
         b_start = breaker_incident_start(changes, now) if breaker_state else None
         f_start = failing_since(minutes.get(name, {}), now)
@@ -213,6 +231,7 @@ def build_incidents(
                 openings=len(opens),
                 error_classes=tuple((classes or {}).get(name, ())),
                 rollbacks=tuple((ts, d) for ts, d in rollbacks if ts >= start) if name == primary else (),
+                quiet=quiet,
             )
         )
     rank = {"open": 0, None: 1, "half_open": 2}
@@ -264,9 +283,12 @@ def current_incidents(
     now: float,
     last_minute: Mapping[str, Counts],
     primary: str | None = None,
+    last_failure: Mapping[str, float] | None = None,
+    quiet_s: float = QUIET_AFTER_FAILURE_S,
 ) -> list[Incident]:
     """Read and build :func:`build_incidents`. ``last_minute`` is each provider's last-minute
-    counts (:attr:`app.monitor.figures.LiveFigures.providers_last_minute`, already read by the page).
+    counts (:attr:`app.monitor.figures.LiveFigures.providers_last_minute`, already read by the page),
+    ``last_failure`` its newest failed attempt (``providers_last_failure``).
     Queries: the live processes' breakers and the lookback's breaker transitions; then, only when
     some provider is in trouble, its per-minute rollups, the guardrail's rollbacks and the error
     classes since each start."""
@@ -274,7 +296,10 @@ def current_incidents(
     live = live_breakers(engine, now=now)
     transitions = breaker_transitions(engine, since=since, until=now)
     suspects = [
-        p for p in providers if is_failing(last_minute.get(p, Counts())) or (p in live and live[p].state == "open")
+        p
+        for p in providers
+        if (is_failing(last_minute.get(p, Counts())) and not is_quiet(p, last_failure, now, quiet_s))
+        or (p in live and live[p].state == "open")
     ]
     if not suspects:
         return []
@@ -299,6 +324,8 @@ def current_incidents(
         rollbacks=rollbacks,
         primary=primary,
         live=live,
+        last_failure=last_failure,
+        quiet_s=quiet_s,
     )
     out = []
     for i in found:

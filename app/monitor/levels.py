@@ -40,7 +40,6 @@ from db.monitor import (
     COUNT_COLUMNS,
     Breakdown,
     MonitorFilters,
-    RecentCounts,
     SubstitutionSums,
     SummedCell,
     deployment_key,
@@ -49,6 +48,7 @@ from db.monitor import (
     side_filters,
     span_parts,
 )
+from db.raw_log import RecentCounts
 
 RECENT_S = float(LAST_MINUTE_S)
 ALL = "all"

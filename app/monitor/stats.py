@@ -10,15 +10,8 @@ from sqlalchemy import Engine
 from app.monitor.series import bucket_axis, choose_step, ratio
 from core.canary import ROUTE_SIDES
 from core.histogram import percentile
-from db.monitor import (
-    cost_between,
-    last_error,
-    minute_floor,
-    provider_side_sums,
-    provider_sums,
-    side_counts,
-    window_cell,
-)
+from db.monitor import cost_between, minute_floor, provider_side_sums, provider_sums, side_counts, window_cell
+from db.raw_log import last_error
 
 
 @dataclass(frozen=True)

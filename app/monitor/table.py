@@ -23,17 +23,8 @@ from sqlalchemy import Engine
 from app.display.fmt import utc_time
 from app.monitor.drilldown import request_link
 from app.monitor.export import EXPORT_MAX_ROWS, time_utc
-from db.monitor import (
-    NO_FILTERS,
-    RECENT_LOG_COLUMNS,
-    STATUSES,
-    Cursor,
-    MonitorFilters,
-    RowFilters,
-    count_log_rows,
-    error_classes_between,
-    log_page,
-)
+from db.monitor import NO_FILTERS, MonitorFilters, error_classes_between
+from db.raw_log import RECENT_LOG_COLUMNS, STATUSES, Cursor, RowFilters, count_log_rows, log_page
 
 PAGE_SIZE = 50
 COUNT_CAP = 100_000  # "rows 1-50 of more than 100,000 matching": the count's work is bounded
@@ -85,10 +76,6 @@ class TableCursor:
     @property
     def live(self) -> bool:
         return self.held_at is None
-
-    @property
-    def first_page(self) -> bool:
-        return self.older_than is None and self.newer_than is None
 
     def for_query(self, query: tuple, now: float, *, filtered: bool) -> TableCursor:
         """This cursor if it belongs to ``query``; else the newest page of it, held still when

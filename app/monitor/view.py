@@ -35,13 +35,8 @@ from app.monitor.levels import RECENT_S, LevelRow, Levels, Substitutions, breakd
 from app.monitor.series import WindowSeries, window_series
 from app.monitor.table import ALL, RequestPage, TableCursor, parse_row_filters, request_page, table_span
 from db.events import Event, events_between
-from db.monitor import (
-    MonitorFilters,
-    RowFilters,
-    filter_options,
-    recent_counts,
-    substitution_sums,
-)
+from db.monitor import MonitorFilters, filter_options, substitution_sums
+from db.raw_log import RowFilters, recent_counts
 
 # Allowed windows, in the order the page offers them: key -> (seconds, label).
 WINDOWS: dict[str, tuple[int, str]] = {

@@ -64,22 +64,6 @@ def value_for_schema(schema: Any, *, hint: Hint | None = None) -> Any:
     return _Generator(schema, hint).value(schema, depth=0, variant=0)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 class _Generator:
     def __init__(self, root: Any, hint: Hint | None) -> None:
         self.root = root

@@ -37,6 +37,16 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 READY = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+# A bound on each expectation (Playwright's default is 5 s). The socket can say a run ended before
+# the page has drawn what it sent, and drawing lags by seconds when two cores carry a server,
+# Chromium and other suites; an expectation met sooner returns at once.
+EXPECT_TIMEOUT_MS = 20_000
+
+
+def pytest_configure(config):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 def pytest_collection_modifyitems(items):
@@ -352,7 +362,7 @@ def new_page(browser):
     def make():
         ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
         contexts.append(ctx)
-        return ctx.new_page()
+        return watch_runs(ctx.new_page())
 
     yield make
     for ctx in contexts:
@@ -364,39 +374,106 @@ def wait_ready(page, timeout: float = RUN_TIMEOUT_MS) -> None:
     page.wait_for_selector(READY, timeout=timeout)
 
 
-# Counts finished script runs of the page in window.__stRunsDone: a run ends when stApp's
-# data-test-script-state attribute leaves "running" (the observer sees every change, however quick).
-_COUNT_RUNS = """() => {
-  if (window.__stRunsDone !== undefined) return window.__stRunsDone;
-  window.__stRunsDone = 0;
-  const app = document.querySelector('[data-testid="stApp"]');
-  new MutationObserver(records => {
-    for (const r of records) if (r.oldValue === 'running') window.__stRunsDone++;
-  }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
-  return 0;
-}"""
+class RunWatch:
+    """The script runs of one page, read from its websocket as Streamlit's own frontend reads them:
+    each rerun the page asks for (a ``rerun_script`` BackMsg: a widget committed, a button clicked,
+    a page opened, or a fragment's ``run_every`` tick, marked ``is_auto_rerun``) and each run that
+    ends (a ``script_finished`` ForwardMsg, with the fragments it reran: none for a full run).
+
+    The page's script-state attribute cannot tell these apart: a fragment's timed rerun flips it to
+    ``running`` and back like a full run, so a test that counted those could take a fragment's
+    refresh for the end of the run its typing started, and type on while that run still came."""
+
+    def __init__(self, page) -> None:
+        self.events: list[tuple[str, object, object]] = []
+        page.on("websocket", self._socket)
+
+    def _socket(self, ws) -> None:
+        if ws.url.endswith("/_stcore/stream"):
+            ws.on("framesent", self._sent)
+            ws.on("framereceived", self._received)
+
+    def _sent(self, payload: str | bytes) -> None:
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+
+        if isinstance(payload, bytes):
+            msg = BackMsg()
+            msg.ParseFromString(payload)
+            if msg.WhichOneof("type") == "rerun_script":
+                asked = msg.rerun_script
+                self.events.append(("asked", asked.is_auto_rerun, asked.fragment_id))
+
+    def _received(self, payload: str | bytes) -> None:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        if isinstance(payload, bytes):
+            msg = ForwardMsg()
+            msg.ParseFromString(payload)
+            if msg.WhichOneof("type") == "script_finished":
+                self.events.append(("ended", msg.script_finished, tuple(msg.metadata.run.fragment_ids)))
+
+    def run_ended(self, since: int) -> bool | None:
+        """Whether the first rerun asked for since event ``since`` that is not a fragment's timed
+        tick has ended (a full run ending, or that fragment's run); ``None`` while none was asked."""
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        full = (ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_WITH_COMPILE_ERROR)
+        fragment_done = ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY
+        events = self.events[since:]
+        for k, (kind, auto, fragment) in enumerate(events):
+            if kind == "asked" and not auto:
+                return any(
+                    kind2 == "ended" and (status in full or (fragment and status == fragment_done and fragment in ids))
+                    for kind2, status, ids in events[k + 1 :]
+                )
+        return None
+
+
+def watch_runs(page):
+    """Start reading ``page``'s script runs (before it opens a URL); ``rerun`` needs it. Pages from
+    ``new_page``, and any page of a context handed to ``watch_context``, are watched already."""
+    if getattr(page, "run_watch", None) is None:
+        page.run_watch = RunWatch(page)
+    return page
+
+
+def watch_context(ctx):
+    """Watch the script runs of every page ``ctx`` opens."""
+    ctx.on("page", watch_runs)
+    return ctx
 
 
 @contextmanager
 def rerun(page, timeout: float = RUN_TIMEOUT_MS) -> Iterator[None]:
-    """Wait for the script run the body triggers (an input committed, a button clicked) to end."""
-    before = page.evaluate(_COUNT_RUNS)
+    """Wait for the script run the body triggers (an input committed, a button clicked) to end:
+    the full run it asked for, or the run of the fragment its widget sits in, never a fragment's
+    timed refresh that happened to end meanwhile."""
+    watch: RunWatch = page.run_watch
+    since = len(watch.events)
     yield
-    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-
-    try:
-        page.wait_for_function("n => window.__stRunsDone > n", arg=before, timeout=RUN_SEEN_MS)
-    except PlaywrightTimeoutError:
-        # Streamlit sometimes folds the run into one already under way without flipping the
-        # script state we watch (seen about once in 30 runs). Nothing is asserted here: the test's
-        # own expectations that follow wait for what the run must show, with their own bounds.
-        pass
+    seen_by = time.monotonic() + RUN_SEEN_MS / 1000
+    ended_by = time.monotonic() + timeout / 1000
+    while True:
+        ended = watch.run_ended(since)
+        if ended:
+            break
+        if ended is None and time.monotonic() > seen_by:
+            break  # the body asked for no run (a click on something that reruns nothing)
+        if time.monotonic() > ended_by:
+            raise TimeoutError(f"the run asked for did not end in {timeout / 1000:g} s: {watch.events[since:]}")
+        page.wait_for_timeout(50)  # lets Playwright deliver the socket's frames; the condition decides
     wait_ready(page, timeout)
 
 
 def open_page(page, server: Server, path: str = "") -> None:
-    page.goto(f"{server.url}/{path}")
-    wait_ready(page)
+    """Open ``path`` and wait for its first script run to end (a watched page: the run the page
+    asked for on connecting; else the script state the page shows)."""
+    if getattr(page, "run_watch", None) is None:
+        page.goto(f"{server.url}/{path}")
+        wait_ready(page)
+        return
+    with rerun(page):
+        page.goto(f"{server.url}/{path}")
 
 
 def assert_no_exception(page) -> None:

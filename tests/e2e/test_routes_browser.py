@@ -2,7 +2,8 @@
 routes. Traffic through the routes, then faults on one deployment's provider: the Overview's Routes
 table shows each deployment's share and errors, the drill-down of a failed-over request says which
 deployment was tried and why, and the Canary page moves a route's canary (a wrong value refused
-with nothing written, then a good one audited). Screenshots: routes-*.png."""
+with nothing written, then a good one audited) and its header follows a change made elsewhere
+without a reload. Screenshots: routes-*.png."""
 
 from __future__ import annotations
 
@@ -147,4 +148,12 @@ def test_the_canary_page_moves_a_routes_canary(routed_server, new_page):
     shown = routed_server.cli("canary", "show", "--route", "gpt-4.1")
     assert "route gpt-4.1 canary ratio 25 %" in shown.stdout
     screenshot(page, "routes-4-canary-set")
+    # Another operator moves the global ratio: the header follows within a refresh, no reload, and
+    # says Apply is locked on the old version.
+    header = main.get_by_test_id("stMetric").filter(has_text="Current canary ratio")
+    expect(header).to_contain_text("10 %")
+    assert routed_server.cli("canary", "set", "0.3", "--reason", "someone else", "--actor", "bob").returncode == 0
+    expect(header).to_contain_text("30 %", timeout=20_000)
+    expect(main).to_contain_text("The ratio changed since this page loaded (now 30 % by bob)")
+    screenshot(page, "routes-5-header-followed")
     assert_no_exception(page)

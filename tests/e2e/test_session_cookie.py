@@ -7,7 +7,7 @@ sign-in form. The token is never in a URL."""
 from __future__ import annotations
 
 import pytest
-from conftest import ACCOUNTS, assert_no_exception, open_page, rerun, screenshot, wait_until
+from conftest import ACCOUNTS, assert_no_exception, open_page, rerun, screenshot, wait_until, watch_context
 from playwright.sync_api import expect
 
 COOKIE = "gateway_session"
@@ -16,7 +16,7 @@ PASSWORDS = {name: password for name, (_, password) in ACCOUNTS.items()}
 
 @pytest.fixture
 def context(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ctx = watch_context(browser.new_context(viewport={"width": 1400, "height": 1000}))
     yield ctx
     ctx.close()
 

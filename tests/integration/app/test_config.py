@@ -34,10 +34,8 @@ def run(args: list[str], env: dict[str, str], wrap: list[str] | None = None) -> 
     )
 
 
-@pytest.mark.parametrize(
-    "args",
-    [["status"], ["canary", "show"], ["users", "list"], ["keys", "list"], ["serve", "--port", "0"], ["dashboard"]],
-)
+# The commands that start servers, as processes; the others in-process (tests/unit/app/test_main.py).
+@pytest.mark.parametrize("args", [["serve", "--port", "0"], ["dashboard"]])
 def test_a_port_that_is_not_a_number_is_one_line_naming_database_url(args, tmp_path):
     done = run(args, {"DATABASE_URL": BAD_PORT, "GATEWAY_CONFIG": str(REPO / "gateway.toml")})
     assert done.returncode == 2

@@ -39,29 +39,18 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
+# One refusal per command, as operators meet it (a process, its exit code and its one stderr line);
+# every bad number of every command is refused in-process in tests/unit/app/test_main.py.
 CLI_CASES = [
-    *[
-        (["canary", "set", raw, "--reason", "r"], "ratio must be a number from 0 to 1")
-        for raw in ["1e-400", "nan", "inf", "1.5", "-0.1", "1e100000000"]
-    ],
-    *[
-        (["prune", "--days", raw], "--days must be a number above 0 and at most 36500")
-        for raw in ["nan", "inf", "-1", "1e400"]
-    ],
-    (["canary", "set", "--reason", "r", "--", "-inf"], "ratio must be a number from 0 to 1"),
-    (["prune", "--rollup-days", "inf"], "--rollup-days must be a number above 0"),
-    *[
-        (["loadgen", "--rps", raw, "--quiet"], "--rps must be a number above 0 and at most 1000")
-        for raw in ["0", "nan", "1e9"]
-    ],
-    (["loadgen", "--duration", "nan", "--quiet"], "--duration must be a number above 0"),
-    (["loadgen", "--seed", "1.5", "--quiet"], "--seed must be a whole number from 0"),
+    (["canary", "set", "nan", "--reason", "r"], "ratio must be a number from 0 to 1"),
+    (["prune", "--days", "1e400"], "--days must be a number above 0 and at most 36500"),
+    (["loadgen", "--rps", "nan", "--quiet"], "--rps must be a number above 0 and at most 1000"),
     (["simulate", "--port", "99999"], "--port must be a whole number from 0 to 65535"),
 ]
 
 
 def test_cli_refusals_write_nothing(cli_env):
-    """One run per refusal would take minutes; the first state is read once and compared at the end."""
+    """The first state is read once and compared at the end."""
     before = run(cli_env, "canary", "show", "--json")
     assert before.returncode == 0, before.stderr
     for args, expected in CLI_CASES:
@@ -240,10 +229,11 @@ def test_canary_set_then_show(cli: Cli) -> None:
     assert human.returncode == 0 and "25" in human.stdout and "bob" in human.stdout
 
 
-@pytest.mark.parametrize("bad", ["1.5", "abc", "-1", "nan"])
+# Numbers out of range are refused in-process too, with every other bad number
+# (tests/unit/app/test_main.py): here, text that is no number, as a process.
+@pytest.mark.parametrize("bad", ["abc"])
 def test_canary_set_bad_ratio_fails_with_one_line_and_writes_nothing(cli: Cli, bad: str) -> None:
-    assert cli.run("canary", "show").returncode == 0  # the database exists before the bad write
-    before_show = json.loads(cli.run("canary", "show", "--json").stdout)
+    before_show = json.loads(cli.run("canary", "show", "--json").stdout)  # the database exists before the bad write
     before = _audit_count(cli.database_url)
     proc = cli.run("canary", "set", bad, "--reason", "oops", "--actor", "mallory")
     line = _one_error_line(proc)
@@ -257,9 +247,8 @@ def test_canary_set_overlong_actor_is_one_clear_line(tmp_path: Path, cli: Cli, d
     limit (on PostgreSQL too, where the database would otherwise raise a multi-line DataError), and
     nothing is written."""
     actor = "a" * 200
-    assert cli.run("canary", "show", DATABASE_URL=db_url).returncode == 0
+    before_show = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)  # creates the row
     before = _audit_count(db_url)
-    before_show = json.loads(cli.run("canary", "show", "--json", DATABASE_URL=db_url).stdout)
     proc = cli.run("canary", "set", "0.3", "--reason", "long name", "--actor", actor, DATABASE_URL=db_url)
     line = _one_error_line(proc)
     assert "actor is too long (200 characters, at most 128)" in line

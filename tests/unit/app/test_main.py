@@ -1,13 +1,20 @@
 """`python -m app dashboard [streamlit options]`: the one launch command runs `streamlit run` on the
 dashboard's ASGI app (`st.App` over the entry script, which sits where Streamlit sees no `pages/`
-folder beside it, plus the session-cookie route)."""
+folder beside it, plus the session-cookie route). Every bad number of every command is refused
+with exit 2, one stderr line and nothing written (in-process; the same as processes, one per
+command, in tests/integration/app/test_main.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import sys
 from pathlib import Path
 
-from app.__main__ import build_parser, dashboard_argv
+import pytest
+
+from app.__main__ import build_parser, dashboard_argv, main
 from tests.support import paths
 
 REPO = paths.REPO
@@ -48,3 +55,82 @@ def test_an_option_the_operator_passes_wins_over_the_local_only_default():
     assert "--server.address=127.0.0.1" not in argv
     assert argv[-2:] == ["--server.address", "0.0.0.0"]
     assert dashboard_argv(["--server.address=10.0.0.1"])[-1] == "--server.address=10.0.0.1"
+
+
+CLI_CASES = [
+    *[
+        (["canary", "set", raw, "--reason", "r"], "ratio must be a number from 0 to 1")
+        for raw in ["1e-400", "nan", "inf", "1.5", "-0.1", "1e100000000"]
+    ],
+    *[
+        (["prune", "--days", raw], "--days must be a number above 0 and at most 36500")
+        for raw in ["nan", "inf", "-1", "1e400"]
+    ],
+    (["canary", "set", "--reason", "r", "--", "-inf"], "ratio must be a number from 0 to 1"),
+    (["prune", "--rollup-days", "inf"], "--rollup-days must be a number above 0"),
+    *[
+        (["loadgen", "--rps", raw, "--quiet"], "--rps must be a number above 0 and at most 1000")
+        for raw in ["0", "nan", "1e9"]
+    ],
+    (["loadgen", "--duration", "nan", "--quiet"], "--duration must be a number above 0"),
+    (["loadgen", "--seed", "1.5", "--quiet"], "--seed must be a whole number from 0"),
+    (["simulate", "--port", "99999"], "--port must be a whole number from 0 to 65535"),
+    *[
+        (["canary", "set", raw, "--dry-run"], "ratio must be a number from 0 to 1")
+        for raw in ["nan", "1e400", "-0.5", "2"]
+    ],
+    (["canary", "set", "0.5"], "--reason"),  # a change without --dry-run needs its reason
+    *[
+        (["canary", "set", raw, "--reason", "oops", "--actor", "mallory"], "ratio")
+        for raw in ["1.5", "abc", "-1", "nan"]
+    ],
+]
+
+
+def _main(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, monkeypatch, sqlite_url: str) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text((REPO / "gateway.toml").read_text() + "\n[simulator]\nlatency_scale = 0\n")
+    monkeypatch.setenv("GATEWAY_CONFIG", str(config))
+    monkeypatch.setenv("DATABASE_URL", sqlite_url)
+    yield
+    from db.engine import dispose_all
+
+    dispose_all()
+
+
+def test_every_bad_number_is_refused_with_one_line_and_nothing_written(cli_env):
+    code, before, _ = _main("canary", "show", "--json")
+    assert code == 0
+    for args, expected in CLI_CASES:
+        code, out, err = _main(*args)
+        lines = err.strip().splitlines()
+        assert code == 2, (args, err)
+        assert len(lines) == 1 and expected in lines[0], (args, err)
+        assert out == "", args
+    code, after, _ = _main("canary", "show", "--json")
+    assert json.loads(after) == json.loads(before)
+
+
+BAD_PORT = "postgresql+psycopg://gw:hunter2-secret@127.0.0.1:abc/gateway"
+
+
+@pytest.mark.parametrize("args", [["status"], ["canary", "show"], ["users", "list"], ["keys", "list"]])
+def test_a_port_that_is_not_a_number_is_one_line_naming_database_url(args, monkeypatch):
+    """Every command that reads DATABASE_URL says what to change in one line, the password never
+    shown (serve and dashboard, which start servers, as processes in tests/integration/app/test_config.py)."""
+    monkeypatch.setenv("DATABASE_URL", BAD_PORT)
+    monkeypatch.setenv("GATEWAY_CONFIG", str(REPO / "gateway.toml"))
+    code, out, err = _main(*args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: DATABASE_URL: port 'abc' is not a number") and "Fix:" in lines[0]
+    assert "invalid literal" not in err and "hunter2" not in err + out

@@ -18,6 +18,7 @@ from app import monitor as m
 from core.histogram import GROWTH
 from core.records import AttemptRecord
 from db import monitor as dbm
+from db import raw_log
 from db.engine import create_db_engine
 from db.migrate import upgrade
 from db.models import (
@@ -593,67 +594,6 @@ def test_error_classes_and_substitutions_answer_what_the_raw_rows_answer(engine)
     assert len(only_beta) == len(_raw_subs(rows, T_ROLLUPS, T_ROLLUPS + SPAN_S, ("beta",)))
 
 
-@pytest.mark.parametrize(
-    ("filters", "row_filters"),
-    [
-        (None, None),
-        (None, dbm.RowFilters(status="error")),
-        (None, dbm.RowFilters(status="ok")),
-        (None, dbm.RowFilters(error_classes=("timeout", "rate_limited"))),
-        (dbm.MonitorFilters(providers=("beta",)), dbm.RowFilters(status="error", error_classes=("timeout",))),
-        (None, dbm.RowFilters(status="ok", error_classes=("timeout",))),
-        (dbm.MonitorFilters(models=("m2",), sources=("api",)), None),
-        (None, dbm.RowFilters(keys=("k1",))),
-    ],
-)
-def test_the_table_count_equals_a_raw_count_for_any_window_and_cursor(engine, filters, row_filters) -> None:
-    insert_batch(engine, make_records(400, seed=4))
-    rows = raw_rows(engine)
-    r = row_filters or dbm.RowFilters()
-    f = filters or dbm.MonitorFilters()
-
-    def matches(row, since, until, cursor=None) -> bool:
-        if not since <= row["ts"] <= until:
-            return False
-        if cursor is not None and (row["ts"], row["id"]) <= cursor:
-            return False
-        if (r.status == "error" and row["status"] == "ok") or (r.status == "ok" and row["status"] != "ok"):
-            return False
-        if r.error_classes and row["error_class"] not in r.error_classes:
-            return False
-        if r.keys and row["key_name"] not in r.keys:
-            return False
-        return all(
-            not want or row[col] in want
-            for want, col in ((f.providers, "provider"), (f.models, "model"), (f.sources, "source"))
-        )
-
-    rng = random.Random(5)
-    for since, until in _windows(rows, rng, 6):
-        expected = sum(matches(row, since, until) for row in rows)
-        assert dbm.count_log_rows(engine, since=since, until=until, filters=filters, rows=row_filters) == expected
-        # A cursor on a row (as a page below the first has), and one on a minute boundary.
-        inside = [row for row in rows if since <= row["ts"] <= until]
-        cursors = [(row["ts"], row["id"]) for row in rng.sample(inside, min(3, len(inside)))]
-        cursors.append((float(int(since // 60) * 60 + 60), 0))
-        for c in cursors:
-            want = sum(matches(row, since, until, c) for row in rows)
-            got = dbm.count_log_rows(engine, since=since, until=until, filters=filters, rows=row_filters, newer_than=c)
-            assert got == want, (since, until, c)
-    # The cap still bounds what is reported.
-    total = sum(matches(row, T_ROLLUPS - 60, T_ROLLUPS + SPAN_S + 60) for row in rows)
-    if total > 5:
-        capped = dbm.count_log_rows(
-            engine,
-            since=T_ROLLUPS - 60,
-            until=T_ROLLUPS + SPAN_S + 60,
-            filters=filters,
-            rows=row_filters,
-            cap=5,
-        )
-        assert capped == 6
-
-
 def test_pruning_keeps_the_rollups_equal_to_the_rows_that_remain(engine) -> None:
     insert_batch(engine, make_records(500, seed=6))
     # Midnight: every resolution is cut at the same instant, and on PostgreSQL the day partition
@@ -667,14 +607,6 @@ def test_pruning_keeps_the_rollups_equal_to_the_rows_that_remain(engine) -> None
     assert dbm.error_classes_between(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == _raw_classes(
         rows, T_ROLLUPS, T_ROLLUPS + SPAN_S
     )
-
-
-def test_rollups_kept_past_the_log_do_not_count_rows_the_table_cannot_show(engine) -> None:
-    insert_batch(engine, make_records(300, seed=7))
-    cutoff = float(T_ROLLUPS + 3600 + 17)
-    prune(engine, raw_before=cutoff)  # the rollups are kept longer than the log
-    rows = raw_rows(engine)
-    assert dbm.count_log_rows(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == len(rows)
 
 
 def test_migration_0013_backfills_from_the_rows_already_logged(empty_db_url: str) -> None:
@@ -736,7 +668,7 @@ def test_route_and_deployment_filters_mean_the_same_rows_in_the_rollups_and_the_
     for filters, (attempts, errors) in cases.items():
         cell = dbm.window_cell(engine, since=T0, until=T0 + 60, filters=filters)
         assert (cell.count("attempts"), cell.count("errors")) == (attempts, errors), filters
-        raw = dbm.recent_counts(engine, since=T0, until=T0 + 60, filters=filters)
+        raw = raw_log.recent_counts(engine, since=T0, until=T0 + 60, filters=filters)
         assert (sum(c.attempts for c in raw.values()), sum(c.errors for c in raw.values())) == (attempts, errors)
     assert dbm.filter_options(engine, since=T0 - 60)["routes"] == ["r1", "r2"]
     assert dbm.filter_options(engine, since=T0 - 60)["deployments"] == ["alpha/m1", "beta/org/model-7b"]

@@ -285,7 +285,8 @@ def test_migration_0012_keeps_a_populated_log_and_its_ids(empty_db_url: str) -> 
             idx = {
                 r[0] for r in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = :t"), {"t": LEGACY})
             }
-            assert len(idx) == 7, idx  # its pkey + ts, substituted, failed, failed class+ts, session+ts, unique key
+            # its pkey + ts, substituted, failed, failed class+ts, session+ts, key+ts, unique key
+            assert len(idx) == 8, idx
     assert len(ids) == len(set(ids)) == 52 and min(ids[-2:]) > max_id
     # Old rows are deleted in batches from the legacy partition (PostgreSQL) or the table (SQLite).
     out = prune(engine, raw_before=old_ts + 20 * 60.0 + 1, first_batch=1)

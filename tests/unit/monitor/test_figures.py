@@ -258,6 +258,51 @@ def test_a_failing_provider_without_a_breaker_is_an_incident_and_one_unlucky_req
     ]
 
 
+def test_the_incident_ends_the_quiet_time_after_the_last_failure_unless_a_breaker_is_held_open():
+    """The last minute's counts still say failing, but no attempt failed for ``quiet_s`` seconds:
+    the banner ends then, not when the failure leaves the last minute (60 s plus a refresh). A
+    breaker a live process holds open keeps the incident, no longer called failing."""
+    from db.breakers import LiveBreaker
+
+    minute = {"holysheep": Counts(attempts=10, attempt_errors=6)}
+    common = dict(now=T0, last_minute=minute, transitions={}, minutes={"holysheep": {T0 - 60: Counts(10, 6)}})
+    recent = build_incidents(["holysheep"], **common, last_failure={"holysheep": T0 - 29}, quiet_s=30, live={})
+    assert [(i.provider, i.failing, i.severity) for i in recent] == [("holysheep", True, "error")]
+    assert build_incidents(["holysheep"], **common, last_failure={"holysheep": T0 - 30}, quiet_s=30, live={}) == []
+    held = {"holysheep": LiveBreaker("open", T0 - 40, processes=1, holding=1)}
+    kept = build_incidents(["holysheep"], **common, last_failure={"holysheep": T0 - 45}, quiet_s=30, live=held)
+    assert [(i.breaker_state, i.failing, i.quiet) for i in kept] == [("open", False, True)]
+    assert "failing" not in banner_text(kept[0], now=T0)
+    # Without the newest failure's time, the counts alone decide (as before it was read).
+    assert [i.provider for i in build_incidents(["holysheep"], **common, live={})] == ["holysheep"]
+
+
+def test_current_incidents_end_the_quiet_time_after_the_logged_last_failure(engine):
+    """Read from the log: the newest failed attempt of the last minute comes with its counts, and
+    the banner is gone once it is ``quiet_s`` old, while the failures are still in the last minute."""
+    insert_batch(engine, [rec(T0 - 50 + k, status="error", error_class="server_error") for k in range(8)])
+    insert_batch(engine, [rec(T0 - 45 + k, request_id=f"ok{k}") for k in range(2)])
+    f = live_figures(engine, now=T0, window_s=900)
+    assert f.providers_last_failure == {"holysheep": T0 - 43}
+    assert f.providers_last_minute["holysheep"].attempt_errors == 8  # still failing by the counts
+
+    def found(quiet_s: float) -> list[str]:
+        return [
+            i.provider
+            for i in current_incidents(
+                engine,
+                ["holysheep", "direct"],
+                now=T0,
+                last_minute=f.providers_last_minute,
+                last_failure=f.providers_last_failure,
+                quiet_s=quiet_s,
+            )
+        ]
+
+    assert found(60) == ["holysheep"]
+    assert found(43) == []
+
+
 # -- the banner ----------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import text
 from app import monitor as m
 from app.monitor.table import display_row
 from core.records import AttemptRecord
-from db import monitor as dbm
+from db import raw_log
 from db.requests import insert_batch
 
 T0 = 1_700_006_400 + 12 * 3600
@@ -105,7 +105,7 @@ def test_every_filter_narrows_the_rows_in_sql(mixed, filters, rows, expected):
     page = m.request_page(mixed, **WINDOW, filters=filters, rows=rows)
     assert ids(page) == expected
     assert page.total == len(expected) and not page.total_capped
-    assert dbm.count_log_rows(mixed, **WINDOW, filters=filters, rows=rows) == len(expected)
+    assert raw_log.count_log_rows(mixed, **WINDOW, filters=filters, rows=rows) == len(expected)
 
 
 def test_the_window_bounds_rows_and_count(mixed):
@@ -193,7 +193,7 @@ def test_the_count_is_bounded(engine):
     page = m.request_page(engine, **WINDOW, page_size=5, count_cap=10)
     assert page.total_capped and page.total == 10
     assert "of more than 10 matching" in page.caption and "more than 10" in page.download_label
-    assert dbm.count_log_rows(engine, **WINDOW, cap=10) == 11
+    assert raw_log.count_log_rows(engine, **WINDOW, cap=10) == 11
 
 
 def test_the_failed_rows_filter_reads_the_partial_index(sqlite_url):
@@ -202,10 +202,10 @@ def test_the_failed_rows_filter_reads_the_partial_index(sqlite_url):
     from db.engine import get_engine
 
     engine = get_engine(sqlite_url)
-    log = dbm.RequestLog.__table__
+    log = raw_log.RequestLog.__table__
     q = (
-        dbm.select(log.c.id)
-        .where(*dbm._row_conds(T0, T0 + 60, None, m.RowFilters(status="error")))
+        raw_log.select(log.c.id)
+        .where(*raw_log._row_conds(T0, T0 + 60, None, m.RowFilters(status="error")))
         .order_by(log.c.ts.desc(), log.c.id.desc())
     )
     sql = str(q.compile(dialect=sqlite.dialect(), compile_kwargs={"literal_binds": True}))
@@ -314,7 +314,7 @@ def test_paging_holds_the_table_at_the_time_it_was_read(engine):
 
 
 def test_display_row_of_an_ok_row_has_no_error():
-    row = {c: None for c in dbm.RECENT_LOG_COLUMNS} | {
+    row = {c: None for c in raw_log.RECENT_LOG_COLUMNS} | {
         "status": "ok",
         "ts": T0,
         "provider": "p",

@@ -74,7 +74,8 @@ def test_a_failing_provider_raises_a_banner_that_follows_the_breaker_without_a_r
     now = time.time()
     insert_batch(
         engine(),
-        [rec(now - 50 + k, status="error", error_class="server_error", request_id=f"f{k}") for k in range(10)]
+        # failing now: the newest failure is well within the quiet time ([dashboard] incident_quiet_s)
+        [rec(now - 10 + k / 2, status="error", error_class="server_error", request_id=f"f{k}") for k in range(10)]
         + [rec(now - 45 + k, "direct", request_id=f"d{k}") for k in range(10)],
     )
     from ui import resources

@@ -447,6 +447,8 @@ def test_the_table_holds_still_while_new_rows_arrive(incident):
     insert_batch(engine_for(os.environ["DATABASE_URL"]), new)
     at.run()  # what an auto-refresh tick of the charts (or any rerun) does
     assert list(_table(at).value["request_id"]) == held and _table_caption(at) == caption
+    while time.time() < new[-1].ts + 1.0:  # a refresh reads up to the current whole second
+        time.sleep(0.05)
     at.button(key="monitor_table_refresh").click().run()  # explicit: re-read up to now, same anchor
     assert list(_table(at).value["request_id"]) == held and _table_caption(at).startswith("rows 71-120 of 180")
     at.button(key="monitor_newest").click().run()

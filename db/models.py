@@ -308,6 +308,48 @@ class CanaryAudit(Base):
     scope: Mapped[str] = mapped_column(String(140), default="global", server_default="global")  # migration 0015
 
 
+class Rollout(Base):
+    """A progressive-delivery plan for one canary scope and where it stands (migration 0016).
+    ``active_scope`` is ``scope`` while running or paused, NULL once ended: one active per scope."""
+
+    __tablename__ = "rollout"
+    __table_args__ = (UniqueConstraint("active_scope", name="uq_rollout_active_scope"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(140))
+    active_scope: Mapped[str | None] = mapped_column(String(140))
+    candidate: Mapped[str] = mapped_column(String(64))
+    route: Mapped[str | None] = mapped_column(String(128))
+    steps: Mapped[str] = mapped_column(String(400))  # percents, comma-separated: "1,5,10,25,50,100"
+    bake_s: Mapped[float] = mapped_column(Float)
+    min_samples: Mapped[int] = mapped_column(Integer)
+    alpha: Mapped[float] = mapped_column(Float)
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    shadow_share: Mapped[float | None] = mapped_column(Float)
+    shadow_budget_usd: Mapped[float | None] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))  # running | paused | aborted | completed
+    step_index: Mapped[int] = mapped_column(Integer)
+    step_started_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float, index=True)
+    started_by: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(500))
+    updated_at: Mapped[float] = mapped_column(Float)
+    last_reason: Mapped[str] = mapped_column(String(500))
+    version: Mapped[int] = mapped_column(Integer)  # optimistic lock: every write names the one it read
+
+
+class RolloutLease(Base):
+    """Which process may act on rollouts, until when, and its fencing token: a counter raised on
+    every change of holder, which every rollout write checks (migration 0016)."""
+
+    __tablename__ = "rollout_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
 class GuardrailSetting(Base):
     """Automatic rollback of the canary when the primary's error rate crosses a threshold."""
 

@@ -208,3 +208,19 @@ def _events(r, limits: dict[str, float | None]) -> dict[str, bool]:
         "empty": ok and not r.completion_tokens and not r.tool_calls,
         **{k: ok and v for k, v in over.items()},
     }
+
+
+def arm_requests(engine: Engine, *, since: float, until: float, route: str | None = None) -> tuple[int, int]:
+    """Final requests on each arm ``(candidate, baseline)`` that started in ``[since, until]``: the
+    samples a rollout's current step has gathered."""
+    from sqlalchemy import func
+
+    candidate_side, baseline_side = _sides(route)
+    log = RequestLog.__table__
+    where: list = [log.c.final.is_(True), log.c.ts >= since, log.c.ts <= until,
+                   log.c.side.in_((candidate_side, baseline_side))]  # fmt: skip
+    if route is not None:
+        where.append(log.c.route == route)
+    with engine.connect() as conn:
+        counts = dict(conn.execute(select(log.c.side, func.count()).where(*where).group_by(log.c.side)).all())
+    return int(counts.get(candidate_side, 0)), int(counts.get(baseline_side, 0))

@@ -44,7 +44,7 @@ class Plan:
     shadow_budget_usd: float | None = None
 
 
-def parse_steps(raw: str | Sequence[object]) -> tuple[float, ...]:
+def parse_steps(raw: str | Sequence[str | float | int]) -> tuple[float, ...]:
     """Percents from ``"1,5,25,100"`` (or a sequence): each a finite number in (0, 100], strictly
     increasing, at most :data:`MAX_STEPS` of them."""
     items = [p.strip() for p in raw.split(",")] if isinstance(raw, str) else list(raw)
@@ -55,7 +55,7 @@ def parse_steps(raw: str | Sequence[object]) -> tuple[float, ...]:
     steps: list[float] = []
     for item in items:
         try:
-            value = parse_float(item, field="each step", lo=0, lo_open=True, hi=100)  # type: ignore[arg-type]
+            value = parse_float(item, field="each step", lo=0, lo_open=True, hi=100)
         except ValueError:
             raise InvalidRequest(f"--steps: {item!r} is not a percent in (0, 100]") from None
         if steps and value <= steps[-1]:
@@ -64,17 +64,20 @@ def parse_steps(raw: str | Sequence[object]) -> tuple[float, ...]:
     return tuple(steps)
 
 
+Number = str | float | int
+
+
 def check_plan(
     *,
     candidate: str,
     route: str | None = None,
-    steps: str | Sequence[object] = DEFAULT_STEPS,
-    bake_s: object = DEFAULT_BAKE_S,
-    min_samples: object = DEFAULT_MIN_SAMPLES,
-    alpha: object = DEFAULT_ALPHA,
+    steps: str | Sequence[Number] = DEFAULT_STEPS,
+    bake_s: Number = DEFAULT_BAKE_S,
+    min_samples: Number = DEFAULT_MIN_SAMPLES,
+    alpha: Number = DEFAULT_ALPHA,
     dry_run: bool = False,
-    shadow_share: object = None,
-    shadow_budget_usd: object = None,
+    shadow_share: Number | None = None,
+    shadow_budget_usd: Number | None = None,
 ) -> Plan:
     """A :class:`Plan` from the operator's values (text or numbers), or :class:`InvalidRequest` /
     ``ValueError`` naming the first bad one."""
@@ -83,21 +86,21 @@ def check_plan(
         raise InvalidRequest("--candidate must name a provider")
     shadow = (
         None if shadow_share is None else parse_float(shadow_share, field="--shadow-share", lo=0, lo_open=True, hi=1)
-    )  # type: ignore[arg-type]
+    )
     budget = (
         None
         if shadow_budget_usd is None
-        else parse_float(shadow_budget_usd, field="--shadow-budget-usd", lo=0, lo_open=True, hi=MAX_SHADOW_BUDGET_USD)  # type: ignore[arg-type]
+        else parse_float(shadow_budget_usd, field="--shadow-budget-usd", lo=0, lo_open=True, hi=MAX_SHADOW_BUDGET_USD)
     )
     if (shadow is None) != (budget is None):
         raise InvalidRequest("--shadow-share and --shadow-budget-usd go together")
     return Plan(
         candidate=candidate,
         route=route,
-        steps=parse_steps(steps),  # type: ignore[arg-type]
-        bake_s=parse_float(bake_s, field="--bake-s", lo=MIN_BAKE_S, hi=MAX_BAKE_S),  # type: ignore[arg-type]
-        min_samples=parse_int(min_samples, field="--min-samples", lo=1, hi=MAX_MIN_SAMPLES),  # type: ignore[arg-type]
-        alpha=parse_float(alpha, field="--alpha", lo=0, lo_open=True, hi=0.5),  # type: ignore[arg-type]
+        steps=parse_steps(steps),
+        bake_s=parse_float(bake_s, field="--bake-s", lo=MIN_BAKE_S, hi=MAX_BAKE_S),
+        min_samples=parse_int(min_samples, field="--min-samples", lo=1, hi=MAX_MIN_SAMPLES),
+        alpha=parse_float(alpha, field="--alpha", lo=0, lo_open=True, hi=0.5),
         dry_run=bool(dry_run),
         shadow_share=shadow,
         shadow_budget_usd=budget,

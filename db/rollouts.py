@@ -147,7 +147,7 @@ def start(engine: Engine, plan: Plan, *, scope: str, actor: str, reason: str, no
                     step_started_at=ts, started_at=ts, started_by=actor, reason=reason, updated_at=ts,
                     last_reason=_clip(audit), version=1,
                 )
-            ).inserted_primary_key[0]  # fmt: skip
+            ).inserted_primary_key[0]  # type: ignore[index]  # fmt: skip
             _write_ratio(conn, scope, None if plan.dry_run else first / 100.0, actor=actor,
                          reason=_clip(f"#{rid} {audit}"), ts=ts, expected_version=None)  # fmt: skip
     except IntegrityError:

@@ -64,7 +64,9 @@ def _client(key: tuple[str, str], secrets: tuple[tuple[str, str], ...]) -> Routi
     # ``secrets`` is part of the key too: a key added to secrets.toml gets a client that uses it.
     from app.gateway import build_gateway
 
-    return build_gateway(settings(), engine=engine(), source="playground", secrets=dict(secrets), rollout_controller=True).client
+    return build_gateway(
+        settings(), engine=engine(), source="playground", secrets=dict(secrets), rollout_controller=True
+    ).client
 
 
 def client() -> RoutingClient:

@@ -222,5 +222,7 @@ def arm_requests(engine: Engine, *, since: float, until: float, route: str | Non
     if route is not None:
         where.append(log.c.route == route)
     with engine.connect() as conn:
-        counts = dict(conn.execute(select(log.c.side, func.count()).where(*where).group_by(log.c.side)).all())
+        counts: dict[str, int] = dict(
+            conn.execute(select(log.c.side, func.count()).where(*where).group_by(log.c.side)).all()
+        )
     return int(counts.get(candidate_side, 0)), int(counts.get(baseline_side, 0))

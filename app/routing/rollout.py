@@ -7,8 +7,8 @@
   scope's ratio was set to 0 underneath the rollout (the guardrail, the absolute circuit breaker
   under the analysis, or an operator);
 - ``pause`` when the ratio was moved to another value by hand (the rollout no longer owns it), or
-  when the step is inconclusive: :data:`INCONCLUSIVE_BAKES` bake times passed and a critical
-  metric still lacks its samples (nodata never passes a critical metric);
+  when the step is inconclusive: :func:`inconclusive_after` passed and a critical metric still
+  lacks its samples (nodata never passes a critical metric);
 - ``hold`` while the step bakes or gathers samples;
 - ``step`` to the next weight once the step baked, every critical metric has data on both arms and
   none is worse; ``complete`` when that next weight is 100 %, or when the last step (below 100 %)
@@ -25,7 +25,10 @@ from dataclasses import dataclass
 
 from core.rollout import ABORTED, COMPLETED, PAUSED, RUNNING, RolloutState
 
-INCONCLUSIVE_BAKES = 3.0  # bake times a step may wait for its samples before it pauses
+# A step pauses as inconclusive when it still lacks samples this long after it started: three bake
+# times, and at least five minutes past its bake (a short bake on light traffic is not a verdict).
+INCONCLUSIVE_BAKES = 3.0
+INCONCLUSIVE_MIN_S = 300.0
 RATIO_TOLERANCE = 1e-9
 
 HOLD, STEP, COMPLETE, ABORT, PAUSE = "hold", "step", "complete", "abort", "pause"
@@ -96,6 +99,11 @@ def describe(m: MetricReading) -> str:
     return f"{words} {_rate(m.candidate_rate)} vs {_rate(m.baseline_rate)} baseline, always-valid p = {m.p_value:.2g}"
 
 
+def inconclusive_after(bake_s: float) -> float:
+    """Seconds into a step after which missing samples pause it."""
+    return max(INCONCLUSIVE_BAKES * bake_s, bake_s + INCONCLUSIVE_MIN_S)
+
+
 def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
     """What the controller does now (see the module's docstring)."""
     r, plan = rollout, rollout.plan
@@ -122,7 +130,7 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
     short = min(evidence.step_candidate, evidence.step_baseline) < plan.min_samples
     missing = [m.name for m in evidence.metrics if m.critical and m.verdict == "nodata"]
     if short or missing:
-        if elapsed < INCONCLUSIVE_BAKES * plan.bake_s:
+        if elapsed < inconclusive_after(plan.bake_s):
             return hold
         what = (
             f"{evidence.step_candidate} candidate and {evidence.step_baseline} baseline requests this step, "

@@ -11,6 +11,7 @@ import pytest
 
 from app.rollout import ops
 from app.rollout.driver import RolloutDriver
+from app.routing.rollout import inconclusive_after
 from core.faults import FaultSettings
 from core.rollout import check_plan
 from db import canary, rollouts
@@ -79,7 +80,7 @@ def test_a_failing_candidate_is_aborted_on_its_own(client_factory, sqlite_url) -
 
 def test_a_step_without_samples_pauses_as_inconclusive(client_factory, sqlite_url) -> None:
     client = _client(client_factory, sqlite_url)
-    r = _start(client, ago=3 * BAKE_S + 1)
+    r = _start(client, ago=inconclusive_after(BAKE_S) + 1)
     [driver], events = _drivers(client, 1)
     [action] = driver.tick()
     assert action.kind == "pause" and "inconclusive" in action.reason

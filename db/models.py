@@ -142,6 +142,11 @@ class RequestLog(Base):
     route: Mapped[str | None] = mapped_column(String(128))
     deployment: Mapped[str | None] = mapped_column(String(200))
     route_why: Mapped[str | None] = mapped_column(String(200))
+    # migration 0017: what the canary analysis judges answers by (core.quality).
+    refused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    tool_json_bad: Mapped[int] = mapped_column(Integer, server_default="0")
+    schema_bad: Mapped[bool | None] = mapped_column(Boolean)
+    chunk_gap_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class _RollupColumns:

@@ -57,6 +57,7 @@ import json  # noqa: E402
 import pytest  # noqa: E402
 
 from app.__main__ import main  # noqa: E402
+from app.monitor.canary_analysis import SIGNALS  # noqa: E402
 
 
 @pytest.fixture
@@ -114,7 +115,7 @@ def test_rollout_start_status_promote_pause_resume_abort(rollout_cli) -> None:
     assert code == 2 and "already has an active rollout" in err
     code, out, _ = rollout_cli("rollout", "status", "--json")
     [status] = json.loads(out)["rollouts"]
-    assert status["id"] == started["id"] and len(status["analysis"]["metrics"]) == 8
+    assert status["id"] == started["id"] and len(status["analysis"]["metrics"]) == len(SIGNALS)
     assert {"signal", "candidate", "baseline", "verdict", "p (always valid)"} <= set(status["analysis"]["metrics"][0])
     for verb, extra, state, weight in [
         ("promote", (), "running", 0.05),

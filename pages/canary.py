@@ -369,16 +369,24 @@ def fault_keys(name: str) -> tuple[str, str, str]:
     return f"err_{name}", f"429_{name}", f"lat_{name}"
 
 
+def quality_key(field: str, name: str) -> str:
+    return f"q_{field}_{name}"
+
+
 def show_faults(name: str, faults) -> None:
     for key, field, value in zip(fault_keys(name), FAULT_FIELDS, canary_form.fault_inputs(faults), strict=True):
         st.session_state[key] = f"{value:g}"
+        state.errors.pop(f"{field}_{name}", None)
+    for field, value in canary_form.quality_inputs(faults).items():
+        st.session_state[quality_key(field, name)] = f"{value:g}"
         state.errors.pop(f"{field}_{name}", None)
 
 
 def on_save_faults(name: str, base) -> None:
     err, limited, mult = (st.session_state[k] for k in fault_keys(name))
-    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=who, base=base)
-    for field in FAULT_FIELDS:
+    quality = {f: st.session_state[quality_key(f, name)] for f, _, _ in canary_form.QUALITY_FAULTS}
+    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=who, base=base, quality=quality)
+    for field in (*FAULT_FIELDS, *(f for f, _, _ in canary_form.QUALITY_FAULTS)):
         state.errors.pop(f"{field}_{name}", None)
     if outcome.field:
         state.errors[f"{outcome.field}_{name}"] = outcome.message
@@ -408,6 +416,10 @@ for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, 
         ):
             st.text_input(label, key=key, disabled=read_only)
             field_error(f"{field}_{name}")
+        with st.expander("Answer quality (what a worse model does)"):
+            for q_field, q_label, _q_bounds in canary_form.QUALITY_FAULTS:
+                st.text_input(q_label, key=quality_key(q_field, name), disabled=read_only)
+                field_error(f"{q_field}_{name}")
         b1, b2 = st.columns(2)
         b1.form_submit_button(
             "Save faults", type="primary", on_click=on_save_faults, args=(name, faults), disabled=read_only

@@ -80,3 +80,20 @@ def test_the_page_shows_each_canary_against_its_baseline(env):
     infos = [shown(i.value) for i in at.info]
     assert any(i.startswith("global canary: nodata") for i in infos)  # no traffic yet: nodata, never pass
     assert any(i.startswith("route gpt-4.1: nodata") for i in infos)
+
+
+def test_answer_quality_faults_are_set_from_the_fault_panel(env):
+    from db.faults import get_faults
+
+    at = open_app("../pages/canary.py")
+    at.text_input(key="q_refusal_rate_holysheep").set_value("nan")
+    next(b for b in at.button if b.label == "Save faults" and "holysheep" in (b.key or b.form_id or "")).click().run()
+    assert get_faults(engine(), "holysheep") is None  # refused in place, nothing written
+    assert any("Refusals must be a number" in shown(e.value) for e in at.error) or "Refusals" in notes(at)
+    at.text_input(key="q_refusal_rate_holysheep").set_value("3")
+    at.text_input(key="q_ttft_multiplier_holysheep").set_value("1.5")
+    next(b for b in at.button if b.label == "Save faults" and "holysheep" in (b.key or b.form_id or "")).click().run()
+    assert not at.exception
+    f = get_faults(engine(), "holysheep")
+    assert f is not None and (f.refusal_rate, f.ttft_multiplier) == (0.03, 1.5)
+    assert "3 % refusals" in notes(at)

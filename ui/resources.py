@@ -264,6 +264,18 @@ def audit(limit: int = 200, scope: str | None = "global"):
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _rollout_banner(key: tuple[str, str]):
+    from app.dashboard.rollout_panel import banner
+
+    return banner(engine())
+
+
+def rollout_banner() -> tuple[str, str] | None:
+    """The Overview's line about a running, paused or recently aborted rollout (None: none)."""
+    return _rollout_banner(_config_key())
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _faults(key: tuple[str, str]):
     from db.faults import all_faults
 

@@ -145,3 +145,23 @@ def test_the_overview_lists_each_routes_deployments(env):
     table = next(df.value for df in at.dataframe if "deployment" in df.value.columns)
     assert list(table["deployment"]) == ["direct/gpt-4.1", "holysheep/gpt-4.1"]
     assert list(table["share"]) == ["weight 3 of 4", "weight 1 of 4"] and list(table["attempts"]) == [1, 0]
+
+
+def test_the_banner_names_a_running_then_paused_then_aborted_rollout(env):
+    from app.rollout import ops
+    from core.rollout import check_plan
+    from db import rollouts
+    from app.config import load_settings
+
+    s = load_settings(env.config)
+    r = ops.start(engine(), s, check_plan(candidate="holysheep", steps="5,100"), actor="alice", reason="new model")
+    at = open_app()
+    infos = [shown(i.value) for i in at.info]
+    assert any(line.startswith("Rollout #1 of holysheep on the global canary is running at 5 %") for line in infos)
+    paused = rollouts.apply(engine(), r, state="paused", step_index=0, ratio=None, actor="bob", reason="lunch")
+    rollouts.apply(engine(), paused, state="aborted", step_index=0, ratio=0.0, actor="bob", reason="rollout abort")
+    import streamlit as st
+
+    st.cache_data.clear()  # what the sidebar's Refresh does; the banner's query is cached briefly
+    at.run()
+    assert any("is aborted at 5 %: rollout abort" in line for line in banners(at))

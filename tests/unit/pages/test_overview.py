@@ -148,10 +148,10 @@ def test_the_overview_lists_each_routes_deployments(env):
 
 
 def test_the_banner_names_a_running_then_paused_then_aborted_rollout(env):
+    from app.config import load_settings
     from app.rollout import ops
     from core.rollout import check_plan
     from db import rollouts
-    from app.config import load_settings
 
     s = load_settings(env.config)
     r = ops.start(engine(), s, check_plan(candidate="holysheep", steps="5,100"), actor="alice", reason="new model")

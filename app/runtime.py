@@ -138,6 +138,7 @@ def assemble(
     guardrail_every_s: float = CHECK_EVERY_S,
     rollout_controller: bool = False,
     rollout_every_s: float | None = None,
+    alerts: Webhooks | None = None,
 ) -> Gateway[C]:
     """Build the whole object graph from ``settings`` (default: ``GATEWAY_CONFIG`` and
     ``DATABASE_URL``).
@@ -145,7 +146,8 @@ def assemble(
     ``transports`` replaces a provider's network (tests, benchmarks); every other ``sim://``
     provider gets the built-in simulator. ``stop`` ends the background timers when set (tests may
     pass their own); ``monotonic`` is their clock. ``guardrail=False`` leaves the guardrail timer
-    out (the simulator process, benchmarks). ``rollout_controller=True`` runs the rollout
+    out (the simulator process, benchmarks). ``alerts`` replaces the ``[alerts]`` webhooks (tests).
+    ``rollout_controller=True`` runs the rollout
     controller here too (the processes that route: ``serve`` and the dashboard); one process of all
     that run it acts, by a lease in the database.
     """
@@ -178,7 +180,9 @@ def assemble(
         batch_size=settings.telemetry.batch_size,
         flush_interval_s=settings.telemetry.flush_interval_s,
     )
-    alerts = Webhooks(settings.alerts.webhooks, timeout_s=settings.alerts.timeout_s, attempts=settings.alerts.attempts)
+    if alerts is None:
+        a = settings.alerts
+        alerts = Webhooks(a.webhooks, timeout_s=a.timeout_s, attempts=a.attempts)
 
     def rolled_back() -> None:
         refresher.reload_all()

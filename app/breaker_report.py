@@ -1,11 +1,11 @@
-"""This process's circuit breakers, reported to the database with a heartbeat so every reader
-(the Overview's incident banner, ``status``) sees the breakers of the processes that are alive,
-and only theirs (:mod:`db.breakers`).
+"""This process's circuit breakers and cooling route deployments, reported to the database with a
+heartbeat so every reader (the Overview's incident banner and routes table, ``status``) sees those
+of the processes that are alive, and only theirs (:mod:`db.breakers`).
 
 :class:`BreakerReporter` reports on its own timer every :data:`db.breakers.HEARTBEAT_S` seconds and
-at once (off the request's thread) when a breaker moves, and deletes this process's rows when the
-gateway closes. A report that fails (the database is away) is logged once per outage by the timer
-and retried on the next beat; routing never waits for it.
+at once (off the request's thread) when a breaker moves or a deployment starts cooling down, and
+deletes this process's rows when the gateway closes. A report that fails (the database is away) is
+logged once per outage by the timer and retried on the next beat; routing never waits for it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 
 
 class BreakerReporter:
-    """Reports ``states()`` (``{provider: BreakerSnapshot}``) for one process."""
+    """Reports ``states()`` (``{provider: BreakerSnapshot}``) and ``cooldowns()`` (``{deployment:
+    seconds left}``, on any clock: they are turned into wall times at each report) for one process."""
 
     def __init__(
         self,
@@ -36,12 +37,14 @@ class BreakerReporter:
         *,
         source: str,
         wall_clock: Callable[[], float],
+        cooldowns: Callable[[], Mapping[str, float]] = dict,
         interval_s: float = HEARTBEAT_S,
         stop: threading.Event | None = None,
     ) -> None:
         self.engine = engine
         self.process = uuid.uuid4().hex
         self._states = states
+        self._cooldowns = cooldowns
         self._source = source
         self._wall = wall_clock
         self._since: dict[str, float] = {}  # provider -> wall time of its newest transition
@@ -58,6 +61,13 @@ class BreakerReporter:
         """The router's breaker hook (on the request's thread, under the breaker's lock): note
         when, and report on a daemon thread."""
         self._since[provider] = self._wall()
+        self.now()
+
+    def cooling(self, route: str, why: str) -> None:
+        """The router's cooldown hook (on the request's thread): report on a daemon thread."""
+        self.now()
+
+    def now(self) -> None:
         threading.Thread(target=self.timer.run_once, name="breaker-heartbeat-now", daemon=True).start()
 
     def report(self) -> None:
@@ -66,11 +76,14 @@ class BreakerReporter:
                 return
             snapshots = self._states()
             breakers = {name: ReportedBreaker(s.reported_state, self._since.get(name)) for name, s in snapshots.items()}
+            now = self._wall()
+            cooling = {d: now + left for d, left in self._cooldowns().items()}
             beat(
                 self.engine,
                 process=self.process,
                 breakers=breakers,
-                now=self._wall(),
+                cooldowns=cooling,
+                now=now,
                 pid=os.getpid(),
                 host=socket.gethostname(),
                 source=self._source,

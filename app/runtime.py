@@ -253,10 +253,19 @@ def assemble(
             engine, notify=alerts.send, on_change=refresher.reload_all, wall_clock=wall_clock, stop=stop,
             interval_s=rollout_every_s or INTERVAL_S, lease_ttl_s=max(LEASE_TTL_S, 5 * (rollout_every_s or INTERVAL_S)),
         )  # fmt: skip
-    # Every process reports its breakers with a heartbeat: the banner counts only live processes.
-    reporter = BreakerReporter(engine, client.breaker_states, source=source, wall_clock=wall_clock, stop=stop)
+    # Every process reports its breakers and cooling route deployments with a heartbeat: the
+    # banner and the routes table count only live processes.
+    reporter = BreakerReporter(
+        engine,
+        client.breaker_states,
+        cooldowns=client.core.cooldowns,
+        source=source,
+        wall_clock=wall_clock,
+        stop=stop,
+    )
     gateway.breaker_report = reporter
     client.on_breaker_change.append(reporter.changed)
+    client.core.on_cooldown.append(reporter.cooling)
     refresher.start()
     reporter.start()
     if timer is not None:

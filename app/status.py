@@ -2,7 +2,8 @@
 
 The canary ratio this process loaded and its age (the request path serves the last known value;
 a large age or a refresh error means the database is not answering), the providers with their
-circuit-breaker state when the client keeps breakers, and the request log: this process's writer
+circuit-breaker state when the client keeps breakers, the route deployments cooling down in any
+live gateway process, and the request log: this process's writer
 counters plus what the journals of the same database hold on disk (records other processes, or
 killed ones, have not replayed yet, and dead letters), as found before this command's own
 gateway started (which, like every gateway process, then replays what dead processes left).
@@ -57,6 +58,7 @@ def gateway_status(gateway: Any, slots: list[SlotInfo] | None = None) -> dict[st
         },
         "refreshed": {n: {"age_s": round(s.age_s, 3), "error": s.last_error} for n, s in snapshot.items()},
         "providers": providers,
+        "cooling": recorded_cooldowns(getattr(gateway, "engine", None)),
         "log": gateway.telemetry.stats().to_dict(),
         "journal": {
             "dir": str(directory) if directory else None,
@@ -96,6 +98,26 @@ def recorded_breakers(engine: Any, now: float | None = None) -> dict[str, dict[s
     }
 
 
+def recorded_cooldowns(engine: Any, now: float | None = None) -> list[dict[str, Any]]:
+    """The route deployments cooling down in the live gateway processes (:mod:`db.breakers`), as
+    ``[{"deployment", "left_s", "pid", "source"}]`` (one per process holding it); empty when there
+    is no engine or the database does not answer."""
+    if engine is None:
+        return []
+    from db.breakers import live_cooldowns
+
+    now = time.time() if now is None else now
+    try:
+        live = live_cooldowns(engine, now=now)
+    except Exception:  # noqa: BLE001 - a stalled database is reported by the ratio's refresh error
+        return []
+    return [
+        {"deployment": d, "left_s": round(c.left_s(now), 1), "pid": c.pid, "source": c.source}
+        for d, held in live.items()
+        for c in held
+    ]
+
+
 def status_lines(status: dict[str, Any]) -> list[str]:
     """The status record as a few lines of text."""
     r = status["ratio"]
@@ -128,6 +150,15 @@ def status_lines(status: dict[str, Any]) -> list[str]:
             f"in {len(j['slots'])} slot(s) ({j['dir'] or 'no journal: in-memory database'})"
         ),
     ]
+    cooling = status.get("cooling") or []
+    if cooling:
+        lines.insert(
+            2,
+            "route deployments cooling down: "
+            + ", ".join(
+                f"{c['deployment']} ({c['left_s']:.0f} s left in {c['source']} pid {c['pid']})" for c in cooling
+            ),
+        )
     if log["last_error"]:
         lines.append(f"last log error: {log['last_error']}")
     return lines

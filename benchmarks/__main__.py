@@ -40,6 +40,7 @@ SUITES = {
     "prune-sqlite": "benchmarks.prune_sqlite_bench",
     "upstream-clients": "benchmarks.upstream_clients_bench",
     "streams": "benchmarks.streams_bench",
+    "stream-cpu": "benchmarks.stream_cpu_bench",
     "rollouts": "benchmarks.rollouts_bench",
 }
 ALIASES = {"kvcache": "kv"}
@@ -49,7 +50,7 @@ RESULTS = Path(__file__).parent / "results.json"
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
     chosen = [ALIASES.get(n, n) for n in argv] or [
-        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "rollouts")
+        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "stream-cpu", "rollouts")
     ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:

@@ -3,8 +3,9 @@ or a blocking portal over the async driver (a private event loop in a thread; ea
 ``run_coroutine_threadsafe(async_driver.chat(...)).result()``).
 
 ``python -m benchmarks.driver_portal``: per-call latency of ``chat(model="auto", session_id=...)``
-on the library path, both ways, interleaved rounds, over loopback HTTP to the zero-latency
-simulator in its own process and over the in-process mock transport. Printed, not asserted.
+on the library path, both ways, interleaved rounds, non-streamed and streamed (read to the end),
+over loopback HTTP to the zero-latency simulator in its own process and over the in-process mock
+transport. Printed, not asserted.
 """
 
 from __future__ import annotations
@@ -41,14 +42,26 @@ class Portal:
         self.thread.join()
 
 
-def _compare(label: str, router, portal: Portal, driver: AsyncRoutingClient) -> None:
+async def _drain(stream) -> None:
+    async for _ in stream:
+        pass
+
+
+def _compare(label: str, router, portal: Portal, driver: AsyncRoutingClient, stream: bool = False) -> None:
     import time
 
     def sync_call() -> None:
-        router.chat(MESSAGES, model="auto", session_id=SESSION)
+        if stream:
+            for _ in router.chat(MESSAGES, model="auto", session_id=SESSION, stream=True):
+                pass
+        else:
+            router.chat(MESSAGES, model="auto", session_id=SESSION)
 
     def portal_call() -> None:
-        portal.call(driver.chat(MESSAGES, model="auto", session_id=SESSION))
+        if stream:
+            portal.call(_drain(driver.chat_stream(MESSAGES, model="auto", session_id=SESSION)))
+        else:
+            portal.call(driver.chat(MESSAGES, model="auto", session_id=SESSION))
 
     for fn in (sync_call, portal_call):
         for _ in range(200):
@@ -67,7 +80,8 @@ def _compare(label: str, router, portal: Portal, driver: AsyncRoutingClient) -> 
     for name, ts in times.items():
         ts.sort()
         q = statistics.quantiles(ts, n=100)
-        print(f"{label}: {name}: p50 {statistics.median(ts):.3f} ms, p90 {q[89]:.3f}, p99 {q[98]:.3f} (n={len(ts)})")
+        kind = f"{label}{' streamed' if stream else ''}"
+        print(f"{kind}: {name}: p50 {statistics.median(ts):.3f} ms, p90 {q[89]:.3f}, p99 {q[98]:.3f} (n={len(ts)})")
 
 
 def main() -> None:
@@ -84,6 +98,7 @@ def main() -> None:
             driver = portal.call(_make(router))
             try:
                 _compare("loopback HTTP", router, portal, driver)
+                _compare("loopback HTTP", router, portal, driver, stream=True)
             finally:
                 portal.call(driver.aclose())
                 portal.close()
@@ -105,6 +120,7 @@ def main() -> None:
         driver = portal.call(_make(router))
         try:
             _compare("mock transport", router, portal, driver)
+            _compare("mock transport", router, portal, driver, stream=True)
         finally:
             portal.call(driver.aclose())
             portal.close()

@@ -25,7 +25,7 @@ from core.histogram import N_BUCKETS
 
 LATENCY_BUCKETS = [f"lat_b{i:02d}" for i in range(N_BUCKETS)]
 TTFT_BUCKETS = [f"ttft_b{i:02d}" for i in range(N_BUCKETS)]
-ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side"]
+ROLLUP_KEY = ["minute", "provider", "model", "intent", "source", "side", "route"]
 ROLLUP_SUMS = [
     "attempts",
     "requests",
@@ -142,7 +142,7 @@ class RequestLog(Base):
     route: Mapped[str | None] = mapped_column(String(128))
     deployment: Mapped[str | None] = mapped_column(String(200))
     route_why: Mapped[str | None] = mapped_column(String(200))
-    # migration 0017: what the canary analysis judges answers by (core.quality).
+    # migration 0019: what the canary analysis judges answers by (core.quality).
     refused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     tool_json_bad: Mapped[int] = mapped_column(Integer, server_default="0")
     schema_bad: Mapped[bool | None] = mapped_column(Boolean)
@@ -162,6 +162,9 @@ class _RollupColumns:
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
     side: Mapped[str] = mapped_column(String(16), primary_key=True)
+    # migration 0016: the [routes] name (NO_ROUTE for the two-sided routing); with provider and
+    # model it keys a route's deployment.
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")
 
     attempts: Mapped[int] = mapped_column(BigInteger, default=0)
     requests: Mapped[int] = mapped_column(BigInteger, default=0)  # final attempts
@@ -222,12 +225,13 @@ def rollup_table_for(step_s: int):
 # The failed attempts and the substituted requests by the columns the per-minute rollups do not
 # carry (error class, model asked for), per minute and per hour (migration 0013). The monitor's
 # error-class choices and substitution figures read these, never the raw log.
-DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source"]
+DETAIL_KEY = ["minute", "provider", "model", "requested_model", "intent", "source", "route"]
 ERROR_ROLLUP_KEY = [*DETAIL_KEY, "error_class"]
 ERROR_ROLLUP_SUMS = ["attempts", "requests"]
 SUBSTITUTION_ROLLUP_KEY = DETAIL_KEY
 SUBSTITUTION_ROLLUP_SUMS = ["requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost_usd"]
 NO_ERROR_CLASS = ""  # a failed attempt without a class (a key column cannot be NULL)
+NO_ROUTE = ""  # the rollups' route of an attempt of the two-sided routing (request_log.route is NULL)
 
 
 class _DetailKey:
@@ -237,6 +241,7 @@ class _DetailKey:
     requested_model: Mapped[str] = mapped_column(String(128), primary_key=True)
     intent: Mapped[str] = mapped_column(String(32), primary_key=True)
     source: Mapped[str] = mapped_column(String(32), primary_key=True)
+    route: Mapped[str] = mapped_column(String(128), primary_key=True, default="")  # migration 0016
 
 
 class _ErrorRollupColumns(_DetailKey):
@@ -314,7 +319,7 @@ class CanaryAudit(Base):
 
 
 class Rollout(Base):
-    """A progressive-delivery plan for one canary scope and where it stands (migration 0016).
+    """A progressive-delivery plan for one canary scope and where it stands (migration 0018).
     ``active_scope`` is ``scope`` while running or paused, NULL once ended: one active per scope."""
 
     __tablename__ = "rollout"
@@ -345,7 +350,7 @@ class Rollout(Base):
 
 class RolloutLease(Base):
     """Which process may act on rollouts, until when, and its fencing token: a counter raised on
-    every change of holder, which every rollout write checks (migration 0016)."""
+    every change of holder, which every rollout write checks (migration 0018)."""
 
     __tablename__ = "rollout_lease"
 
@@ -382,7 +387,7 @@ class SimFault(Base):
     latency_multiplier: Mapped[float] = mapped_column(Float, default=1.0)
     reject_cache_hints: Mapped[bool] = mapped_column(Boolean, default=False)
     stream_break_rate: Mapped[float] = mapped_column(Float, default=0.0)
-    # migration 0018: answer-quality faults (core.faults.FaultSettings.QUALITY)
+    # migration 0020: answer-quality faults (core.faults.FaultSettings.QUALITY)
     refusal_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     truncation_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     empty_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
@@ -424,6 +429,22 @@ class BreakerHeartbeat(Base):
     pid: Mapped[int] = mapped_column(Integer)
     host: Mapped[str] = mapped_column(String(128))
     source: Mapped[str] = mapped_column(String(32))  # api | loadgen | dashboard | cli ...
+
+
+class DeploymentCooldown(Base):
+    """A route deployment cooling down in one gateway process (migration 0017), reported with that
+    process's breaker heartbeat (:mod:`db.breakers`): only deployments cooling at the beat have a
+    row, and a row beaten too long ago no longer counts."""
+
+    __tablename__ = "deployment_cooldown"
+
+    process: Mapped[str] = mapped_column(String(64), primary_key=True)
+    deployment: Mapped[str] = mapped_column(String(200), primary_key=True)  # "provider/model"
+    until: Mapped[float] = mapped_column(Float)  # wall time its cooldown ends
+    beat_at: Mapped[float] = mapped_column(Float, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(32))
 
 
 class DashboardUser(Base):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -35,6 +35,7 @@ from db.models import (
     ERROR_ROLLUP_TABLES,
     LATENCY_BUCKETS,
     NO_ERROR_CLASS,
+    NO_ROUTE,
     SUBSTITUTION_ROLLUP_TABLES,
     TTFT_BUCKETS,
     RequestLog,
@@ -94,20 +95,39 @@ RECENT_LOG_COLUMNS = (
 @dataclass(frozen=True)
 class MonitorFilters:
     """Dimension filters; an empty tuple means "all". Lists are accepted and stored as tuples so a
-    filter is hashable (a cache key)."""
+    filter is hashable (a cache key). ``routes`` are ``[routes]`` names; ``deployments`` are
+    ``"provider/model"`` keys of a route's deployments (:func:`deployment_key`): attempts of the
+    two-sided routing are no route's and no deployment's."""
 
     providers: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     intents: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    routes: tuple[str, ...] = ()
+    deployments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("providers", "models", "intents", "sources"):
+        for name in FILTER_NAMES:
             object.__setattr__(self, name, tuple(sorted(set(getattr(self, name) or ()))))
 
     @property
     def active(self) -> bool:
-        return bool(self.providers or self.models or self.intents or self.sources)
+        return any(getattr(self, name) for name in FILTER_NAMES)
+
+
+FILTER_NAMES = ("providers", "models", "intents", "sources", "routes", "deployments")
+
+
+def deployment_key(provider: str, model: str) -> str:
+    """A deployment as the log and the filters name it (``request_log.deployment``)."""
+    return f"{provider}/{model}"
+
+
+def split_deployment(key: str) -> tuple[str, str]:
+    """``(provider, model)`` of a :func:`deployment_key` (a provider name holds no ``/``; a model
+    name may)."""
+    provider, _, model = key.partition("/")
+    return provider, model
 
 
 NO_FILTERS = MonitorFilters()
@@ -137,6 +157,9 @@ def minute_floor(ts: float) -> int:
 
 
 def _dimension_filter(filters: MonitorFilters | None, table) -> list:
+    """The filters as conditions on ``table``: a rollup table (route ``''`` for the two-sided
+    routing; a deployment is its provider and model on a route) or the raw log (route NULL, and a
+    ``deployment`` column of its own)."""
     f = filters or NO_FILTERS
     conds = []
     for values, col in (
@@ -144,9 +167,17 @@ def _dimension_filter(filters: MonitorFilters | None, table) -> list:
         (f.models, table.c.model),
         (f.intents, table.c.intent),
         (f.sources, table.c.source),
+        (f.routes, table.c.route),
     ):
         if values:
             conds.append(col.in_(values))
+    if f.deployments:
+        if "deployment" in table.c:
+            conds.append(table.c.deployment.in_(f.deployments))
+        else:
+            pairs = [split_deployment(d) for d in f.deployments]
+            conds.append(table.c.route != NO_ROUTE)
+            conds.append(or_(*(and_(table.c.provider == p, table.c.model == m) for p, m in pairs)))
     return conds
 
 
@@ -247,10 +278,12 @@ class Breakdown:
     """Whole-window cells for the monitor's level table.
 
     ``by_provider_side`` is keyed by ``(provider, canary side)`` and ignores the provider filter
-    (see :func:`side_filters`); ``by_model`` honours every filter."""
+    (see :func:`side_filters`); ``by_model`` and ``by_deployment`` honour every filter."""
 
     by_provider_side: dict[tuple[str, str], SummedCell]
     by_model: dict[str, SummedCell]
+    # (route, deployment key) -> cell, the route's attempts only; honours every filter
+    by_deployment: dict[tuple[str, str], SummedCell] = field(default_factory=dict)
 
 
 def span_parts(lo: int, hi: int, spans: Sequence[int] = (3600, 300, 60)) -> list[tuple[int, int, int]]:
@@ -306,7 +339,9 @@ def side_filters(filters: MonitorFilters | None) -> MonitorFilters:
     because the requests a provider started and lost to the fallback are counted on the fallback
     provider's rows (a provider filter would hide exactly them)."""
     f = filters or NO_FILTERS
-    return MonitorFilters(models=f.models, intents=f.intents, sources=f.sources)
+    return MonitorFilters(
+        models=f.models, intents=f.intents, sources=f.sources, routes=f.routes, deployments=f.deployments
+    )
 
 
 @dataclass(frozen=True)
@@ -504,19 +539,27 @@ def provider_sums(engine: Engine, *, providers: Sequence[str], since: float, unt
 
 def deployment_sums(
     engine: Engine, *, providers: Sequence[str], since: float, until: float
-) -> dict[tuple[str, str], ProviderSums]:
-    """Per deployment (provider, model routed to): one grouped rollup query over ``[since, until]``."""
+) -> dict[tuple[str, str, str], ProviderSums]:
+    """Per route deployment ``(route, provider, model routed to)``: one grouped rollup query over
+    ``[since, until]``; the two-sided routing's attempts on the same provider and model are not a
+    route's and are left out."""
     if not providers:
         return {}
     t = RequestRollup.__table__
     q = (
-        select(t.c.provider, t.c.model, *_sum_cols(("attempts", "errors", "requests")), *_sum_cols(LATENCY_BUCKETS))
-        .where(_rollup_range(since, until, MonitorFilters(providers=tuple(providers))))
-        .group_by(t.c.provider, t.c.model)
+        select(
+            t.c.route,
+            t.c.provider,
+            t.c.model,
+            *_sum_cols(("attempts", "errors", "requests")),
+            *_sum_cols(LATENCY_BUCKETS),
+        )
+        .where(_rollup_range(since, until, MonitorFilters(providers=tuple(providers))), t.c.route != NO_ROUTE)
+        .group_by(t.c.route, t.c.provider, t.c.model)
     )
     with engine.connect() as conn:
         return {
-            (r.provider, r.model): ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[5:]))
+            (r.route, r.provider, r.model): ProviderSums(_i(r.attempts), _i(r.errors), _i(r.requests), _hist(r[6:]))
             for r in conn.execute(q).all()
         }
 
@@ -608,7 +651,8 @@ def has_requests(engine: Engine) -> bool:
 
 
 def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
-    """Distinct ``providers``, ``models``, ``intents`` and ``sources`` with traffic since ``since``.
+    """Distinct ``providers``, ``models``, ``intents``, ``sources``, ``routes`` and
+    ``deployments`` (:func:`deployment_key`, on a route) with traffic since ``since``.
 
     Whole hours come from the hourly rollups and only the partial hour at the window's start from
     the per-minute ones, so a 7-day window reads about 170 hourly buckets of combinations, not
@@ -617,14 +661,13 @@ def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
     first_hour = -(-int(since) // 3600) * 3600  # the first hour boundary at or after ``since``
     minutes, hours = RequestRollup.__table__, rollup_table_for(3600)
     queries = [
-        select(minutes.c.provider, minutes.c.model, minutes.c.intent, minutes.c.source)
-        .distinct()
-        .where(minutes.c.minute >= minute_floor(since), minutes.c.minute < first_hour),
-        select(hours.c.provider, hours.c.model, hours.c.intent, hours.c.source)
-        .distinct()
-        .where(hours.c.minute >= first_hour),
+        select(t.c.provider, t.c.model, t.c.intent, t.c.source, t.c.route).distinct().where(*where)
+        for t, where in (
+            (minutes, (minutes.c.minute >= minute_floor(since), minutes.c.minute < first_hour)),
+            (hours, (hours.c.minute >= first_hour,)),
+        )
     ]
-    out: dict[str, set[str]] = {"providers": set(), "models": set(), "intents": set(), "sources": set()}
+    out: dict[str, set[str]] = {name: set() for name in FILTER_NAMES}
     with engine.connect() as conn:
         for q in queries:
             for r in conn.execute(q):
@@ -632,6 +675,9 @@ def filter_options(engine: Engine, *, since: float) -> dict[str, list[str]]:
                 out["models"].add(r.model)
                 out["intents"].add(r.intent)
                 out["sources"].add(r.source)
+                if r.route != NO_ROUTE:
+                    out["routes"].add(r.route)
+                    out["deployments"].add(deployment_key(r.provider, r.model))
     return {k: sorted(v) for k, v in out.items()}
 
 

@@ -46,6 +46,7 @@ from db.models import (
     ERROR_ROLLUP_TABLES,
     LATENCY_BUCKETS,
     NO_ERROR_CLASS,
+    NO_ROUTE,
     ROLLUP_KEY,
     ROLLUP_SUMS,
     ROLLUP_TABLES,
@@ -64,10 +65,10 @@ def rollup_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[di
     """Fold attempt records into one counter row per rollup key (buckets of ``span_s`` seconds)."""
     acc: dict[tuple, dict] = {}
     for r in records:
-        key = (int(r.ts // span_s) * span_s, r.provider, r.model, r.intent, r.source, r.side)
+        key = (int(r.ts // span_s) * span_s, r.provider, r.model, r.intent, r.source, r.side, r.route or NO_ROUTE)
         row = acc.get(key)
         if row is None:
-            row = dict(zip(ROLLUP_KEY, key, strict=False))
+            row = dict(zip(ROLLUP_KEY, key, strict=True))
             row.update({c: 0 for c in _COUNTERS})
             acc[key] = row
         failed = r.status != "ok"
@@ -115,7 +116,15 @@ def coarsen(
 
 
 def _detail_key(r: AttemptRecord, span_s: int) -> tuple:
-    return (int(r.ts // span_s) * span_s, r.provider, r.model, r.requested_model, r.intent, r.source)
+    return (
+        int(r.ts // span_s) * span_s,
+        r.provider,
+        r.model,
+        r.requested_model,
+        r.intent,
+        r.source,
+        r.route or NO_ROUTE,
+    )
 
 
 def error_deltas(records: Iterable[AttemptRecord], span_s: int = 60) -> list[dict]:

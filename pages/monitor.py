@@ -1,9 +1,9 @@
 """Monitor: what the upstreams did (attempt errors), what the router did about it (fallbacks) and
-what callers saw (final failures), per provider and model, over a chosen window or custom range
-(times in UTC), with events marked on every chart; below them the request table for finding
-failures (filtered by status, error class, key and session as well, failed rows marked, paged by
-keyset, held still while the operator reads it) linked to the drill-down, and a streamed CSV export
-of the whole window."""
+what callers saw (final failures), per provider and model, and per route and route deployment,
+over a chosen window or custom range (times in UTC), with events marked on every chart; below them
+the request table for finding failures (filtered by status, error class, key and session as well,
+failed rows marked, paged by keyset, held still while the operator reads it) linked to the
+drill-down, and a streamed CSV export of the whole window."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -76,11 +76,16 @@ if st.session_state.get(K("window")) == CUSTOM:
 state = MonitorState.from_session(st.session_state, refresh_s)
 choices = resources.monitor_filter_choices(state.window, state.filters)
 with st.expander("Filters (empty = all)", expanded=state.filters.active):
-    cols = st.columns(4)
+    cols = st.columns(3)
     cols[0].multiselect("Provider", choices["providers"], key=K("providers"))
     cols[1].multiselect("Model", choices["models"], key=K("models"))
     cols[2].multiselect("Intent", choices["intents"], key=K("intents"))
-    cols[3].multiselect("Source", choices["sources"], key=K("sources"))
+    cols = st.columns(3)
+    cols[0].multiselect("Source", choices["sources"], key=K("sources"))
+    cols[1].multiselect("Route", choices["routes"], key=K("routes"), help="A [routes] name: its traffic only")
+    cols[2].multiselect(
+        "Deployment", choices["deployments"], key=K("deployments"), help="provider/model of a route's deployment"
+    )
 state = MonitorState.from_session(st.session_state, refresh_s)
 try:
     span = state.span()
@@ -104,7 +109,7 @@ def live() -> None:
             col.metric(kpi.label, kpi.value, kpi.delta, delta_color=kpi.delta_color, help=kpi.help)
     if view.levels is not None:
         st.subheader("Attempts, fallbacks and final failures")
-        tabs = st.tabs(["By provider", "By model"])
+        tabs = st.tabs(["By provider", "By model", "By route", "By deployment"])
         level_columns = {**LEVEL_COLUMNS, **dict.fromkeys(rate_columns(view.span), RATE)}
         tabs[0].dataframe(
             level_table((view.levels.total, *view.levels.providers), span=view.span),
@@ -119,6 +124,20 @@ def live() -> None:
             width="stretch",
             column_config=level_columns,
             key="monitor_levels_model",
+        )
+        tabs[2].dataframe(
+            level_table(view.levels.routes, first="route", span=view.span),
+            hide_index=True,
+            width="stretch",
+            column_config=level_columns,
+            key="monitor_levels_route",
+        )
+        tabs[3].dataframe(
+            level_table(view.levels.deployments, first="deployment", span=view.span),
+            hide_index=True,
+            width="stretch",
+            column_config=level_columns,
+            key="monitor_levels_deployment",
         )
     if view.substitutions and view.substitutions.by_pair:
         st.caption(

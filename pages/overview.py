@@ -134,7 +134,8 @@ def live_figures() -> None:
     if settings.routes:
         st.subheader("Routes")
         st.caption(
-            f"Each route's deployments as configured, and what each served in the last {span_label(OVERVIEW_WINDOW_S)}."
+            f"Each route's deployments as configured, what each served over the {span_label(OVERVIEW_WINDOW_S)}, "
+            "and its health in every gateway process still reporting."
         )
         st.dataframe(
             pd.DataFrame(resources.deployments(OVERVIEW_WINDOW_S)),

@@ -121,13 +121,14 @@ def analysis(route: str | None, minutes: int):
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
 def _deployments(key: tuple[str, str], window_s: int) -> list[dict]:
     from app.dashboard.deployments import deployment_rows
+    from db.breakers import live_cooldowns
     from db.canary import read_route_ratios
     from db.monitor import deployment_sums
 
     now = time.time()
     s = settings()
     sums = deployment_sums(engine(), providers=list(s.providers), since=now - window_s, until=now)
-    return deployment_rows(s, sums, read_route_ratios(engine()))
+    return deployment_rows(s, sums, read_route_ratios(engine()), live_cooldowns(engine(), now=now), now)
 
 
 def deployments(window_s: int) -> list[dict]:

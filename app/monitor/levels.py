@@ -35,6 +35,7 @@ from app.monitor.figures import (
     figure_label,
 )
 from app.monitor.series import quantiles
+from db.models import NO_ROUTE
 from db.monitor import (
     COUNT_COLUMNS,
     Breakdown,
@@ -42,6 +43,7 @@ from db.monitor import (
     RecentCounts,
     SubstitutionSums,
     SummedCell,
+    deployment_key,
     minute_floor,
     part_cells,
     side_filters,
@@ -74,6 +76,7 @@ class LevelRow:
     now_attempt_error_rate: float | None
     now_fallback_rate: float | None = None
     now_final_failure_rate: float | None = None
+    route: str | None = None  # a deployment's row: the route it serves
 
 
 def _add(cells: Iterable[SummedCell]) -> SummedCell:
@@ -105,9 +108,9 @@ def breakdown(
     lo, hi = minute_floor(since), minute_floor(until) + 60
     settled_before = until - SettledCache.SETTLE_S
     url = engine.url.render_as_string(hide_password=True)
-    # One scan per piece, grouped by (provider, side, model) without the provider filter; the
-    # by-model cells then keep the selected providers only.
-    keys, f = ("provider", "side", "model"), side_filters(filters)
+    # One scan per piece, grouped by (provider, side, model, route) without the provider filter;
+    # the by-model and by-deployment cells then keep the selected providers only.
+    keys, f = ("provider", "side", "model", "route"), side_filters(filters)
     # Cut at the last whole hour that is settled: the pieces before it change only when the
     # window's start crosses an hour, so they stay cached between refreshes.
     cut = min(max(int(settled_before) // 3600 * 3600, lo), hi)
@@ -124,11 +127,18 @@ def breakdown(
     selected = set((filters or MonitorFilters()).providers)
     sides: dict[tuple[str, str], list[SummedCell]] = {}
     models: dict[str, list[SummedCell]] = {}
-    for (provider, side, model), cs in acc.items():
+    deployments: dict[tuple[str, str], list[SummedCell]] = {}
+    for (provider, side, model, route), cs in acc.items():
         sides.setdefault((provider, side), []).extend(cs)
         if by_model and (not selected or provider in selected):
             models.setdefault(model, []).extend(cs)
-    return Breakdown({k: _add(cs) for k, cs in sides.items()}, {k: _add(cs) for k, cs in models.items()})
+            if route != NO_ROUTE:
+                deployments.setdefault((route, deployment_key(provider, model)), []).extend(cs)
+    return Breakdown(
+        {k: _add(cs) for k, cs in sides.items()},
+        {k: _add(cs) for k, cs in models.items()},
+        {k: _add(cs) for k, cs in deployments.items()},
+    )
 
 
 def _recent(rows: Iterable[RecentCounts]) -> RecentCounts:
@@ -171,11 +181,14 @@ def _row(
 @dataclass(frozen=True)
 class Levels:
     """The level table: :data:`ALL` (the providers that passed the filters) first in ``total``,
-    then one row per provider and per model."""
+    then one row per provider and per model, and per route and per route deployment (the
+    ``[routes]`` traffic only; a deployment's row names its route)."""
 
     total: LevelRow
     providers: tuple[LevelRow, ...]
     models: tuple[LevelRow, ...]
+    routes: tuple[LevelRow, ...] = ()
+    deployments: tuple[LevelRow, ...] = ()
 
 
 def levels(
@@ -227,7 +240,19 @@ def levels(
     model_rows = tuple(
         _row(m, c, None, c.count("fallbacks"), empty, recent_s) for m, c in sorted(breakdown.by_model.items())
     )
-    return Levels(total, tuple(rows), model_rows)
+    by_route: dict[str, list[SummedCell]] = {}
+    for (route, _), c in breakdown.by_deployment.items():
+        by_route.setdefault(route, []).append(c)
+    route_rows = tuple(
+        _row(r, cell, None, cell.count("fallbacks"), empty, recent_s)
+        for r, cs in sorted(by_route.items())
+        for cell in (_add(cs),)
+    )
+    deployment_rows = tuple(
+        replace(_row(d, c, None, c.count("fallbacks"), empty, recent_s), route=r)
+        for (r, d), c in sorted(breakdown.by_deployment.items())
+    )
+    return Levels(total, tuple(rows), model_rows, route_rows, deployment_rows)
 
 
 def _with_now_fallback(row: LevelRow, recent: RecentCounts) -> LevelRow:
@@ -244,10 +269,12 @@ def rate_columns(span: float | str) -> tuple[str, ...]:
 
 def level_table(rows: Iterable[LevelRow], *, first: str = "provider", span: float | str = 3600) -> list[dict]:
     """Rows as the page's table shows them (rates as fractions, the page formats them); the rate
-    columns are :func:`rate_columns` of ``span``, the window the table covers."""
+    columns are :func:`rate_columns` of ``span``, the window the table covers. A deployment's row
+    names its route first."""
     a, f, ff, a_min, ff_min = rate_columns(span)
     return [
         {
+            **({"route": r.route} if r.route is not None else {}),
             first: r.name,
             "requests": r.requests,
             "attempts": r.attempts,

@@ -400,6 +400,8 @@ class MonitorState:
     models: tuple[str, ...] = ()
     intents: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
+    routes: tuple[str, ...] = ()
+    deployments: tuple[str, ...] = ()
     interval_s: float = DEFAULT_INTERVAL_S
     paused: bool = False
     start: datetime | None = None  # custom range (UTC), used when ``window`` is CUSTOM
@@ -436,6 +438,8 @@ class MonitorState:
             models=tuple(get("models", ())),
             intents=tuple(get("intents", ())),
             sources=tuple(get("sources", ())),
+            routes=tuple(get("routes", ())),
+            deployments=tuple(get("deployments", ())),
             interval_s=interval if interval in refresh_intervals(default_interval_s) else default_interval_s,
             paused=bool(get("paused", False)),
             start=start if isinstance(start, datetime) else None,
@@ -457,7 +461,7 @@ class MonitorState:
 
     @property
     def filters(self) -> MonitorFilters:
-        return MonitorFilters(self.providers, self.models, self.intents, self.sources)
+        return MonitorFilters(self.providers, self.models, self.intents, self.sources, self.routes, self.deployments)
 
     def row_filters(self) -> RowFilters:
         """The table's filters; ``ValueError`` with the operator's message for a refused value."""

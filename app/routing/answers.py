@@ -204,6 +204,7 @@ class StreamAccount:
     unmerged. Each released chunk has ``model`` set to the routed model."""
 
     __slots__ = (
+        "_model_json",
         "api",
         "attempt_ttft_ms",
         "calls",
@@ -232,7 +233,10 @@ class StreamAccount:
         self.started = started  # when the caller's request started (TTFT is what the caller waited)
         self.t0 = t0  # when this attempt started
         self.clock = clock
-        self.pieces: list[str] = []  # text of choice 0 (chat, completions) or output text (responses)
+        # Text of choice 0 (chat, completions) or output text (responses); a chunk passed on unparsed
+        # (:meth:`pass_raw`) is kept as its bytes and read only when the text is asked for.
+        self.pieces: list[str | bytes] = []
+        self._model_json = fastjson.dumps(model)
         self.pending: list[dict] = []
         self.released = 0
         self.ttft_ms: float | None = None
@@ -273,6 +277,87 @@ class StreamAccount:
             out = [chunk]
         self.released += len(out)
         return out
+
+    def pass_raw(self, data: bytes) -> bytes | None:
+        """A chat or completions chunk that accounting does not need to read, as the bytes to hand
+        on (``model`` rewritten to the routed model where the upstream names another); None when
+        the chunk must be parsed and taken with :meth:`take`.
+
+        Only a chunk after the first output can pass, and only one that provably carries nothing
+        the accounting reads: every ``finish_reason``, ``usage`` and ``refusal`` in it is literally
+        ``null``, and it names no ``tool_calls``, ``function_call``, ``audio`` or ``error``. Key
+        names are matched as raw bytes: inside a JSON string every quote is escaped, so a quoted
+        name can only be a key (or a value equal to it, which sends the chunk the slow way); a
+        ``\\u`` escape anywhere, which could spell a key differently, sends it the slow way too.
+        The chunk must be one UTF-8 JSON object; its text is read from the kept bytes when asked
+        for (:meth:`text`), where a chunk that is not JSON fails the stream as any malformed chunk
+        does."""
+        if self.ttft_ms is None or self.pending or self.api == "responses":
+            return None
+        if data[:1] != b"{" or data[-1:] != b"}" or b"\\u" in data:
+            return None
+        for key in _SLOW_KEYS:
+            if key in data:
+                return None
+        for key, null in _NULL_KEYS:
+            if key in data and data.count(key) != data.count(null):
+                return None
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if b'"model"' in data:
+            rewritten = self._rewrite_model(data)
+            if rewritten is None:
+                return None
+            data = rewritten
+        self.pieces.append(data)
+        self.released += 1
+        return data
+
+    def _rewrite_model(self, data: bytes) -> bytes | None:
+        """``data`` with its one top-level ``"model":"..."`` naming the routed model (None: not that
+        plain shape, parse it)."""
+        if data.count(b'"model"') != 1 or b'\\"model"' in data:
+            return None
+        at = data.find(b'"model":"')
+        if at < 0 or data.find(b"{", 1, at) >= 0 or data.find(b"[", 1, at) >= 0:
+            return None  # not at the top level before any nested value: the parser decides
+        start = at + 8
+        end = data.find(b'"', start + 1)
+        if end < 0 or b"\\" in data[start:end]:
+            return None
+        if data[start : end + 1] == self._model_json:
+            return data
+        return data[:start] + self._model_json + data[end + 1 :]
+
+    def text(self) -> str:
+        """The text so far (choice 0, or the Responses output text); :class:`BadResponse` when a
+        chunk passed on unparsed is not a chunk."""
+        return "".join(p if isinstance(p, str) else self._raw_text(p) for p in self.pieces)
+
+    def _raw_text(self, data: bytes) -> str:
+        try:
+            chunk = fastjson.loads(data)
+        except ValueError as exc:
+            raise BadResponse(f"malformed stream chunk from upstream: {exc}") from None
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
+        out = []
+        for choice in choices:
+            if choice.get("index", 0) != 0:
+                continue
+            if self.api == "completions":
+                text = choice.get("text")
+            else:
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else None
+            if text is not None and not isinstance(text, str):
+                raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
+            if text:
+                out.append(text)
+        return "".join(out)
 
     def _chunk(self, chunk: dict) -> bool:
         choices = chunk.get("choices")
@@ -377,7 +462,7 @@ class StreamAccount:
         usage), as the SDK's stream helpers assemble it; None for the other APIs."""
         if self.api != "chat":
             return None
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.pieces) or None, "refusal": None}
+        message: dict[str, Any] = {"role": "assistant", "content": self.text() or None, "refusal": None}
         if self.tool_parts:
             message["tool_calls"] = [self.tool_parts[i] for i in sorted(self.tool_parts)]
         u = self.usage or Usage()
@@ -415,6 +500,11 @@ class StreamAccount:
 
     def record_kw(self) -> dict[str, Any]:
         return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
+
+
+# Keys whose presence means a chunk must be read; keys that may pass only as ``null``.
+_SLOW_KEYS = (b'"tool_calls"', b'"function_call"', b'"audio"', b'"error"')
+_NULL_KEYS = tuple((b'"%s"' % k, b'"%s":null' % k) for k in (b"finish_reason", b"usage", b"refusal"))
 
 
 def chunk_text(api: str, chunk: Mapping) -> str:

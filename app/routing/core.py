@@ -324,6 +324,9 @@ class RoutingCore:
         #: Called as ``hook(provider, old_state, new_state, why)`` on every breaker state change, on
         #: the request's thread and under that breaker's lock: keep hooks quick (enqueue, count).
         self.on_breaker_change: list[Callable[[str, State, State, str], None]] = []
+        #: Called as ``hook(route, why)`` when a route's deployment starts cooling down, on the
+        #: request's thread: keep hooks quick.
+        self.on_cooldown: list[Callable[[str, str], None]] = []
         self.breakers = {
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed, lock=new_lock())
             for name in settings.providers
@@ -357,6 +360,10 @@ class RoutingCore:
     def breaker_states(self) -> dict[str, BreakerSnapshot]:
         now = self.clock()
         return {name: b.snapshot(now) for name, b in self.breakers.items()}
+
+    def cooldowns(self) -> dict[str, float]:
+        """The route deployments cooling down in this process, with the seconds each has left."""
+        return self.route_table.cooling_left(self.clock())
 
     # -- planning ------------------------------------------------------------------------------
     def plan(self, api: str, body: Mapping[str, Any], options: RouteOptions = DEFAULT_OPTIONS) -> Plan:
@@ -899,7 +906,7 @@ class RoutingCore:
                 skipped.append(provider)
                 return "skipped", None
             if target is not None and made and self.route_table.cooling(target.deployment, now):
-                return "fail_over", None  # it began cooling down on this request's own failures
+                return "fail_over", None  # it began cooling down while this request waited
             timeout = attempt_budget_s(base_timeout, remaining)
             bridged = plan.api == "responses" and "responses" not in p.apis
             attempt = Attempt(
@@ -932,6 +939,14 @@ class RoutingCore:
                 with_hints, hints_dropped = False, True
                 continue
             made += 1
+            if (
+                step.action == "retry"
+                and target is not None
+                and self.route_table.cooling(target.deployment, self.clock())
+            ):
+                # This request's own failures put the deployment out: the next deployment now,
+                # not a backoff sleep before a retry that would not be made.
+                return "fail_over", failure
             if step.action == "retry":
                 log.info(
                     "%s: %s; retry in %.2fs (request %s)",
@@ -1001,6 +1016,11 @@ class RoutingCore:
             )
             if cooled:
                 log.warning("route %s: %s", target.route, cooled)
+                for hook in list(self.on_cooldown):
+                    try:
+                        hook(target.route, cooled)
+                    except Exception:  # a listener's bug must not break routing
+                        log.exception("cooldown hook %r failed", hook)
         plan.records.append(
             AttemptRecord(
                 request_id=plan.request_id,
@@ -1253,7 +1273,7 @@ class RoutingCore:
         if plan.api == "responses" and not attempt.bridged:
             self.remember_response(acc.response_id, attempt.provider)
         body = acc.assembled() or {}
-        answer = Answer(body, "".join(acc.pieces), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
+        answer = Answer(body, acc.text(), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
         return self.succeed(
             plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms,
             refused=acc.refused, chunk_gap_ms=acc.chunk_gap_ms,

@@ -221,6 +221,11 @@ class RouteTable:
     def cooling(self, d: Deployment, now: float) -> bool:
         return self.stat(d).cooling_until > now
 
+    def cooling_left(self, now: float) -> dict[str, float]:
+        """Each deployment cooling down at ``now`` (by :attr:`Deployment.key`) and the seconds it
+        has left: what this process reports to the others (:mod:`app.breaker_report`)."""
+        return {key: s.cooling_until - now for key, s in self.stats.items() if s.cooling_until > now}
+
     def at_limit(self, d: Deployment, now: float, tokens: int) -> str | None:
         """Why ``d`` would answer 429 to one more request of ``tokens`` now, or None."""
         s = self.stat(d)

@@ -30,7 +30,6 @@ import anyio.to_thread
 
 from app import catalog
 from app.config import priced_as
-from app.routing.answers import chunk_text
 from app.routing.core import MAX_SESSION_ID
 from app.routing.errors import GATEWAY_OVERLOADED
 from app.routing.inputs import input_messages
@@ -43,6 +42,7 @@ from app.server import wire
 from app.server.admission import Admission
 from app.server.asgi import ChatReply, ChatStreamReply
 from app.server.metrics import GatewayMetrics
+from core import fastjson
 from core.errors import InvalidRequest
 from core.messages import estimate_prompt_tokens, estimate_tokens
 from db.keys import KeyRecord
@@ -331,11 +331,11 @@ class ChatHandler:
         """Wait for the first output (or the end) before answering: until then a failure is still
         an HTTP status, and the headers name the provider that is really streaming."""
         stream: AsyncChatStream | None = None
-        first: dict | None = None
+        first: list[dict | bytes] | None = None
         try:
             stream = self.driver.stream(req.api, req.body, options)
             try:
-                first = await stream.events().__anext__()
+                first = await stream.batches().__anext__()
             except StopAsyncIteration:  # finished without any chunk
                 first = None
         except BaseException as exc:
@@ -350,37 +350,48 @@ class ChatHandler:
     async def _events(
         self,
         stream: AsyncChatStream,
-        first: dict | None,
+        first: list[dict | bytes] | None,
         req: wire.ChatRequest,
         key: KeyRecord | None,
         admitted: _Admitted,
     ) -> AsyncIterator[bytes]:
-        """The upstream's chunks as SSE, in order and unmerged. Chat: the usage chunk (and the
-        ``usage`` key of the others) only for a caller that asked for it; ``[DONE]`` at the end
-        (the Responses API's events end with ``response.completed``)."""
+        """The upstream's chunks as SSE, in order and unmerged, one write per read of the upstream.
+        Chat: the usage chunk (and the ``usage`` key of the others) only for a caller that asked
+        for it; ``[DONE]`` at the end, in the same write as the last chunks (the Responses API's
+        events end with ``response.completed``)."""
         encode = wire.sse_event if req.api == "responses" else wire.sse_data
         keep_usage = req.api == "responses" or stream.caller_usage
-        delivered = 0
+        done = req.api == "responses"  # nothing more to send after the last event
 
-        def sse(chunk: dict) -> bytes | None:
-            nonlocal delivered
-            delivered += len(chunk_text(req.api, chunk))
-            if not keep_usage:
-                if not chunk.get("choices") and chunk.get("usage") is not None:
-                    return None  # the usage chunk the gateway asked for itself
-                chunk.pop("usage", None)
-            return encode(chunk)
+        def write(batch: list[dict | bytes]) -> bytes:
+            nonlocal done
+            parts = []
+            for chunk in batch:
+                if isinstance(chunk, bytes):
+                    if not keep_usage and b'"usage"' in chunk:
+                        chunk = _without_null_usage(chunk)
+                    parts.append(b"data: " + chunk + b"\n\n")
+                    continue
+                if not keep_usage:
+                    if not chunk.get("choices") and chunk.get("usage") is not None:
+                        continue  # the usage chunk the gateway asked for itself
+                    chunk.pop("usage", None)
+                parts.append(encode(chunk))
+            if stream.result is not None and not done:
+                parts.append(wire.SSE_DONE)
+                done = True
+            return b"".join(parts)
 
         try:
             if first is not None:
-                if (event := sse(first)) is not None:
+                if event := write(first):
                     yield event
-                async for chunk in stream.events():
-                    if (event := sse(chunk)) is not None:
+                async for batch in stream.batches():
+                    if event := write(batch):
                         yield event
             if stream.result is None:
                 raise wire.upstream_failed("The upstream stream ended without an answer.")
-            if req.api != "responses":
+            if not done:
                 yield wire.SSE_DONE
         except wire.WireError:
             raise
@@ -389,9 +400,24 @@ class ChatHandler:
         finally:
             await stream.aclose()  # the normal end: a no-op; a disconnect: closes the upstream stream
             partial = 0.0
-            if stream.result is None and delivered and stream.model:
-                partial = _partial_cost(stream.priced_as or stream.model, req, delivered)
+            if stream.result is None and stream.model:
+                delivered = len(stream.delivered_text())
+                if delivered:
+                    partial = _partial_cost(stream.priced_as or stream.model, req, delivered)
             await self._settle(key, admitted, stream.result, partial)
+
+
+_NULL_USAGE_LAST = b',"usage":null}'
+
+
+def _without_null_usage(chunk: bytes) -> bytes:
+    """A chunk passed on unparsed without the ``"usage":null`` the gateway's own ``include_usage``
+    added (every ``usage`` in it is ``null``: :meth:`StreamAccount.pass_raw`)."""
+    if chunk.endswith(_NULL_USAGE_LAST) and chunk.count(b'"usage"') == 1:
+        return chunk[: -len(_NULL_USAGE_LAST)] + b"}"  # the last top-level key, as upstreams write it
+    obj = fastjson.loads(chunk)  # anywhere else: the parser says where it is
+    obj.pop("usage", None)
+    return fastjson.dumps(obj)
 
 
 def _partial_cost(model: str, req: wire.ChatRequest, delivered_chars: int) -> float:

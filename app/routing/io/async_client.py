@@ -37,17 +37,19 @@ import httpx2
 import openai
 
 from app.config import ProviderNotConfigured
-from app.routing.answers import chunk_text, passed_headers
+from app.routing.answers import StreamAccount, chunk_text, passed_headers
+from app.routing.bridge import PassThrough
 from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import ClientClosedError, Failure
+from app.routing.errors import BadResponse, ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import AsyncBodyLimitTransport
 from app.routing.io.client import RoutingClient
 from app.routing.io.pool import ProviderPool
 from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
-from app.routing.io.upstream_http import HttpUpstream
+from app.routing.io.upstream_http import HttpUpstream, UpstreamStream
 from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
+from core import fastjson
 
 log = logging.getLogger(__name__)
 
@@ -95,18 +97,29 @@ class ThreadedTransport(httpx2.AsyncBaseTransport):
 
 class AsyncChatStream(StreamState):
     """``async for piece in stream``: the text of choice 0; or ``events()`` for the upstream's
-    chunks as JSON objects (what the server forwards), or ``chunks()`` for the SDK's chunk
-    objects. One of the three, once. Afterwards ``.result`` holds the :class:`ChatResult`.
-    ``aclose()`` (or leaving ``async with``) before the end cancels the upstream stream and logs
-    the attempt as ``cancelled``. The async twin of :class:`~app.routing.io.client.ChatStream`."""
+    chunks as JSON objects, ``chunks()`` for the SDK's chunk objects, or ``batches()`` for what
+    each read of the upstream brought (what the server forwards). One of these, once. Afterwards
+    ``.result`` holds the :class:`ChatResult`. ``aclose()`` (or leaving ``async with``) before the
+    end cancels the upstream stream and logs the attempt as ``cancelled``. The async twin of
+    :class:`~app.routing.io.client.ChatStream`."""
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
-        self._gen: AsyncGenerator[dict, None] | None = None
+        self._gen: AsyncGenerator[list[dict | bytes], None] | None = None
+        self.account: StreamAccount | None = None  # the attempt streaming now
 
-    def events(self) -> AsyncGenerator[dict, None]:
+    def batches(self) -> AsyncGenerator[list[dict | bytes], None]:
+        """Per read of the upstream, the chunks to hand on, in order: a chunk the gateway read as
+        a JSON object (``model`` set to the routed model), or one passed on unparsed as the bytes
+        of its JSON (see :meth:`StreamAccount.pass_raw`). When the stream has ended, ``result`` is
+        set before its last batch is handed over. A batch is never empty."""
         assert self._gen is not None
         return self._gen
+
+    async def events(self) -> AsyncIterator[dict]:
+        async for batch in self.batches():
+            for chunk in batch:
+                yield chunk if isinstance(chunk, dict) else fastjson.loads(chunk)
 
     async def chunks(self) -> AsyncIterator[Any]:
         async for chunk in self.events():
@@ -117,6 +130,14 @@ class AsyncChatStream(StreamState):
             text = chunk_text(self.api, chunk)
             if text:
                 yield text
+
+    def delivered_text(self) -> str:
+        """The text of the attempt streaming now, as far as it was handed on (for what a cut
+        stream cost); empty when it cannot be read."""
+        try:
+            return self.account.text() if self.account is not None else ""
+        except BadResponse:
+            return ""
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._texts()
@@ -321,10 +342,12 @@ class AsyncRoutingClient:
             steps.close()
             core.commit(plan)
 
-    async def _run_stream(self, plan: Plan, holder: AsyncChatStream) -> AsyncGenerator[dict, None]:
-        """:meth:`RoutingClient._run_stream` with async I/O: every read of the upstream stream
-        waits at most until the first-token deadline (before the first output), the idle gap and
-        the request's deadline; a passed deadline is an ordinary timeout to the classifier."""
+    async def _run_stream(self, plan: Plan, holder: AsyncChatStream) -> AsyncGenerator[list[dict | bytes], None]:
+        """:meth:`RoutingClient._run_stream` with async I/O, a batch per read of the upstream:
+        every read waits at most until the first-token deadline (before the first output), the
+        idle gap and the request's deadline; a passed deadline is an ordinary timeout to the
+        classifier. From a real upstream (:class:`UpstreamStream`) the events stay bytes until
+        the accounting needs one read (:meth:`StreamAccount.pass_raw`)."""
         core = self.core
         started = core.start(plan)
         steps = core.attempts(plan)
@@ -333,7 +356,8 @@ class AsyncRoutingClient:
             while True:
                 attempt = attempt.begin(core.wall(), core.clock())
                 holder.attempting(attempt, len(plan.records) + 1)
-                acc = core.stream_account(plan, attempt, started)
+                acc = holder.account = core.stream_account(plan, attempt, started)
+                out: list[dict | bytes] = []
                 pool, held = self.pools[attempt.provider], False
                 try:
                     deadline = core.deadline(plan, attempt)
@@ -342,25 +366,40 @@ class AsyncRoutingClient:
                     stream = await self._send(plan, attempt, deadline)
                     holder.upstream_headers = passed_headers(stream.response.headers)
                     feed = core.feed(plan, attempt)
+                    raw = isinstance(stream, UpstreamStream) and isinstance(feed, PassThrough)
                     async with stream:
-                        chunks = stream.__aiter__()
-                        while True:
-                            try:
-                                async with _timeout(deadline.time_left(deadline.clock(), body=True)):
-                                    chunk = await chunks.__anext__()
-                            except StopAsyncIteration:
-                                break
-                            except TimeoutError:
-                                deadlines.check(deadline)  # the first-token or request deadline, by name
-                                raise deadlines.DeadlineExceeded("no chunk within the stream's idle timeout") from None
-                            for event in feed.take(chunk):
-                                for out in acc.take(event, deadline):
+                        reads = stream.reads() if isinstance(stream, UpstreamStream) else _one_by_one(stream)
+                        watch = deadlines.ReadWatch(deadline)
+                        try:
+                            while True:
+                                try:
+                                    async with watch.read():
+                                        events = await reads.__anext__()
+                                except StopAsyncIteration:
+                                    out = []
+                                    break
+                                out = []
+                                for event in events:
+                                    if raw:
+                                        passed = acc.pass_raw(event.data) if event.event is None else None
+                                        if passed is not None:
+                                            out.append(passed)
+                                            continue
+                                        event = stream.decode(event)
+                                    elif isinstance(stream, UpstreamStream):
+                                        event = stream.decode(event)
+                                    for chunk in feed.take(event):
+                                        out += acc.take(chunk, deadline)
+                                if isinstance(stream, UpstreamStream) and stream.done:
+                                    break  # the read that ended the stream is handed on with its result
+                                if out:
                                     yield out
-                    for event in feed.end():
-                        for out in acc.take(event, deadline):
-                            yield out
-                    for out in acc.check_finished():
-                        yield out
+                        finally:
+                            watch.close()
+                    for chunk in feed.end():
+                        out += acc.take(chunk, deadline)
+                    out += acc.check_finished()
+                    result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
                 except (GeneratorExit, asyncio.CancelledError):
                     core.stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
                     raise
@@ -374,7 +413,9 @@ class AsyncRoutingClient:
                     if held:
                         pool.release()
                         held = False
-                holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
+                holder.result = result
+                if out:
+                    yield out
                 return
         except NoRoute as stop:
             core.no_route(plan, stop)
@@ -382,6 +423,12 @@ class AsyncRoutingClient:
         finally:
             steps.close()
             core.commit(plan)
+
+
+async def _one_by_one(stream: Any) -> AsyncIterator[list[Any]]:
+    """An SDK stream's chunks (already JSON objects), one read each."""
+    async for chunk in stream:
+        yield [chunk]
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

@@ -20,10 +20,17 @@ that stalls after sending part of itself ends at most that long after the deadli
 
 The deadline is captured when the request is sent, so a stream read later from another thread
 (the server's workers) keeps its own.
+
+The async driver bounds each read of a stream with a :class:`ReadWatch`: one timer per stream
+rather than one per read (a chunk comes every few tens of milliseconds, a timer's set-up and
+cancel cost more than the rest of a chunk's accounting). The timer fires at the earliest time a
+read could be overdue; a read that began since then moves it on instead of failing, and time the
+caller spends not reading (backpressure) never counts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Iterator
 
@@ -31,7 +38,7 @@ import httpx2
 
 from app.routing.policy import AttemptDeadline
 
-__all__ = ["AttemptDeadline", "DeadlineExceeded", "DeadlineTransport", "activate", "check", "deactivate"]
+__all__ = ["AttemptDeadline", "DeadlineExceeded", "DeadlineTransport", "ReadWatch", "activate", "check", "deactivate"]
 
 _current: contextvars.ContextVar[AttemptDeadline | None] = contextvars.ContextVar("gateway_deadline", default=None)
 
@@ -107,3 +114,99 @@ class DeadlineTransport(httpx2.BaseTransport):
 
     def close(self) -> None:
         self.inner.close()
+
+
+SLACK_S = 0.005  # how much later than its deadline a read may be cut
+
+
+class ReadWatch:
+    """The deadline of each read of one stream, on one timer (see the module docstring).
+
+    ``async with watch.read():`` around each read: it may wait at most the time the deadline
+    leaves a body read (the first-token deadline, the idle gap, the request's deadline), counted
+    from when it starts. A read past it is cancelled and :class:`DeadlineExceeded` raised, naming
+    the deadline that passed. ``close()`` when the stream ends."""
+
+    __slots__ = ("_cancelling", "_deadline", "_expired", "_handle", "_loop", "_reading", "_task", "_until")
+
+    def __init__(self, deadline: AttemptDeadline):
+        self._deadline = deadline
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._until = 0.0  # on the loop's clock: when the read in progress is overdue
+        self._reading = False
+        self._expired = False
+        self._cancelling = 0
+
+    def read(self) -> _Read:
+        return _Read(self)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _start(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task  # the task reading now (a stream may be read by another than its opener's)
+        left = max(self._deadline.time_left(self._deadline.clock(), body=True), 0.001)
+        self._until = self._loop.time() + left
+        self._reading = True
+        handle = self._handle
+        # The armed timer stays if it fires no later than this read's deadline (it moves on then),
+        # or so little later that re-arming costs more than it gives: a deadline that is the same
+        # instant read again through two clocks differs by microseconds.
+        if handle is None or handle.when() > self._until + SLACK_S:
+            if handle is not None:
+                handle.cancel()
+            self._handle = self._loop.call_at(self._until, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        if not self._reading:
+            return  # armed again by the next read
+        if self._loop.time() < self._until:
+            self._handle = self._loop.call_at(self._until, self._fire)
+            return
+        assert self._task is not None
+        self._expired = True
+        self._cancelling = self._task.cancelling()
+        self._task.cancel()
+
+    async def _end(self, exc: BaseException | None) -> None:
+        self._reading = False
+        if not self._expired:
+            if isinstance(exc, httpx2.TimeoutException):
+                check(self._deadline)  # the client's own timeout, due at the same instant: named as ours
+            return
+        self._expired = False
+        assert self._task is not None
+        if not isinstance(exc, asyncio.CancelledError):
+            # The read ended (with its value, its end or its own error) as the timer fired: it
+            # made it, and the cancellation still on its way is taken back.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                pass
+            self._task.uncancel()
+            return
+        if self._task.uncancel() > self._cancelling:
+            return  # someone else cancelled the task too: their cancellation goes on
+        check(self._deadline)  # the first-token or request deadline, by name
+        raise DeadlineExceeded("no chunk within the stream's idle timeout")
+
+
+class _Read:
+    __slots__ = ("_watch",)
+
+    def __init__(self, watch: ReadWatch):
+        self._watch = watch
+
+    async def __aenter__(self) -> None:
+        self._watch._start()
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+        await self._watch._end(exc)
+        return False

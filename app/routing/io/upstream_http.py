@@ -130,8 +130,19 @@ class _Body:
     async def pieces(self) -> AsyncIterator[bytes]:
         reader = self.response.body_reader
         while (chunk := await reader.read_chunk()) is not None:
-            for piece in self._decode(chunk.to_bytes(), 0):
-                yield self.budget.count(piece)
+            for piece in self.decoded(chunk.to_bytes()):
+                yield piece
+        self.end()
+
+    def decoded(self, data: bytes) -> Iterator[bytes]:
+        """What one read of the body decodes to, counted against the limit."""
+        if not self.stages:
+            yield self.budget.count(data)
+            return
+        for piece in self._decode(data, 0):
+            yield self.budget.count(piece)
+
+    def end(self) -> None:
         for stage in self.stages:
             stage.end()
 
@@ -176,31 +187,48 @@ class UpstreamStream:
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._events()
 
-    async def raw_events(self) -> AsyncIterator[SSEEvent]:
-        """The stream's SSE events, undecoded, up to ``[DONE]``."""
+    async def reads(self) -> AsyncIterator[list[SSEEvent]]:
+        """The stream's SSE events, undecoded, up to ``[DONE]``: the events each read of the body
+        completed (a read may complete none). After the read that held ``[DONE]``, ``done`` is set
+        and nothing more is read."""
         splitter = SSESplitter()
+        body = self._call.body
+        reader = body.response.body_reader
         try:
-            async for piece in self._call.body.pieces():
-                for sse in splitter.feed(piece):
-                    if sse.data.startswith(b"[DONE]"):
-                        self.done = True
-                        return
-                    yield sse
+            while (chunk := await reader.read_chunk()) is not None:
+                for piece in body.decoded(chunk.to_bytes()):
+                    events = splitter.feed(piece)
+                    for i, sse in enumerate(events):
+                        if sse.data.startswith(b"[DONE]"):
+                            self.done = True
+                            yield events[:i]
+                            return
+                    yield events
+            body.end()
             splitter.end()  # an event left without its closing blank line is not one
         except BaseException as exc:  # noqa: BLE001 - mapped and re-raised, never swallowed
             raise _mapped(exc, self._upstream.net) from None
 
+    async def raw_events(self) -> AsyncIterator[SSEEvent]:
+        """The stream's SSE events, undecoded, up to ``[DONE]``."""
+        async for events in self.reads():
+            for sse in events:
+                yield sse
+
+    def decode(self, sse: SSEEvent) -> Any:
+        """One event's JSON, as the SDK's stream gives it (``openai.APIError`` for an error event)."""
+        data = fastjson.loads(sse.data)
+        if sse.event and sse.event.startswith("thread."):
+            if sse.event == "error" and isinstance(data, Mapping) and data.get("error"):
+                raise _stream_error(data, self._url)
+            return {"data": data, "event": sse.event}
+        if isinstance(data, Mapping) and data.get("error"):
+            raise _stream_error(data, self._url)
+        return data
+
     async def _events(self) -> AsyncIterator[Any]:
         async for sse in self.raw_events():
-            data = fastjson.loads(sse.data)
-            if sse.event and sse.event.startswith("thread."):
-                if sse.event == "error" and isinstance(data, Mapping) and data.get("error"):
-                    raise _stream_error(data, self._url)
-                yield {"data": data, "event": sse.event}
-                continue
-            if isinstance(data, Mapping) and data.get("error"):
-                raise _stream_error(data, self._url)
-            yield data
+            yield self.decode(sse)
 
 
 def _stream_error(data: Mapping[str, Any], url: str) -> openai.APIError:

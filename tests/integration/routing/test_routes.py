@@ -103,6 +103,15 @@ deployments = [
   { provider = "openai", model = "cap-openai", price_as = "gpt-4.1" },
 ]
 
+[routes.cooled]
+strategy = "ordered"
+deployments = [
+  { provider = "azure-eu", model = "cd-azure", price_as = "gpt-4.1" },
+  { provider = "openai", model = "cd-openai", price_as = "gpt-4.1" },
+]
+allowed_fails = 2
+cooldown_s = 600
+
 [routes.canaried]
 strategy = "ordered"
 deployments = [{ provider = "openai", model = "can-openai", price_as = "gpt-4.1" }]
@@ -318,3 +327,50 @@ def test_a_route_canary_is_set_by_the_cli_and_takes_its_share(gateway):
     assert json.loads(shown.stdout)["ratio"] == 1.0 and json.loads(shown.stdout)["updated_by"] == "ops"
     glob = cli(serve.env, "canary", "show", "--json")
     assert json.loads(glob.stdout)["ratio"] == 0.0  # the global canary did not move
+
+
+def test_a_cooldown_in_one_serve_process_is_seen_by_others_until_it_stops_reporting(gateway):
+    """A deployment's cooldown lives in the process that saw the failures: a second serve process
+    cools azure-eu's deployment down, another process (this test, as the dashboard would) reads it
+    with that process's pid, and once that process is killed its report goes stale and stops
+    counting, though 600 s of the cooldown are left."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from db.breakers import LIVE_S, live_cooldowns
+    from db.engine import dispose_all, get_engine
+
+    up, serve, client, url = gateway
+    second = serve_process.start(Path(serve.env["GATEWAY_CONFIG"]), url)
+    other = openai.OpenAI(base_url=second.base_url, api_key=client.api_key, max_retries=0, timeout=30)
+    engine = get_engine(url)
+    up.set_default(by_model({"cd-azure": unavailable()}, ok()), "azure-eu")
+    try:
+        for _ in range(3):
+            assert ask(other, "cooled").model == "cd-openai"
+        assert sent(up, "cd-azure") == 2  # allowed_fails = 2, then it sat out
+        cooling = wait_for(
+            lambda: live_cooldowns(engine, now=time.time()).get("azure-eu/cd-azure"),
+            timeout_s=30,
+            what="the second serve process to report azure-eu/cd-azure cooling down",
+        )
+        assert [(c.pid, c.source) for c in cooling] == [(second.proc.pid, "server")]  # not the first's
+        assert 500 < cooling[0].left_s(time.time()) <= 600
+        # The first serve process never saw a failure: it still tries there first.
+        assert ask(client, "cooled").model == "cd-openai" and sent(up, "cd-azure") == 3
+
+        os.kill(second.proc.pid, signal.SIGKILL)  # no clean exit: its rows stay behind
+        second.proc.wait(timeout=30)
+        wait_for(
+            lambda: "azure-eu/cd-azure" not in live_cooldowns(engine, now=time.time()),
+            timeout_s=LIVE_S + 30,
+            what="the killed process's report to go stale",
+        )
+        # Its row is still there; it just no longer counts.
+        assert "azure-eu/cd-azure" in live_cooldowns(engine, now=time.time(), live_s=1e9)
+    finally:
+        up.set_default(ok(), "azure-eu")
+        other.close()
+        second.terminate()
+        dispose_all()

@@ -364,6 +364,89 @@ def test_a_stream_is_forwarded_chunk_by_chunk_unmerged(proxy_factory, up):
     assert (row["finish_reason"], row["tool_calls"], row["completion_tokens"]) == ("tool_calls", 1, 5)
 
 
+def _compact(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+async def _asgi_messages(app: GatewayApp, body: dict) -> list[dict]:
+    """Every message the app sends for one POST /v1/chat/completions (the writes a server makes)."""
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("gw", 80),
+        "scheme": "http",
+        "http_version": "1.1",
+    }
+    sent: list[dict] = []
+    given = False
+    done = asyncio.Event()
+
+    async def receive() -> dict:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    done.set()
+    return sent
+
+
+def test_a_compact_stream_passes_through_as_the_upstreams_bytes_in_one_write_per_read(proxy_factory, up):
+    proxy = proxy_factory()
+    head = chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}], usage=None)
+    words = [
+        chunk([{"index": 0, "delta": {"content": w}, "finish_reason": None}], usage=None) for w in ("a", '"b"', "c")
+    ]
+    tail = [
+        chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}], usage=None),
+        chunk([], usage={"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}),
+    ]
+    events = [head, *words, *tail]
+    # ``1E0``: a spelling a parser re-encoding the chunk would write as ``1.0``
+    raw = b"".join(b"data: " + _compact(e).replace(b'"created":1', b'"created":1E0') + b"\n\n" for e in events)
+    raw += b"data: [DONE]\n\n"
+    sse = Fault("sse", lambda h, req: h.send_raw(200, raw, "text/event-stream"))
+    up.script(sse, sse, provider="direct")
+    msgs = [{"role": "user", "content": "hi"}]
+    sent = proxy.run(_asgi_messages(proxy.app, {"model": "gpt-4.1", "messages": msgs, "stream": True}))
+    writes = [m["body"] for m in sent if m["type"] == "http.response.body" and m["body"]]
+    assert len(writes) == 1, writes  # the upstream's one write is one write to the caller, [DONE] in it
+    lines = writes[0].split(b"\n\n")[:-1]
+    # The content chunks are the upstream's bytes, but for the routed model and the usage the
+    # gateway asked for itself; the chunks the accounting read say the same, re-encoded.
+    # The first output is read (its time is the TTFT); the chunks after it pass.
+    for line, word in zip(lines[2:4], words[1:], strict=True):
+        expected = _compact(word).replace(b'"model":"up-model"', b'"model":"gpt-4.1"').replace(b',"usage":null}', b"}")
+        expected = expected.replace(b'"created":1', b'"created":1E0')
+        assert line == b"data: " + expected
+    assert [json.loads(x[6:]) for x in lines[:2] + lines[4:5]] == [
+        {k: v for k, v in {**e, "model": "gpt-4.1"}.items() if k != "usage"} for e in (head, words[0], tail[0])
+    ]
+    assert b'"created":1.0' in lines[1]  # read and written again
+    assert lines[5:] == [b"data: [DONE]"]
+    # A caller that asked for usage gets every chunk's usage, as the upstream sent it.
+    asked = {"model": "gpt-4.1", "messages": msgs, "stream": True, "stream_options": {"include_usage": True}}
+    sent = proxy.run(_asgi_messages(proxy.app, asked))
+    body = b"".join(m["body"] for m in sent if m["type"] == "http.response.body")
+    passed = _compact({**words[1], "model": "gpt-4.1"}).replace(b'"created":1', b'"created":1E0')
+    assert b"data: " + passed + b"\n\n" in body
+    assert json.loads(body.split(b"\n\n")[-3][6:])["usage"]["total_tokens"] == 6
+    rows = proxy.rows()
+    assert [(r["status"], r["completion_tokens"], r["finish_reason"]) for r in rows] == [("ok", 3, "stop")] * 2
+
+
 # ------------------------------------------------------------------------------------------- errors
 def test_an_upstream_refusal_keeps_its_status_and_error_object_scrubbed(proxy_factory, up):
     proxy = proxy_factory()

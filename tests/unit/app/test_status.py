@@ -163,6 +163,19 @@ def test_status_shows_a_breaker_another_live_process_holds_open(tmp_path) -> Non
         assert holysheep["breaker_recorded"]["ts"] == pytest.approx(now - 30)
         assert "holysheep (primary, breaker open (held by 1 live gateway process since" in status_lines(status)[1]
         assert next(p for p in status["providers"] if p["name"] == "direct")["breaker_recorded"] is None
+        assert status["cooling"] == [] and not any("cooling" in line for line in status_lines(status))
+        # A route deployment cooling down in a live serve process; a dead process's no longer counts.
+        beat(engine, process="p-live", breakers={}, cooldowns={"azure-eu/gpt-4.1": now + 25}, now=now,
+             pid=4242, host="h", source="server")  # fmt: skip
+        beat(engine, process="p-dead", breakers={}, cooldowns={"direct/gpt-4.1": now + 25}, now=now - LIVE_S - 1,
+             **report)  # fmt: skip
+        status = gateway_status(gateway, slots=[])
+        assert [(c["deployment"], c["pid"], c["source"]) for c in status["cooling"]] == [
+            ("azure-eu/gpt-4.1", 4242, "server")
+        ]
+        assert 20 < status["cooling"][0]["left_s"] <= 25
+        assert status_lines(status)[2].startswith("route deployments cooling down: azure-eu/gpt-4.1 (")
+        assert status_lines(status)[2].endswith(" s left in server pid 4242)")
     finally:
         dispose_all()
 

@@ -6,12 +6,24 @@ a real process killed mid-incident is tests/integration/test_breaker_truth.py.""
 
 from __future__ import annotations
 
+import os
 import time
 
 from app.monitor.figures import Counts
 from app.monitor.incidents import build_incidents
 from app.routing.breaker import BreakerPolicy, CircuitBreaker
-from db.breakers import LIVE_S, LiveBreaker, ReportedBreaker, beat, combine, forget, live_breakers
+from app.routing.options import RouteOptions
+from db.breakers import (
+    LIVE_S,
+    LiveBreaker,
+    LiveCooldown,
+    ReportedBreaker,
+    beat,
+    combine,
+    forget,
+    live_breakers,
+    live_cooldowns,
+)
 
 NOW = 1_800_000_000.0
 WHO = dict(pid=7, host="test-host", source="api")
@@ -109,3 +121,88 @@ def test_a_gateway_reports_its_breakers_and_deletes_them_on_close(client_factory
     assert live["direct"].state == "closed"
     gateway.close()
     assert live_breakers(engine, now=time.time()) == {}
+
+
+# -- route deployments cooling down, across processes ----------------------------------------------
+
+
+def test_cooldowns_are_reported_per_process_go_stale_and_leave_with_their_process(engine) -> None:
+    beat(engine, process="serve", breakers={}, cooldowns={"azure-eu/gpt-4.1": NOW + 25}, now=NOW, pid=41,
+         host="h", source="server")  # fmt: skip
+    beat(engine, process="dash", breakers={}, cooldowns={"azure-eu/gpt-4.1": NOW + 5, "openai/gpt-4.1": NOW + 3},
+         now=NOW, pid=42, host="h", source="playground")  # fmt: skip
+    live = live_cooldowns(engine, now=NOW + 1)
+    assert live == {
+        "azure-eu/gpt-4.1": [LiveCooldown(NOW + 25, 41, "h", "server"), LiveCooldown(NOW + 5, 42, "h", "playground")],
+        "openai/gpt-4.1": [LiveCooldown(NOW + 3, 42, "h", "playground")],
+    }
+    assert live["azure-eu/gpt-4.1"][0].left_s(NOW + 1) == 24
+    # A cooldown that is over no longer counts, even from a live process.
+    assert "openai/gpt-4.1" not in live_cooldowns(engine, now=NOW + 4)
+    # The next report replaces the process's rows: recovered, nothing cooling.
+    beat(engine, process="dash", breakers={}, cooldowns={}, now=NOW + 2, pid=42, host="h", source="playground")
+    assert list(live_cooldowns(engine, now=NOW + 2)) == ["azure-eu/gpt-4.1"]
+    assert [c.pid for c in live_cooldowns(engine, now=NOW + 2)["azure-eu/gpt-4.1"]] == [41]
+    # serve stops reporting (killed): once its report is LIVE_S old its cooldown no longer counts,
+    # though the cooldown itself has time left.
+    assert live_cooldowns(engine, now=NOW + LIVE_S + 1) == {}
+    assert live_cooldowns(engine, now=NOW + 1, live_s=1e9)["azure-eu/gpt-4.1"][0].pid == 41
+    forget(engine, "serve")  # or its clean exit takes them at once
+    assert live_cooldowns(engine, now=NOW + 1) == {}
+
+
+def test_hostile_cooldowns_are_stored_safely_or_dropped(engine) -> None:
+    beat(
+        engine,
+        process="x",
+        breakers={},
+        cooldowns={"p/" + "m" * 500: NOW + 10, "nan/m": float("nan"), "inf/m": float("inf"), "past/m": NOW - 1},
+        now=NOW,
+        pid=1,
+        host="h" * 999,
+        source="s\udcff",
+    )
+    live = live_cooldowns(engine, now=NOW)
+    assert [len(k) for k in live] == [200]  # cut to the column; nan, inf and past ones dropped
+    assert len(live[next(iter(live))][0].host) == 128
+
+
+def test_a_gateway_reports_its_cooling_deployments_at_once_and_deletes_them_on_close(client_factory, tmp_path) -> None:
+    from app.routing.errors import Failure
+    from db.engine import get_engine
+    from tests.configs import two_providers
+
+    toml = (
+        two_providers()
+        + '\n[routes."gpt-4.1"]\nstrategy = "ordered"\n'
+        + 'deployments = [{ provider = "holysheep" }, { provider = "direct" }]\nallowed_fails = 2\ncooldown_s = 30\n'
+    )
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    client = client_factory(url, toml, source="test")
+    core = client.core
+    client.gateway.breaker_report.timer.stop()  # no periodic beat: only the cooldown hook reports
+    d = core.route_table.routes["gpt-4.1"].deployments[0]
+    plan = core.plan("chat", {"messages": [{"role": "user", "content": "hi"}]}, RouteOptions(model="gpt-4.1"))
+    steps = core.attempts(plan)
+    attempt = next(steps)
+    for _ in range(2):  # two health failures in a row on holysheep: it cools down
+        core.record(plan, attempt.begin(time.time(), core.clock()), failure=Failure("timeout", "slow", retryable=True))
+    assert set(core.cooldowns()) == {d.key} and 29 < core.cooldowns()[d.key] <= 30
+    engine = get_engine(url)
+    # The cooldown hook reported it off the request's thread (the timer beats no more).
+    cooling = _wait(lambda: live_cooldowns(engine, now=time.time()).get(d.key))
+    assert cooling and cooling[0].source == "test" and cooling[0].pid == os.getpid()
+    assert 25 < cooling[0].left_s(time.time()) <= 30
+    steps.close()
+    client.gateway.close()
+    assert live_cooldowns(engine, now=time.time()) == {}
+
+
+def _wait(read, timeout_s: float = 10.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        got = read()
+        if got:
+            return got
+        time.sleep(0.02)
+    return read()

@@ -5,6 +5,7 @@ controlled timestamps."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 import random
@@ -23,6 +24,7 @@ from db.models import (
     ERROR_ROLLUP_KEY,
     ERROR_ROLLUP_TABLES,
     NO_ERROR_CLASS,
+    NO_ROUTE,
     SUBSTITUTION_ROLLUP_KEY,
     SUBSTITUTION_ROLLUP_SUMS,
     SUBSTITUTION_ROLLUP_TABLES,
@@ -358,7 +360,9 @@ def test_requests_csv_round_trip(engine):
 
 def test_has_requests_and_filter_options(engine):
     assert not dbm.has_requests(engine)
-    assert dbm.filter_options(engine, since=0) == {"providers": [], "models": [], "intents": [], "sources": []}
+    assert dbm.filter_options(engine, since=0) == {
+        "providers": [], "models": [], "intents": [], "sources": [], "routes": [], "deployments": [],
+    }  # fmt: skip
     _scenario(engine)
     assert dbm.has_requests(engine)
     assert dbm.filter_options(engine, since=T0 - 60) == {
@@ -366,6 +370,8 @@ def test_has_requests_and_filter_options(engine):
         "models": ["m1", "m2"],
         "intents": ["coding", "general"],
         "sources": ["api", "loadgen"],
+        "routes": [],
+        "deployments": [],
     }
     assert dbm.filter_options(engine, since=T0 + 120)["sources"] == ["loadgen"]
 
@@ -448,6 +454,7 @@ def make_records(n: int, seed: int = 1) -> list[AttemptRecord]:
                 substituted=rng.random() < 0.2,
                 source=rng.choice(("api", "loadgen")),
                 key_name=rng.choice(("k1", None)),
+                route=rng.choice(("r1", None)),
             )
         )
     return out
@@ -459,7 +466,10 @@ def raw_rows(engine) -> list:
 
 
 def _dims(r, span: int) -> tuple:
-    return (int(r["ts"] // span) * span, r["provider"], r["model"], r["requested_model"], r["intent"], r["source"])
+    return (
+        int(r["ts"] // span) * span, r["provider"], r["model"], r["requested_model"], r["intent"], r["source"],
+        r["route"] or NO_ROUTE,
+    )  # fmt: skip
 
 
 def recount_errors(rows, span: int) -> dict[tuple, tuple[int, int]]:
@@ -488,14 +498,14 @@ def stored_errors(engine, span: int) -> dict[tuple, tuple[int, int]]:
     t = ERROR_ROLLUP_TABLES[span].__table__  # type: ignore[attr-defined]
     cols = [t.c[k] for k in ERROR_ROLLUP_KEY] + [t.c.attempts, t.c.requests]
     with engine.connect() as conn:
-        return {tuple(r[:7]): (int(r[7]), int(r[8])) for r in conn.execute(select(*cols))}
+        return {tuple(r[:8]): (int(r[8]), int(r[9])) for r in conn.execute(select(*cols))}
 
 
 def stored_substitutions(engine, span: int) -> dict[tuple, tuple]:
     t = SUBSTITUTION_ROLLUP_TABLES[span].__table__  # type: ignore[attr-defined]
     cols = [t.c[k] for k in (*SUBSTITUTION_ROLLUP_KEY, *SUBSTITUTION_ROLLUP_SUMS)]
     with engine.connect() as conn:
-        return {tuple(r[:6]): (*(int(v) for v in r[6:10]), round(float(r[10]), 9)) for r in conn.execute(select(*cols))}
+        return {tuple(r[:7]): (*(int(v) for v in r[7:11]), round(float(r[11]), 9)) for r in conn.execute(select(*cols))}
 
 
 def assert_rollups_match_log(engine) -> None:
@@ -691,3 +701,69 @@ def _row(r: AttemptRecord) -> dict:
 
     later = {"route", "deployment", "route_why", "refused", "tool_json_bad", "schema_bad", "chunk_gap_ms"}
     return {k: v for k, v in zip(FIELD_NAMES, r.to_tuple(), strict=True) if k not in later}
+
+
+# -- routes and deployments ------------------------------------------------------------------------
+# A deployment is a route's (provider, model); the rollups key by route ('' for the two-sided
+# routing), the raw log has route and deployment columns. The same filter means the same rows on both.
+
+
+def _routed(ts: float, provider: str, model: str, route: str | None, ok: bool = True) -> AttemptRecord:
+    r = rec(ts, provider=provider, model=model, ok=ok)
+    deployment = dbm.deployment_key(provider, model) if route else None
+    return dataclasses.replace(r, route=route, deployment=deployment)
+
+
+def test_route_and_deployment_filters_mean_the_same_rows_in_the_rollups_and_the_log(engine):
+    records = [
+        _routed(T0 + 1, "alpha", "m1", "r1"),
+        _routed(T0 + 2, "alpha", "m1", "r1", ok=False),
+        _routed(T0 + 3, "beta", "org/model-7b", "r1"),  # a model name with a slash
+        _routed(T0 + 4, "alpha", "m1", "r2"),
+        _routed(T0 + 5, "alpha", "m1", None),  # the two-sided routing, same provider and model
+        _routed(T0 + 6, "alpha", "m1", None),
+    ]
+    insert_batch(engine, records)
+    cases = {
+        dbm.MonitorFilters(routes=("r1",)): (3, 1),
+        dbm.MonitorFilters(routes=("r1", "r2")): (4, 1),
+        dbm.MonitorFilters(deployments=("alpha/m1",)): (3, 1),  # on r1 and r2, not the two-sided 2
+        dbm.MonitorFilters(deployments=("beta/org/model-7b",)): (1, 0),
+        dbm.MonitorFilters(routes=("r2",), deployments=("alpha/m1",)): (1, 0),
+        dbm.MonitorFilters(routes=("r2",), deployments=("beta/org/model-7b",)): (0, 0),
+        dbm.MonitorFilters(): (6, 1),
+    }
+    for filters, (attempts, errors) in cases.items():
+        cell = dbm.window_cell(engine, since=T0, until=T0 + 60, filters=filters)
+        assert (cell.count("attempts"), cell.count("errors")) == (attempts, errors), filters
+        raw = dbm.recent_counts(engine, since=T0, until=T0 + 60, filters=filters)
+        assert (sum(c.attempts for c in raw.values()), sum(c.errors for c in raw.values())) == (attempts, errors)
+    assert dbm.filter_options(engine, since=T0 - 60)["routes"] == ["r1", "r2"]
+    assert dbm.filter_options(engine, since=T0 - 60)["deployments"] == ["alpha/m1", "beta/org/model-7b"]
+    assert dbm.split_deployment("beta/org/model-7b") == ("beta", "org/model-7b")
+    assert dbm.MonitorFilters(deployments=["x/y", "x/y"]).deployments == ("x/y",)
+    assert dbm.MonitorFilters(routes=("r1",)).active
+
+
+def test_the_level_breakdown_by_route_deployment(engine):
+    from app.monitor.levels import breakdown, levels
+
+    insert_batch(
+        engine,
+        [_routed(T0 + i, "alpha", "m1", "r1", ok=i > 0) for i in range(4)]
+        + [_routed(T0 + 10, "beta", "m1", "r1")]
+        + [_routed(T0 + 20 + i, "alpha", "m1", None) for i in range(3)],
+    )
+    b = breakdown(engine, since=T0, until=T0 + 60, cache=None)
+    assert {k: c.count("attempts") for k, c in b.by_deployment.items()} == {("r1", "alpha/m1"): 4, ("r1", "beta/m1"): 1}
+    table = levels(b, {})
+    assert [(r.name, r.attempts) for r in table.routes] == [("r1", 5)]
+    assert [(r.route, r.name, r.attempts, r.attempt_error_rate) for r in table.deployments] == [
+        ("r1", "alpha/m1", 4, 0.25),
+        ("r1", "beta/m1", 1, 0.0),
+    ]
+    # The provider filter keeps its deployments only
+    only_beta = levels(
+        breakdown(engine, since=T0, until=T0 + 60, filters=dbm.MonitorFilters(providers=("beta",)), cache=None), {}
+    )
+    assert [r.name for r in only_beta.deployments] == ["beta/m1"]

@@ -60,14 +60,14 @@ def test_duplicates_inside_one_batch_are_written_once(engine) -> None:
 
 
 # What migration 0008 added: absent from the log and the rollups before it.
-# (0008: api .. reasoning_tokens; 0010: adjusted_params; 0015: the route fields; 0017: answer quality)
+# (0008: api .. reasoning_tokens; 0010: adjusted_params; 0015: the route fields; 0019: answer quality)
 LATER_FIELDS = ("api", "finish_reason", "tool_calls", "reasoning_tokens", "adjusted_params", "route", "deployment",
                 "route_why", "refused", "tool_json_bad", "schema_bad", "chunk_gap_ms")  # fmt: skip
 LATER_COUNTERS = ("reasoning_tokens", "tool_calls", "responses_requests", "embeddings_requests", "completions_requests")
 
 
 def _old_deltas(deltas: list[dict]) -> list[dict]:
-    return [{k: v for k, v in d.items() if k not in LATER_COUNTERS} for d in deltas]
+    return [{k: v for k, v in d.items() if k not in LATER_COUNTERS and k != "route"} for d in deltas]
 
 
 def _old_upsert(conn, name: str):
@@ -75,9 +75,8 @@ def _old_upsert(conn, name: str):
     table = Table(name, MetaData(), autoload_with=conn)
     stmt = sqlite.insert(table)
     counters = [c.name for c in table.c if c.name not in ROLLUP_KEY]
-    return stmt.on_conflict_do_update(
-        index_elements=ROLLUP_KEY, set_={c: table.c[c] + stmt.excluded[c] for c in counters}
-    )
+    key = [k for k in ROLLUP_KEY if k != "route"]  # route arrives with 0016
+    return stmt.on_conflict_do_update(index_elements=key, set_={c: table.c[c] + stmt.excluded[c] for c in counters})
 
 
 def test_migration_0004_removes_old_duplicates_and_their_rollup_counts(tmp_path) -> None:
@@ -196,7 +195,7 @@ def rollup_sums(engine, span: int) -> dict[str, int]:
 def test_new_fields_default_so_older_callers_and_positional_order_keep_working() -> None:
     r = AttemptRecord("r", 1, T0, "p", "m", "auto", "general", "primary", "ok", 1.0)
     assert (r.api, r.finish_reason, r.tool_calls, r.reasoning_tokens) == ("chat", None, 0, 0)
-    # then adjusted_params (0010), the route fields (0015), the answer's quality (0017)
+    # then adjusted_params (0010), the route fields (0015), the answer's quality (0019)
     assert r.to_tuple()[-12:] == ("chat", None, 0, 0, None, None, None, None, False, 0, None, None)
 
 
@@ -352,6 +351,46 @@ def test_migration_0008_upgrades_old_rows_to_chat_and_downgrades_cleanly(empty_d
         upgrade(engine)  # and up again to head
         assert log_rows(engine)[("after", 1)]["api"] == "chat"  # the dropped value is gone, default back
     finally:
+        engine.dispose()
+
+
+def _cells(engine, table: str, cols: tuple[str, ...]) -> list[tuple]:
+    with engine.connect() as conn:
+        return sorted(tuple(r) for r in conn.execute(text(f"SELECT {', '.join(cols)} FROM {table}")))
+
+
+def test_migration_0016_keys_the_rollups_by_route_and_downgrades_by_folding(empty_db_url: str) -> None:
+    from db.partitions import KEEPER
+
+    engine = create_db_engine(empty_db_url)
+    KEEPER.forget()
+    try:
+        upgrade(engine, "0015")
+        # A cell the writer wrote before the migration: every counter column, 3 attempts.
+        table = Table("request_rollup", MetaData(), autoload_with=engine)
+        key = {"minute": 1_700_000_040, "provider": "holysheep", "model": "gemini-2.5-flash", "intent": "general",
+               "source": "api", "side": "primary"}  # fmt: skip
+        with engine.begin() as conn:
+            conn.execute(table.insert(), {**{c.name: 0 for c in table.c}, **key, "attempts": 3, "requests": 3})
+        upgrade(engine)
+        assert "route" in _columns(engine, "request_rollup")
+        assert _cells(engine, "request_rollup", ("route", "attempts")) == [("", 3)]
+        # The same provider, model and minute on a route is a cell of its own; without one, the old cell.
+        failed = {"status": "error", "error_class": "server_error"}
+        routed = {"route": "gpt-4.1", "deployment": "holysheep/gemini-2.5-flash"}
+        insert_batch(engine, [rec(40 + i, ts=T0 + i, **routed, **failed) for i in range(2)] + [rec(50, ts=T0 + 5)])
+        assert _cells(engine, "request_rollup", ("route", "attempts")) == [("", 4), ("gpt-4.1", 2)]
+        assert _cells(engine, "request_error_rollup", ("route", "attempts")) == [("gpt-4.1", 2)]
+
+        _downgrade(engine, "0015")
+        for name in ("request_rollup", "request_rollup_1h", "request_error_rollup", "request_substitution_rollup"):
+            assert "route" not in _columns(engine, name)
+        assert _cells(engine, "request_rollup", ("attempts", "errors")) == [(6, 2)]  # folded, nothing lost
+        assert _cells(engine, "request_error_rollup", ("attempts",)) == [(2,)]
+        upgrade(engine)
+        assert _cells(engine, "request_rollup", ("route", "attempts")) == [("", 6)]
+    finally:
+        KEEPER.forget()
         engine.dispose()
 
 

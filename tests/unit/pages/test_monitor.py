@@ -109,7 +109,8 @@ def test_renders_charts_metrics_and_table(app):
     assert [t["name"] for t in latency["data"]][:3] == ["alpha p50", "alpha p95", "alpha p99"]
     assert all(not s["layout"].get("annotations") for s in charts.values())
     assert _metric(at, "Requests") == "30"
-    assert len(at.dataframe) == 3 and len(at.dataframe[-1].value) == 30  # levels by provider, by model, recent
+    # levels by provider, by model, by route, by deployment, then the recent requests
+    assert len(at.dataframe) == 5 and len(at.dataframe[-1].value) == 30
     assert "UTC" in " ".join(c.value for c in at.caption)
 
 

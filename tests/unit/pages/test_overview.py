@@ -147,6 +147,33 @@ def test_the_overview_lists_each_routes_deployments(env):
     assert list(table["share"]) == ["weight 3 of 4", "weight 1 of 4"] and list(table["attempts"]) == [1, 0]
 
 
+def test_the_routes_table_shows_a_cooldown_held_in_another_process_while_it_reports(env):
+    env.config.write_text(
+        env.config.read_text()
+        + '\n[routes."gpt-4.1"]\ndeployments = [{ provider = "direct", weight = 3 }, { provider = "holysheep" }]\n'
+    )
+    now = time.time()
+    # A serve process (not this one) has holysheep's deployment cooling down, 25 s left.
+    beat(engine(), process="serve-1", breakers={}, cooldowns={"holysheep/gpt-4.1": now + 25}, now=now,
+         pid=4242, host="h", source="server")  # fmt: skip
+    at = open_app()
+    table = next(df.value for df in at.dataframe if "deployment" in df.value.columns)
+    health = dict(zip(table["deployment"], table["health"], strict=True))
+    assert health["direct/gpt-4.1"] == "ok"
+    left = int(health["holysheep/gpt-4.1"].split("(")[1].split(" s left")[0])
+    assert 15 <= left <= 25, health
+    assert health["holysheep/gpt-4.1"].endswith(" s left) in server pid 4242")
+    # That process stops reporting: its report goes stale, and the cooldown no longer counts.
+    with engine().begin() as conn:
+        conn.execute(sql("UPDATE deployment_cooldown SET beat_at = beat_at - 60"))
+    import streamlit as st
+
+    st.cache_data.clear()
+    at.run()
+    table = next(df.value for df in at.dataframe if "deployment" in df.value.columns)
+    assert list(table["health"]) == ["ok", "ok"]
+
+
 def test_the_banner_names_a_running_then_paused_then_aborted_rollout(env):
     from app.config import load_settings
     from app.rollout import ops

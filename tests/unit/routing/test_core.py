@@ -297,3 +297,401 @@ def test_each_attempt_gets_at_most_what_is_left_of_the_request_deadline(tmp_path
     while isinstance(step, Wait):
         step = steps.send(None)
     assert isinstance(step, Attempt) and step.timeout <= 0.5
+
+
+# -- routes: every failure class x every strategy x the fallback kinds, with plain data -------------
+# Route "gpt-4.1" has two deployments, on providers a and b, and one fallback route of each kind,
+# each on a provider of its own: "claude-sonnet-4-20250514" (fallbacks, on fb), "gemini-2.5-flash"
+# (context_window_fallbacks, on cw) and "deepseek-chat-v3.2" (content_policy_fallbacks, on cp).
+# Each strategy is given plain state that decides its order (weights, in-flight counts, measured
+# latencies, catalog prices), so every case says which deployment is tried first and which next.
+# Each attempt is recorded as a driver records it (core.record), so the rows and the health they
+# leave behind are the core's, not the test's.
+
+ROUTE_MAX_ATTEMPTS = 3  # [retry] max_attempts: up to three tries per deployment ...
+ALLOWED_FAILS = 2  # ... but two health failures in a row put a deployment of gpt-4.1 out
+COOLDOWN_S = 30.0
+FALLBACK_ALLOWED_FAILS = 5  # the fallback routes never cool within one request
+
+ROUTE_TOML = """
+[routing]
+primary = "a"
+fallback = "b"
+
+[breaker]
+enabled = false
+
+[retry]
+max_attempts = {max_attempts}
+retry_after_cap_s = 5
+
+[providers.a]
+base_url = "sim://a"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+
+[providers.b]
+base_url = "sim://b"
+models = ["gpt-4.1"]
+default_model = "gpt-4.1"
+
+[providers.fb]
+base_url = "sim://fb"
+models = ["claude-sonnet-4-20250514"]
+default_model = "claude-sonnet-4-20250514"
+
+[providers.cw]
+base_url = "sim://cw"
+models = ["gemini-2.5-flash"]
+default_model = "gemini-2.5-flash"
+
+[providers.cp]
+base_url = "sim://cp"
+models = ["deepseek-chat-v3.2"]
+default_model = "deepseek-chat-v3.2"
+
+[routes."gpt-4.1"]
+strategy = "{strategy}"
+# a is priced as claude (200k window, $18/M), b as deepseek (128k window, $0.70/M)
+deployments = [
+  {{ provider = "a", weight = 1, price_as = "claude-sonnet-4-20250514" }},
+  {{ provider = "b", weight = 3, price_as = "deepseek-chat-v3.2" }},
+]
+fallbacks = ["claude-sonnet-4-20250514"]
+context_window_fallbacks = ["gemini-2.5-flash"]
+content_policy_fallbacks = ["deepseek-chat-v3.2"]
+allowed_fails = {allowed_fails}
+cooldown_s = {cooldown_s}
+
+[routes."claude-sonnet-4-20250514"]
+deployments = [{{ provider = "fb" }}]
+allowed_fails = {fallback_fails}
+
+[routes."gemini-2.5-flash"]
+deployments = [{{ provider = "cw" }}]
+allowed_fails = {fallback_fails}
+
+[routes."deepseek-chat-v3.2"]
+deployments = [{{ provider = "cp" }}]
+allowed_fails = {fallback_fails}
+"""
+
+
+class Middle(Random):
+    """Every draw 0.5: backoffs are half their cap, lowest_latency never explores, and the weighted
+    order after its round-robin pick is by weight. The strategies' own state decides the order."""
+
+    def random(self) -> float:
+        return 0.5
+
+
+def _prep_least_busy(core: RoutingCore) -> None:
+    a = core.route_table.routes["gpt-4.1"].deployments[0]
+    for _ in range(2):  # two requests of other callers in flight on a
+        core.route_table.started(a, 0.0, 10)
+
+
+def _prep_lowest_latency(core: RoutingCore) -> None:
+    a, b = core.route_table.routes["gpt-4.1"].deployments
+    core.route_table.finished(a, 0.0, health=True, cooldown_s=30, allowed_fails=2, latency_ms=180.0)
+    core.route_table.finished(b, 0.0, health=True, cooldown_s=30, allowed_fails=2, latency_ms=420.0)
+
+
+# strategy -> (what sets its state, the order it then tries a and b in, how its reason starts)
+STRATEGIES = {
+    "weighted": (None, ("b", "a"), "weighted: 3 of 4"),  # smooth round-robin: b (3) before a (1)
+    "ordered": (None, ("a", "b"), "ordered: priority 1"),
+    "least_busy": (_prep_least_busy, ("b", "a"), "least_busy: in flight b 0, a 2"),
+    "lowest_latency": (_prep_lowest_latency, ("a", "b"), "lowest_latency: a 180 ms < b 420 ms"),
+    "cheapest": (None, ("b", "a"), "cheapest: b $0.7/M < a $18/M"),
+}
+DEPLOYMENT = {"a": "a/gpt-4.1", "b": "b/gpt-4.1"}
+FB, CW, CP = "fb/claude-sonnet-4-20250514", "cw/gemini-2.5-flash", "cp/deepseek-chat-v3.2"
+
+
+def route_core(tmp_path, strategy: str, *, allowed_fails: int = ALLOWED_FAILS) -> tuple[RoutingCore, list[float]]:
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(
+        ROUTE_TOML.format(
+            strategy=strategy,
+            max_attempts=ROUTE_MAX_ATTEMPTS,
+            allowed_fails=allowed_fails,
+            cooldown_s=COOLDOWN_S,
+            fallback_fails=FALLBACK_ALLOWED_FAILS,
+        )
+    )
+    settings = load_settings(cfg, env={"DATABASE_URL": f"sqlite:///{tmp_path / 'g.db'}"})
+    now = [1000.0]
+    core = RoutingCore(
+        settings,
+        telemetry=Sink(),
+        ratio=FixedRatio(1.0),
+        clock=lambda: now[0],
+        wall_clock=lambda: 1.7e9 + now[0],
+        rng=Middle(),
+        source="test",
+        env={},
+        secrets={},
+        classify=not_called,
+        new_lock=nullcontext,
+    )
+    prep = STRATEGIES[strategy][0]
+    if prep is not None:
+        prep(core)
+    return core, now
+
+
+def drive_route(
+    core: RoutingCore, now: list[float], outcome, text: str = "hi"
+) -> tuple[list[str], NoRoute | None, list]:
+    """One request to route gpt-4.1, driven as a driver drives it: ``outcome(deployment key)``
+    gives each attempt's Failure (None: it answered), which is recorded (core.record) before the
+    loop hears it. Returns the steps (a deployment key per attempt, ``"wait"`` per backoff), how
+    it ended, and the request's rows."""
+    plan = core.plan("chat", {"messages": [{"role": "user", "content": text}]}, RouteOptions(model="gpt-4.1"))
+    core.start(plan)
+    steps = core.attempts(plan)
+    seen: list[str] = []
+    stop = None
+    try:
+        step = next(steps)
+        while True:
+            if isinstance(step, Wait):
+                assert step.seconds > 0
+                now[0] += step.seconds
+                seen.append("wait")
+                step = steps.send(None)
+                continue
+            assert isinstance(step, Attempt) and step.target is not None
+            key = step.target.deployment.key
+            seen.append(key)
+            attempt = step.begin(1.7e9 + now[0], now[0])
+            now[0] += 0.01
+            failure = outcome(key)
+            if failure is None:
+                core.record(plan, attempt, final=True)
+            else:
+                failure = core.record(plan, attempt, failure=failure)
+            step = steps.send(failure)
+    except StopIteration:
+        pass
+    except NoRoute as exc:
+        stop = exc
+        core.no_route(plan, exc)
+    core.commit(plan)
+    return seen, stop, plan.records
+
+
+def retried_steps(key: str, failure: Failure) -> list[str]:
+    """A retryable failure on one deployment of gpt-4.1: retried with a backoff until it has
+    failed ROUTE_MAX_ATTEMPTS times, or (a health failure) ALLOWED_FAILS times in a row, which puts
+    it out: the next deployment then, with no wait for a retry that would not be made."""
+    tries = ALLOWED_FAILS if failure.provider_health else ROUTE_MAX_ATTEMPTS
+    return [s for _ in range(tries) for s in (key, "wait")][:-1]
+
+
+def fallback_steps(key: str, failure: Failure) -> list[str]:
+    return [s for _ in range(ROUTE_MAX_ATTEMPTS) for s in (key, "wait")][:-1]
+
+
+def fails(failure: Failure | None, *, except_on: tuple[str, ...] = (), then: Failure | None = None):
+    """``failure`` on every deployment but those of ``except_on``, which get ``then``."""
+    return lambda key: then if key in except_on else failure
+
+
+def _in_flight(core: RoutingCore) -> list[int]:
+    return [core.route_table.stat(d).in_flight for d in core.route_table.routes["gpt-4.1"].deployments]
+
+
+def _health_left(core: RoutingCore, short: str):
+    d = core.route_table.routes["gpt-4.1"].deployments[0 if short == "a" else 1]
+    s = core.route_table.stat(d)
+    return s.fails_in_row, s.cooling_until > 0
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("failure", RETRIED, ids=_id)
+def test_route_retryable_failure_every_strategy(tmp_path, strategy: str, failure: Failure) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), why = STRATEGIES[strategy]
+    in_flight = _in_flight(core)
+    seen, stop, rows = drive_route(core, now, fails(failure))
+    expected = retried_steps(DEPLOYMENT[first], failure) + retried_steps(DEPLOYMENT[second], failure)
+    expected += fallback_steps(FB, failure)
+    assert seen == expected
+    assert stop is not None and stop.error_class == "no_route"
+    # What is recorded: one row per attempt, each naming its route, deployment and why, and the
+    # last one closing the request.
+    assert [r.deployment for r in rows] == [s for s in seen if s != "wait"]
+    assert all(r.status == "error" and r.error_class == failure.error_class for r in rows)
+    assert {r.route for r in rows if not r.fallback} == {"gpt-4.1"}
+    assert {r.route for r in rows if r.fallback} == {"claude-sonnet-4-20250514"}
+    assert rows[0].route_why.startswith(why)
+    assert all(r.route_why.startswith("fallback: weighted: 1 of 1") for r in rows if r.fallback)
+    assert [r.final for r in rows] == [False] * (len(rows) - 1) + [True]
+    # Health: a health failure puts both deployments out for cooldown_s; another (409) says nothing.
+    for short in "ab":
+        assert _health_left(core, short) == ((0, True) if failure.provider_health else (0, False))
+    fb = core.route_table.stat(core.route_table.routes["claude-sonnet-4-20250514"].deployments[0])
+    assert fb.fails_in_row == (ROUTE_MAX_ATTEMPTS if failure.provider_health else 0) and fb.cooling_until == 0
+    # Attempts in flight went up and down again, even though the request ended in NoRoute.
+    assert _in_flight(core) == in_flight
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("failure", FAILED_OVER, ids=_id)
+def test_route_failure_fails_over_at_once_every_strategy(tmp_path, strategy: str, failure: Failure) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), _ = STRATEGIES[strategy]
+    seen, stop, rows = drive_route(core, now, fails(failure))
+    assert seen == [DEPLOYMENT[first], DEPLOYMENT[second], FB]
+    assert stop is not None and stop.error_class == "no_route"
+    assert [(r.deployment, r.fallback, r.error_class) for r in rows] == [
+        (DEPLOYMENT[first], False, failure.error_class),
+        (DEPLOYMENT[second], False, failure.error_class),
+        (FB, True, failure.error_class),
+    ]
+    # One failure in a row is below allowed_fails: nobody cools; only a health class counts it.
+    for short in "ab":
+        assert _health_left(core, short) == (int(failure.provider_health), False)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("failure", REFUSED, ids=_id)
+def test_route_request_fault_stops_at_the_first_deployment_every_strategy(
+    tmp_path, strategy: str, failure: Failure
+) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, _second), _ = STRATEGIES[strategy]
+    seen, stop, rows = drive_route(core, now, fails(failure))
+    assert seen == [DEPLOYMENT[first]]
+    assert stop is not None and stop.error_class is None and str(stop) == f"request refused by {first}"
+    assert [(r.deployment, r.error_class, r.final) for r in rows] == [(DEPLOYMENT[first], failure.error_class, True)]
+    for short in "ab":  # the request's own fault and the gateway's saturation never count
+        assert _health_left(core, short) == (0, False)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("failure", RETRIED + FAILED_OVER, ids=_id)
+def test_route_second_deployment_answering_ends_the_loop_every_strategy(
+    tmp_path, strategy: str, failure: Failure
+) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), _ = STRATEGIES[strategy]
+    seen, stop, rows = drive_route(core, now, fails(failure, except_on=(DEPLOYMENT[second],)))
+    retried = failure in RETRIED  # FAILED_OVER holds a 429 whose Retry-After is beyond the cap
+    tried_first = retried_steps(DEPLOYMENT[first], failure) if retried else [DEPLOYMENT[first]]
+    assert stop is None and seen == [*tried_first, DEPLOYMENT[second]]
+    assert rows[-1].deployment == DEPLOYMENT[second] and rows[-1].status == "ok" and rows[-1].final
+    assert not any(r.fallback for r in rows)
+
+
+# The fallback kinds: which refusal sends the request where.
+CONTEXT = status_failure(400, "This model's maximum context length is 128000 tokens", detail="")
+CONTENT = status_failure(400, "The response was filtered due to the prompt triggering content_filter")
+ALL_FAILED = status_failure(503, "busy")
+KINDS = {  # what the first deployment answers -> where the request goes next, skipping the second
+    "context_window": (CONTEXT, CW, "gemini-2.5-flash"),
+    "content_policy": (CONTENT, CP, "deepseek-chat-v3.2"),
+}
+
+
+def test_the_kind_markers_are_request_faults_the_loop_would_otherwise_stop_on() -> None:
+    for failure in (CONTEXT, CONTENT):
+        assert failure.error_class == "bad_request" and not failure.fallback and not failure.provider_health
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_refusal_of_its_kind_goes_to_that_kinds_fallbacks_every_strategy(tmp_path, strategy: str, kind: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, _second), _ = STRATEGIES[strategy]
+    refusal, target, route = KINDS[kind]
+    seen, stop, rows = drive_route(core, now, fails(refusal, except_on=(target,)))
+    # the second deployment is not asked: it would refuse the same prompt for the same reason
+    assert stop is None and seen == [DEPLOYMENT[first], target]
+    assert [(r.deployment, r.route, r.fallback, r.status) for r in rows] == [
+        (DEPLOYMENT[first], "gpt-4.1", False, "error"),
+        (target, route, True, "ok"),
+    ]
+    assert rows[1].route_why == "fallback: weighted: 1 of 1"
+    assert _health_left(core, first) == (0, False)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_refusal_of_its_kind_after_a_health_failure_every_strategy(tmp_path, strategy: str, kind: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), _ = STRATEGIES[strategy]
+    refusal, target, _route = KINDS[kind]
+    outcomes = {DEPLOYMENT[first]: ALL_FAILED, DEPLOYMENT[second]: refusal, target: None}
+    seen, stop, _ = drive_route(core, now, outcomes.__getitem__)
+    assert stop is None
+    assert seen == [DEPLOYMENT[first], "wait", DEPLOYMENT[first], DEPLOYMENT[second], target]
+    assert _health_left(core, first) == (0, True) and _health_left(core, second) == (0, False)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_kind_fallback_refusing_too_ends_the_request_every_strategy(tmp_path, strategy: str, kind: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, _second), _ = STRATEGIES[strategy]
+    refusal, target, _route = KINDS[kind]
+    seen, stop, rows = drive_route(core, now, fails(refusal))
+    assert seen == [DEPLOYMENT[first], target]  # the kind's own fallbacks are empty: no further
+    assert stop is not None and stop.error_class is None
+    # named: the last upstream that refused it, the kind's fallback
+    assert str(stop) == f"request refused by {target.split('/')[0]}, and no fallback of its kind served it"
+    assert [r.final for r in rows] == [False, True]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_deployment_failing_goes_down_the_ordered_fallbacks_every_strategy(tmp_path, strategy: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), _ = STRATEGIES[strategy]
+    seen, stop, rows = drive_route(core, now, fails(ALL_FAILED, except_on=(FB,)))
+    assert stop is None
+    assert seen == retried_steps(DEPLOYMENT[first], ALL_FAILED) + retried_steps(DEPLOYMENT[second], ALL_FAILED) + [FB]
+    assert (rows[-1].deployment, rows[-1].route, rows[-1].fallback, rows[-1].status) == (
+        FB, "claude-sonnet-4-20250514", True, "ok",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_prompt_no_deployment_can_hold_goes_to_the_context_window_fallbacks_unsent(tmp_path, strategy: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    long_prompt = "x" * (4 * 250_000)  # ~250k tokens: over a's 200k window and b's 128k
+    seen, stop, rows = drive_route(core, now, fails(None), text=long_prompt)
+    assert stop is None and seen == [CW]
+    assert [(r.deployment, r.fallback) for r in rows] == [(CW, True)]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_prompt_only_one_deployment_holds_skips_the_other(tmp_path, strategy: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    medium = "x" * (4 * 150_000)  # ~150k tokens: fits a's 200k window, not b's 128k
+    seen, stop, _ = drive_route(core, now, fails(ALL_FAILED, except_on=(FB,)), text=medium)
+    assert stop is None and seen == [*retried_steps(DEPLOYMENT["a"], ALL_FAILED), FB]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_cooled_deployment_sits_out_the_next_request_then_comes_back_every_strategy(tmp_path, strategy: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    _, (first, second), _ = STRATEGIES[strategy]
+    seen, stop, _ = drive_route(core, now, fails(ALL_FAILED, except_on=(DEPLOYMENT[second],)))
+    assert stop is None and seen == [DEPLOYMENT[first], "wait", DEPLOYMENT[first], DEPLOYMENT[second]]
+    cooled_at = now[0]
+    seen, stop, rows = drive_route(core, now, fails(None))
+    assert seen == [DEPLOYMENT[second]]  # the first choice is cooling: not asked at all
+    assert stop is None and [(r.deployment, r.status, r.fallback) for r in rows] == [(DEPLOYMENT[second], "ok", False)]
+    now[0] = cooled_at + COOLDOWN_S + 1  # its cooldown is over
+    seen, stop, _ = drive_route(core, now, fails(status_failure(401, "bad key")))
+    assert set(seen[:2]) == {DEPLOYMENT["a"], DEPLOYMENT["b"]} and seen[2:] == [FB]
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_with_both_deployments_cooling_the_route_goes_straight_to_its_fallbacks(tmp_path, strategy: str) -> None:
+    core, now = route_core(tmp_path, strategy)
+    drive_route(core, now, fails(ALL_FAILED))  # both deployments of gpt-4.1 cool down (and fb fails)
+    seen, stop, rows = drive_route(core, now, fails(None))
+    assert stop is None and seen == [FB] and rows[0].fallback

@@ -572,3 +572,11 @@ def test_a_routes_requests_are_not_counted_in_the_global_canary_split(simulated)
     split = split_by_cause(simulated.engine, primary="holysheep", fallback="direct", now=now, minutes=15)
     assert split.total == 1 and split.refused == 0 and not split.moved
     assert sum(p + f for p, f in side_counts(simulated.engine, since=now - 900, until=now, step=60).values()) == 1
+
+
+def test_cooling_left_names_each_cooling_deployment_with_its_seconds_left():
+    t = table("ordered", A, B)
+    assert t.cooling_left(0.0) == {}
+    t.finished(A, 100.0, health=False, cooldown_s=30, allowed_fails=1)
+    assert t.cooling_left(110.0) == {A.key: 20.0}
+    assert t.cooling_left(130.0) == {}  # over: not reported

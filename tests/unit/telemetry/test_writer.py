@@ -274,6 +274,7 @@ def _random_records(seed: int, n: int) -> list[AttemptRecord]:
                 cost_usd=round(rng.uniform(0, 0.05), 7),
                 fallback=rng.random() < 0.3,
                 final=rng.random() < 0.6,
+                route=rng.choice([None, "gpt-4.1"]),
             )
         )
     return out
@@ -300,7 +301,10 @@ def test_rollups_equal_aggregates_over_raw_request_log_rows(engine) -> None:
     costs: dict[tuple, float] = defaultdict(float)
     lat_sums: dict[tuple, float] = defaultdict(float)
     for r in raw:
-        key = (math.floor(r["ts"] / 60.0) * 60, r["provider"], r["model"], r["intent"], r["source"], r["side"])
+        key = (
+            math.floor(r["ts"] / 60.0) * 60, r["provider"], r["model"], r["intent"], r["source"], r["side"],
+            r["route"] or "",
+        )  # fmt: skip
         e = expected[key]
         failed = r["status"] != "ok"
         e["attempts"] += 1

@@ -2,8 +2,8 @@
 state, current step and its start); rollout_lease: the one controller allowed to act, with an
 expiry and a fencing token every rollout write checks
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-02
 
 ``active_scope`` equals ``scope`` while a rollout is running or paused and is NULL once it ended;
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | Sequence[str] | None = "0015"
+revision: str = "0018"
+down_revision: str | Sequence[str] | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

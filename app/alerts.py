@@ -80,7 +80,7 @@ class Webhooks:
             if item is _STOP:
                 return
             assert isinstance(item, dict)
-            body = json.dumps(item, ensure_ascii=False, default=str).encode()
+            body = json.dumps(item, default=str).encode()  # ASCII: a lone surrogate in a reason cannot fail it
             for url in self.urls:
                 self._deliver(url, body, str(item.get("event")))
 

@@ -31,6 +31,19 @@ def _quiet(_: dict[str, Any]) -> None:
     return None
 
 
+def _text(name: str, value: str) -> str:
+    """``value`` stripped, or :class:`InvalidRequest` when empty or not text (bytes that are not
+    UTF-8 arrive from a command line as lone surrogates, which no database can store)."""
+    value = (value or "").strip()
+    if not value:
+        raise InvalidRequest(f"{name} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{name} is not valid text (it has bytes that are not UTF-8)") from None
+    return value
+
+
 def scope_of(settings: Settings, candidate: str, route: str | None) -> str:
     """The canary scope a rollout of ``candidate`` acts on, or :class:`InvalidRequest` when the
     configuration cannot send it the canary share: the global canary's share goes to
@@ -73,10 +86,9 @@ def start(
     """Store and start ``plan`` (see :func:`db.rollouts.start`); nothing is written when refused."""
     if plan.shadow_share is not None:
         raise InvalidRequest("--shadow-share: a shadow phase is not supported yet; start the rollout without it")
-    if not (reason or "").strip():
-        raise InvalidRequest("--reason must not be empty")
+    reason, actor = _text("--reason", reason), _text("--actor", actor)
     scope = scope_of(settings, plan.candidate, plan.route)
-    r = rollouts.start(engine, plan, scope=scope, actor=actor, reason=reason.strip(), now=now)
+    r = rollouts.start(engine, plan, scope=scope, actor=actor, reason=reason, now=now)
     notify(rollout_event("start", r, r.last_reason))
     return r
 
@@ -134,14 +146,13 @@ def command(
 ) -> tuple[RolloutState, Action]:  # fmt: skip
     """``promote [--full] | pause | resume | abort`` by hand on ``r``: refused (nothing written)
     when it does not apply to its state or the reason is empty."""
-    if not (reason or "").strip():
-        raise InvalidRequest("--reason must not be empty")
+    reason, actor = _text("--reason", reason), _text("--actor", actor)
     try:
         action = manual(r, verb, full=full)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
     ts = time.time() if now is None else now
-    why = f"{action.reason} ({actor}): {reason.strip()}"
+    why = f"{action.reason} ({actor}): {reason}"
     ratio = None if r.plan.dry_run else action.ratio
     new = rollouts.apply(engine, r, state=action.state, step_index=action.step_index, ratio=ratio, actor=actor,
                          reason=why, now=ts, restart_clock=verb == "resume")  # fmt: skip

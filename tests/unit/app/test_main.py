@@ -87,6 +87,7 @@ def rollout_cli(monkeypatch, sqlite_url, capsys):
         (("--shadow-share", "0.05"), "--shadow-share and --shadow-budget-usd go together"),
         (("--reason", " "), "--reason must not be empty"),
         (("--actor", "rollout"), "reserved system actor"),
+        (("--reason", "bad \udcff byte"), "--reason is not valid text"),
     ],
 )
 def test_rollout_start_refuses_bad_values_with_one_line_and_writes_nothing(rollout_cli, args, needle) -> None:

@@ -97,3 +97,27 @@ def test_a_fenced_write_with_an_old_token_writes_nothing(engine) -> None:
     rollouts.apply(engine, r, state="running", step_index=1, ratio=0.05, actor="rollout", reason="ok", now=112,
                    fence=new)  # fmt: skip
     assert canary.get_state(engine).ratio == 0.05
+
+
+def test_racing_takeovers_of_an_expired_lease_leave_exactly_one_holder(engine) -> None:
+    import threading
+
+    rollouts.acquire_lease(engine, "old", ttl_s=1, now=100)
+    start = threading.Barrier(4)
+    got: list[Fence | None] = []
+    lock = threading.Lock()
+
+    def take(i: int) -> None:
+        start.wait()
+        fence = rollouts.acquire_lease(engine, f"p{i}", ttl_s=10, now=200)
+        with lock:
+            got.append(fence)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [f for f in got if f is not None]
+    assert len(winners) == 1 and winners[0].token == 2
+    assert rollouts.lease_holder(engine) == (winners[0].holder, 2, 210.0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import plotly.graph_objects as go
@@ -108,9 +109,9 @@ def _status(r: RolloutState) -> str:
 
 def timeline(r: RolloutState, trail: list[tuple[float, float, float, str, str]], now: float) -> go.Figure:
     """The rollout's weight over time (a step line), each decision a marker with its reason."""
-    xs = [t for t, *_ in trail]
+    xs = [datetime.fromtimestamp(t, UTC) for t, *_ in trail]
     ys = [new * 100 for _, _, new, _, _ in trail]
-    end = now if r.active else (xs[-1] if xs else now)
+    end = datetime.fromtimestamp(now, UTC) if r.active or not xs else xs[-1]
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(x=[*xs, end], y=[*ys, ys[-1] if ys else 0.0], mode="lines", line={"shape": "hv"}, name="weight (%)")

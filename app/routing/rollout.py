@@ -113,18 +113,18 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
     hold = Action(HOLD, "", r.state, r.step_index, None)
     if r.state != RUNNING:
         return hold
-    if not plan.dry_run and abs(evidence.canary_ratio - r.weight) > RATIO_TOLERANCE:
-        if evidence.canary_ratio <= 0.0:
-            why = f"rollout abort at {at}: the canary ratio was set to 0 % outside the rollout (guardrail or operator)"
-            return Action(ABORT, why, ABORTED, r.step_index, 0.0)
-        why = f"rollout pause at {at}: the canary ratio was set to {pct(evidence.canary_ratio)} outside the rollout"
-        return Action(PAUSE, why, PAUSED, r.step_index, None)
     worse = sorted((m for m in evidence.metrics if m.verdict == "worse"), key=lambda m: m.p_value)
     if worse:
         why = f"rollout{dry} abort at {at}: {describe(worse[0])}"
         if len(worse) > 1:
             why += f" (and {', '.join(SIGNAL_WORDS.get(m.name, m.name) for m in worse[1:])})"
         return Action(ABORT, why, ABORTED, r.step_index, 0.0)
+    if not plan.dry_run and abs(evidence.canary_ratio - r.weight) > RATIO_TOLERANCE:
+        if evidence.canary_ratio <= 0.0:
+            why = f"rollout abort at {at}: the canary ratio was set to 0 % outside the rollout (guardrail or operator)"
+            return Action(ABORT, why, ABORTED, r.step_index, 0.0)
+        why = f"rollout pause at {at}: the canary ratio was set to {pct(evidence.canary_ratio)} outside the rollout"
+        return Action(PAUSE, why, PAUSED, r.step_index, None)
     elapsed = now - r.step_started_at
     if elapsed < plan.bake_s:
         return hold

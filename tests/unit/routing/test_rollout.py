@@ -49,6 +49,8 @@ CASES = [
     ("last step below 100 completes there", rollout(1, steps=(1.0, 25.0)), evidence(ratio=0.25), 1600,
      "complete", "completed", 1, None, "complete at 25 %"),
     ("guardrail zero aborts", rollout(), evidence(ratio=0.0), 1001, "abort", "aborted", 2, 0.0, "set to 0 %"),
+    ("a worse metric explains a guardrail's zero", rollout(), evidence(REFUSALS_WORSE, ratio=0.0), 1001, "abort",
+     "aborted", 2, 0.0, "rollout abort at 10 %: refusal rate"),
     ("hand-set ratio pauses", rollout(), evidence(ratio=0.3), 1001, "pause", "paused", 2, None, "set to 30 %"),
     ("paused holds", rollout(state="paused"), evidence(REFUSALS_WORSE), 5000, "hold", "paused", 2, None, ""),
     ("dry run ignores the ratio", rollout(dry=True), evidence(ratio=0.0), 1600, "step", "running", 3, 0.25,

@@ -19,6 +19,7 @@ from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
 from core.rollout import Plan, RolloutState
 from db import rollouts
+from db.breakers import live_breakers
 from db.canary import GLOBAL, get_state, route_scope
 
 #: Signals whose nodata does not hold a step: they need the baseline's p95 from before the rollout,
@@ -118,7 +119,10 @@ def read(engine: Engine, r: RolloutState, now: float) -> Reading:
                        min_samples=plan.min_samples)  # fmt: skip
     step_c, step_b = arm_requests(engine, since=r.step_started_at, until=now, route=plan.route)
     ratio = get_state(engine, r.scope)
-    return Reading(r, analysis, Evidence(metrics_of(analysis), step_c, step_b, ratio.ratio), ratio.version)
+    breaker = live_breakers(engine, now=now).get(plan.candidate)
+    is_open = breaker is not None and breaker.state == "open"
+    evidence = Evidence(metrics_of(analysis), step_c, step_b, ratio.ratio, breaker_open=is_open)
+    return Reading(r, analysis, evidence, ratio.version)
 
 
 def find(engine: Engine, settings: Settings, route: str | None) -> RolloutState:

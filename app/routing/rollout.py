@@ -3,9 +3,9 @@
 :func:`decide` returns what to do now, and why in words fit for the audit trail:
 
 - ``abort`` (weight 0) the moment any metric is judged worse (the tests are anytime-valid, so
-  reading them every few seconds keeps the false-abort probability at most ``alpha``), or when the
-  scope's ratio was set to 0 underneath the rollout (the guardrail, the absolute circuit breaker
-  under the analysis, or an operator);
+  reading them every few seconds keeps the false-abort probability at most ``alpha``), when the
+  candidate's circuit breaker is open, or when the scope's ratio was set to 0 underneath the
+  rollout (the guardrail, the absolute circuit breaker under the analysis, or an operator);
 - ``pause`` when the ratio was moved to another value by hand (the rollout no longer owns it), or
   when the step is inconclusive: :func:`inconclusive_after` passed and a critical metric still
   lacks its samples (nodata never passes a critical metric);
@@ -69,7 +69,9 @@ class Evidence:
     step_candidate: int  # requests on each arm since the current step started
     step_baseline: int
     canary_ratio: float  # the scope's stored ratio now
-    breaker_open: bool = False  # reserved for a candidate whose breaker is open everywhere
+    # The candidate's circuit breaker is open in a live process: its arm's requests are being
+    # answered elsewhere, so the analysis no longer sees the candidate (and the breaker saw enough).
+    breaker_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,12 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
         why = f"rollout{dry} abort at {at}: {describe(worse[0])}"
         if len(worse) > 1:
             why += f" (and {', '.join(SIGNAL_WORDS.get(m.name, m.name) for m in worse[1:])})"
+        return Action(ABORT, why, ABORTED, r.step_index, 0.0)
+    if evidence.breaker_open:
+        why = (
+            f"rollout{dry} abort at {at}: the circuit breaker for {plan.candidate} is open (its requests are "
+            "answered elsewhere, so the analysis cannot see it)"
+        )
         return Action(ABORT, why, ABORTED, r.step_index, 0.0)
     if not plan.dry_run and abs(evidence.canary_ratio - r.weight) > RATIO_TOLERANCE:
         if evidence.canary_ratio <= 0.0:

@@ -48,6 +48,8 @@ CASES = [
      "complete", "completed", 5, 1.0, "complete: 50 % -> 100 %"),
     ("last step below 100 completes there", rollout(1, steps=(1.0, 25.0)), evidence(ratio=0.25), 1600,
      "complete", "completed", 1, None, "complete at 25 %"),
+    ("an open breaker aborts", rollout(), Evidence((ok(),), 500, 5000, 0.10, breaker_open=True), 1001, "abort",
+     "aborted", 2, 0.0, "circuit breaker for holysheep is open"),
     ("guardrail zero aborts", rollout(), evidence(ratio=0.0), 1001, "abort", "aborted", 2, 0.0, "set to 0 %"),
     ("a worse metric explains a guardrail's zero", rollout(), evidence(REFUSALS_WORSE, ratio=0.0), 1001, "abort",
      "aborted", 2, 0.0, "rollout abort at 10 %: refusal rate"),

@@ -1,4 +1,4 @@
-"""Command line: ``python -m app chat|canary|loadgen|simulate|dashboard|serve|keys|status|users``.
+"""Command line: ``python -m app chat|canary|rollout|loadgen|simulate|dashboard|serve|keys|status|users``.
 
 Exit 0 on success; otherwise one clear line on stderr and a non-zero code (2 for bad input or
 configuration, 1 when the gateway itself failed). No tracebacks unless ``--debug`` is given.
@@ -222,6 +222,113 @@ def cmd_canary_analyze(args: argparse.Namespace) -> int:
             f"  {s.signal:<17} candidate {s.candidate:>6} ({rate(s.candidate_rate)})  baseline {s.baseline:>6} "
             f"({rate(s.baseline_rate)})  ratio {ratio:>7}  p {s.p_value:.3g}  {s.verdict}"
         )
+    return 0
+
+
+def _actor(args: argparse.Namespace) -> str:
+    from app.accounts import RESERVED_ACTORS
+
+    if args.actor and args.actor.strip().lower() in RESERVED_ACTORS:
+        raise CliError(f"--actor {args.actor!r} is a reserved system actor; name yourself instead")
+    return (args.actor or "").strip() or getpass.getuser() or "cli"
+
+
+def _alerts(settings):
+    """The webhooks of ``[alerts]``, for the events a command causes (flushed, within a bound, at exit)."""
+    from app.alerts import Webhooks
+
+    a = settings.alerts
+    return Webhooks(a.webhooks, timeout_s=a.timeout_s, attempts=a.attempts)
+
+
+def _rollout_json(r, reading=None) -> dict:
+    out = r.to_dict()
+    if reading is not None:
+        a = reading.analysis
+        out["analysis"] = {
+            "verdict": a.verdict, "candidate_requests": a.candidate_requests, "baseline_requests": a.baseline_requests,
+            "step_candidate_requests": reading.evidence.step_candidate,
+            "step_baseline_requests": reading.evidence.step_baseline, "alpha": a.alpha, "metrics": a.rows(),
+        }  # fmt: skip
+    return out
+
+
+def cmd_rollout_start(args: argparse.Namespace) -> int:
+    from app.rollout import ops
+    from core.rollout import DEFAULT_STEPS, check_plan
+
+    # Every value is checked before the configuration or the database is touched.
+    plan = check_plan(
+        candidate=args.candidate, route=args.route, steps=args.steps or DEFAULT_STEPS, bake_s=args.bake_s,
+        min_samples=args.min_samples, alpha=args.alpha, dry_run=args.dry_run, shadow_share=args.shadow_share,
+        shadow_budget_usd=args.shadow_budget_usd,
+    )  # fmt: skip
+    if not (args.reason or "").strip():
+        raise CliError("--reason must not be empty")
+    actor = _actor(args)
+    settings = _settings()
+    alerts = _alerts(settings)
+    try:
+        r = ops.start(_engine(settings), settings, plan, actor=actor, reason=args.reason, notify=alerts.send)
+    finally:
+        alerts.close()
+    print(json.dumps(_rollout_json(r)) if args.json else ops.summary(r))
+    return 0
+
+
+def cmd_rollout_status(args: argparse.Namespace) -> int:
+    import time
+
+    from app.rollout import ops
+    from db import rollouts
+
+    settings = _settings()
+    engine = _engine(settings)
+    shown = rollouts.all_active(engine) or [r for r in [rollouts.latest(engine)] if r is not None]
+    now = time.time()
+    readings = [ops.read(engine, r, now) for r in shown]
+    if args.json:
+        print(json.dumps({"rollouts": [_rollout_json(x.rollout, x) for x in readings]}))
+        return 0
+    if not readings:
+        print("no rollout yet (start one with `python -m app rollout start`)")
+    for x in readings:
+        r, a, e = x.rollout, x.analysis, x.evidence
+        print(ops.summary(r))
+        print(f"  last: {r.last_reason}")
+        print(
+            f"  step {now - r.step_started_at:.0f} s old: {e.step_candidate} candidate / {e.step_baseline} baseline "
+            f"requests; since start {a.candidate_requests} / {a.baseline_requests}; verdict {a.verdict}"
+        )
+        for s in a.signals:
+            rate = lambda v: "-" if v is None else f"{v:.2%}"  # noqa: E731
+            print(
+                f"  {s.signal:<17} candidate {s.candidate:>6} ({rate(s.candidate_rate)})  baseline {s.baseline:>6} "
+                f"({rate(s.baseline_rate)})  p {s.p_value:.3g}  {s.verdict}"
+            )
+    return 0
+
+
+def cmd_rollout_act(args: argparse.Namespace) -> int:
+    from app.rollout import ops
+
+    if not (args.reason or "").strip():
+        raise CliError("--reason must not be empty")
+    actor = _actor(args)
+    settings = _settings()
+    engine = _engine(settings)
+    r = ops.find(engine, settings, args.route)
+    alerts = _alerts(settings)
+    try:
+        new, _ = ops.command(engine, r, args.verb, actor=actor, reason=args.reason,
+                                  full=getattr(args, "full", False), notify=alerts.send)  # fmt: skip
+    finally:
+        alerts.close()
+    if args.json:
+        print(json.dumps(_rollout_json(new)))
+    else:
+        print(new.last_reason)
+        print(ops.summary(new))
     return 0
 
 
@@ -455,6 +562,40 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--alpha", default="0.05", help="false-alarm level over all signals (default 0.05)")
     analyze.add_argument("--json", action="store_true")
     analyze.set_defaults(func=cmd_canary_analyze)
+
+    ro = sub.add_parser("rollout", help="progressive delivery: start, status, promote, pause, resume, abort")
+    rsub = ro.add_subparsers(dest="rollout_command", required=True)
+    rstart = rsub.add_parser("start", help="start a rollout of a candidate provider")
+    rstart.add_argument("--candidate", required=True, help="routing.primary, or the --route's canary provider")
+    rstart.add_argument("--route", default=None, help="a route's canary (default: the global canary)")
+    rstart.add_argument("--steps", default=None, help="weights in percent, increasing (default 1,5,10,25,50,100)")
+    rstart.add_argument("--bake-s", default="600", help="seconds each step bakes at least (default 600)")
+    rstart.add_argument("--min-samples", default="50", help="requests per arm a step needs (default 50)")
+    rstart.add_argument("--alpha", default="0.05", help="false-abort level over all metrics (default 0.05)")
+    rstart.add_argument("--shadow-share", default=None, help="not supported yet")
+    rstart.add_argument("--shadow-budget-usd", default=None, help="not supported yet")
+    rstart.add_argument("--dry-run", action="store_true", help="analyse and record, never move the weight")
+    rstart.add_argument("--reason", default=None, help="why (required)")
+    rstart.add_argument("--actor", default=None)
+    rstart.add_argument("--json", action="store_true")
+    rstart.set_defaults(func=cmd_rollout_start)
+    rstatus = rsub.add_parser("status", help="every active rollout (else the last): step, weight, every metric")
+    rstatus.add_argument("--json", action="store_true")
+    rstatus.set_defaults(func=cmd_rollout_status)
+    for verb, what in (
+        ("promote", "go to the next step now (--full: to 100 %)"),
+        ("pause", "stop stepping; the weight stays"),
+        ("resume", "step again; the step's bake time starts over"),
+        ("abort", "end it; the weight goes to 0"),
+    ):
+        rv = rsub.add_parser(verb, help=what)
+        if verb == "promote":
+            rv.add_argument("--full", action="store_true", help="straight to 100 %")
+        rv.add_argument("--reason", default=None, help="why (required)")
+        rv.add_argument("--actor", default=None)
+        rv.add_argument("--route", default=None, help="the route's rollout (needed when several are active)")
+        rv.add_argument("--json", action="store_true")
+        rv.set_defaults(func=cmd_rollout_act, verb=verb)
 
     lg = sub.add_parser("loadgen", help="generate traffic through the routing client")
     # Numbers stay text here and are parsed with their bounds by the command (one clear line).

@@ -29,7 +29,9 @@ from db import users as db
 
 ROLES: tuple[str, ...] = ("viewer", "operator", "admin")
 RANK = {role: i for i, role in enumerate(ROLES)}
-RESERVED_ACTORS = frozenset({"guardrail", "config", "system", "cli", "api", "loadgen", "playground", "anonymous"})
+RESERVED_ACTORS = frozenset(
+    {"guardrail", "rollout", "config", "system", "cli", "api", "loadgen", "playground", "anonymous"}
+)
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._@-]{0,63}")
 MIN_PASSWORD = 8
 MAX_PASSWORD = 1024

@@ -436,6 +436,23 @@ SESSION_TTL_MIN_S = 60.0
 SESSION_TTL_MAX_S = 30 * 86400.0
 
 
+class AlertsConfig(_Strict):
+    """``[alerts]``: where rollout steps, pauses, aborts, completions, guardrail rollbacks and
+    breaker openings are sent as JSON (a Slack-compatible ``text`` field included)."""
+
+    webhooks: list[str] = Field(default_factory=list, max_length=20)
+    timeout_s: float = Field(default=5.0, gt=0, le=60)  # one delivery attempt, connect to answer
+    attempts: int = Field(default=3, ge=1, le=10)  # tries per event and URL, with a growing pause
+
+    @field_validator("webhooks")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if len(url) > 2000 or not re.fullmatch(r"https?://[^/\s?#]+(/\S*)?", url):
+                raise ValueError(f"{url[:100]!r} is not an http:// or https:// URL")
+        return urls
+
+
 class DashboardConfig(_Strict):
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
     # A provider without a failed attempt this long is no longer failing: the Overview's incident
@@ -460,6 +477,7 @@ class FileConfig(_Strict):
     dashboard: DashboardConfig = DashboardConfig()
     database: DatabaseConfig = DatabaseConfig()
     server: ServerConfig = ServerConfig()
+    alerts: AlertsConfig = AlertsConfig()
     routes: dict[Annotated[str, Field(pattern=_ROUTE_NAME)], RouteConfig] = Field(default_factory=dict)
     database_url: str | None = None
 
@@ -552,6 +570,7 @@ class Settings(BaseModel):
     database: DatabaseConfig = DatabaseConfig()
     breaker: BreakerConfig = BreakerConfig()
     server: ServerConfig = ServerConfig()
+    alerts: AlertsConfig = AlertsConfig()
     routes: dict[str, RouteConfig] = {}
 
     @property
@@ -772,6 +791,7 @@ def load_settings(
         database=file_cfg.database,
         breaker=file_cfg.breaker,
         server=file_cfg.server,
+        alerts=file_cfg.alerts,
         routes=file_cfg.routes,
     )
 

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import httpx2
 from sqlalchemy import Engine
 
+from app.alerts import Webhooks, event
 from app.breaker_report import BreakerReporter
 from app.config import Settings, load_settings
 from app.guardrail import CHECK_EVERY_S, guardrail_timer
@@ -76,6 +77,8 @@ class Gateway(Generic[C]):
     client: C
     owns_telemetry: bool = True
     breaker_report: BreakerReporter | None = None
+    alerts: Webhooks | None = None
+    rollouts: Any = None  # the rollout controller (app.rollout.driver.RolloutDriver) when this process runs one
     _closed: bool = field(default=False, repr=False)
     _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -92,6 +95,8 @@ class Gateway(Generic[C]):
             if self._closed:
                 return
             self._closed = True
+        if self.rollouts is not None:
+            self.rollouts.close()
         if self.guardrail is not None:
             self.guardrail.stop()
         if self.breaker_report is not None:
@@ -102,6 +107,8 @@ class Gateway(Generic[C]):
         else:
             self.telemetry.flush()
         self.client.close_http()
+        if self.alerts is not None:
+            self.alerts.close()
 
     def __enter__(self) -> Gateway[C]:
         return self
@@ -129,6 +136,9 @@ def assemble(
     telemetry: TelemetryWriter | None = None,
     guardrail: bool = True,
     guardrail_every_s: float = CHECK_EVERY_S,
+    rollout_controller: bool = False,
+    rollout_every_s: float | None = None,
+    alerts: Webhooks | None = None,
 ) -> Gateway[C]:
     """Build the whole object graph from ``settings`` (default: ``GATEWAY_CONFIG`` and
     ``DATABASE_URL``).
@@ -136,7 +146,10 @@ def assemble(
     ``transports`` replaces a provider's network (tests, benchmarks); every other ``sim://``
     provider gets the built-in simulator. ``stop`` ends the background timers when set (tests may
     pass their own); ``monotonic`` is their clock. ``guardrail=False`` leaves the guardrail timer
-    out (the simulator process, benchmarks).
+    out (the simulator process, benchmarks). ``alerts`` replaces the ``[alerts]`` webhooks (tests).
+    ``rollout_controller=True`` runs the rollout
+    controller here too (the processes that route: ``serve`` and the dashboard); one process of all
+    that run it acts, by a lease in the database.
     """
     from db.canary import ensure_setting, read_ratio_version, read_route_ratios
     from db.engine import DbTimeouts, get_engine
@@ -167,12 +180,24 @@ def assemble(
         batch_size=settings.telemetry.batch_size,
         flush_interval_s=settings.telemetry.flush_interval_s,
     )
+    if alerts is None:
+        a = settings.alerts
+        alerts = Webhooks(a.webhooks, timeout_s=a.timeout_s, attempts=a.attempts)
+
+    def rolled_back() -> None:
+        refresher.reload_all()
+        from db.canary import audit_log
+
+        last = audit_log(engine, limit=1, scope="global")
+        why = last[0].reason if last else "automatic rollback"
+        alerts.send(event("guardrail.rollback", f"[global canary] canary rolled back to 0 %: {why}", reason=why))
+
     timer = None
     if guardrail:
         timer = guardrail_timer(
             engine,
             settings,
-            on_rollback=refresher.reload_all,
+            on_rollback=rolled_back,
             interval_s=guardrail_every_s,
             stop=stop,
             wall_clock=wall_clock,
@@ -204,6 +229,7 @@ def assemble(
         guardrail=timer,
         client=client,
         owns_telemetry=owns_telemetry,
+        alerts=alerts,
     )
     client.attach(gateway)
 
@@ -213,6 +239,20 @@ def assemble(
         record_breaker_change_later(engine, provider, old, new, why)
 
     client.on_breaker_change.append(record_breaker_change)
+
+    def alert_breaker_open(provider: str, old: str, new: str, why: str) -> None:
+        if new == "open":
+            alerts.send(event("breaker.open", f"circuit breaker for {provider} opened: {why}", provider=provider,
+                              reason=why, source=source))  # fmt: skip
+
+    client.on_breaker_change.append(alert_breaker_open)
+    if rollout_controller:
+        from app.rollout.driver import INTERVAL_S, LEASE_TTL_S, RolloutDriver
+
+        gateway.rollouts = RolloutDriver(
+            engine, notify=alerts.send, on_change=refresher.reload_all, wall_clock=wall_clock, stop=stop,
+            interval_s=rollout_every_s or INTERVAL_S, lease_ttl_s=max(LEASE_TTL_S, 5 * (rollout_every_s or INTERVAL_S)),
+        )  # fmt: skip
     # Every process reports its breakers and cooling route deployments with a heartbeat: the
     # banner and the routes table count only live processes.
     reporter = BreakerReporter(
@@ -230,5 +270,7 @@ def assemble(
     reporter.start()
     if timer is not None:
         timer.start()
+    if gateway.rollouts is not None:
+        gateway.rollouts.start()
     flush_on_sigterm(gateway)  # only where the program left SIGTERM at its default (app.shutdown)
     return gateway

@@ -1,9 +1,10 @@
 """``python -m benchmarks rollouts``: the rollout analysis checked by simulation, through the real
 test (:class:`core.sequential.RateRatioTest`).
 
-Seeded rollouts over synthetic traffic with known distributions. Each rollout walks the steps
-``[1, 5, 10, 25, 50, 100]`` %; a step bakes ``BENCH_ROLLOUT_STEP_REQUESTS`` requests (default
-2,000), held until the candidate has had ``MIN_SAMPLES`` (50) of its own. Every request goes to the
+Seeded rollouts over synthetic traffic with known distributions. Each rollout walks the default
+steps ``[1, 5, 10, 25, 50, 100]`` %; a step bakes ``BENCH_ROLLOUT_STEP_REQUESTS`` requests (default:
+the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held until the candidate has
+had ``MIN_SAMPLES`` (50) of its own. Every request goes to the
 candidate with the step's weight; each metric is a count of events:
 
 - provider errors, refusals, truncations, broken tool-call JSON, schema violations: each request has
@@ -13,8 +14,9 @@ candidate with the step's weight; each metric is a count of events:
   of its requests above it, so "not worse" keeps its meaning as a rate).
 
 The analysis reads after every event (as often as one may look); a metric's test rejects at
-``alpha / 8`` (Bonferroni over the eight metrics), so the overall false-abort probability is at most
-``alpha`` = 0.05. Reported:
+``alpha / len(SIGNALS)``: the real controller splits alpha over every signal of
+:mod:`app.monitor.canary_analysis` (Bonferroni), of which these eight are simulated, so the overall
+false-abort probability is at most ``alpha`` = 0.05. Reported:
 
 - the false-abort rate of a healthy candidate over ``BENCH_ROLLOUT_HEALTHY`` (default 1,000)
   rollouts, with its 95 % Wilson interval; budget: the interval's lower end at most alpha (the rate
@@ -35,15 +37,17 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from app.monitor.canary_analysis import SIGNALS
+from core.rollout import DEFAULT_BAKE_S, DEFAULT_MIN_SAMPLES, DEFAULT_STEPS
 from core.sequential import RateRatioTest
 
-STEPS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
-STEP_REQUESTS = int(os.environ.get("BENCH_ROLLOUT_STEP_REQUESTS", "2000"))
+STEPS = tuple(s / 100 for s in DEFAULT_STEPS)
 HEALTHY = int(os.environ.get("BENCH_ROLLOUT_HEALTHY", "1000"))
 REGRESSED = int(os.environ.get("BENCH_ROLLOUT_REGRESSED", "200"))
-MIN_SAMPLES = 50
+MIN_SAMPLES = DEFAULT_MIN_SAMPLES
 ALPHA = 0.05
 RPS = 5.0  # requests per second: the guardrail's 5-minute window holds 1,500 requests
+STEP_REQUESTS = int(os.environ.get("BENCH_ROLLOUT_STEP_REQUESTS", str(round(DEFAULT_BAKE_S * RPS))))
 COUNTS = ("errors", "refusals", "truncations", "tool_json", "schema")
 TAILS = ("latency", "ttft", "cost")
 METRICS = COUNTS + TAILS
@@ -99,7 +103,7 @@ class Outcome:
 def rollout(candidate: Arm, seed: int) -> Outcome:
     rng = random.Random(seed)
     limit = thresholds(rng)
-    tests = {m: RateRatioTest(theta0=1.0, alpha=ALPHA / len(METRICS)) for m in METRICS}
+    tests = {m: RateRatioTest(theta0=1.0, alpha=ALPHA / len(SIGNALS)) for m in METRICS}
     out = Outcome()
     window: deque[tuple[float, bool]] = deque()  # the guardrail's: (time, failed) of candidate attempts
     clock = 0.0
@@ -166,13 +170,14 @@ def run() -> list[dict]:
             "ok": lo <= ALPHA,
             "n": HEALTHY,
             "spread": f"95 % interval {lo:.4f}-{hi:.4f}; guardrail false trips {guard_false}",
-            "measured": f"{HEALTHY} seeded rollouts, steps {STEPS}, {STEP_REQUESTS} requests a step, 8 metrics at "
-            f"alpha/8 each, read after every event",
+            "measured": f"{HEALTHY} seeded rollouts, steps {STEPS}, {STEP_REQUESTS} requests a step, "
+            f"{len(METRICS)} metrics at alpha/{len(SIGNALS)} each, read after every event",
         }
     )
     for i, (name, arm) in enumerate(SCENARIOS.items()):
         outs = [rollout(arm, 1_000_000 * (i + 1) + seed) for seed in range(REGRESSED)]
         early = sum(o.aborted_at is not None and o.aborted_at <= 0.25 for o in outs)
+        lo_r, hi_r = wilson(early, REGRESSED)
         until = [o.candidate_requests for o in outs if o.aborted_at is not None]
         guard = sum(o.guardrail_at is not None and o.guardrail_at <= 0.25 for o in outs)
         by_metric: dict[str, int] = {}
@@ -188,6 +193,7 @@ def run() -> list[dict]:
                 "ok": early / REGRESSED >= 0.95,
                 "n": REGRESSED,
                 "spread": (
+                    f"95 % interval {lo_r:.3f}-{hi_r:.3f}; "
                     f"median {statistics.median(until) if until else 'n/a'} candidate requests to abort; "
                     f"guardrail caught {guard / REGRESSED:.0%}; aborted on {by_metric}"
                 ),

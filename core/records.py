@@ -52,6 +52,14 @@ class AttemptRecord:
     route: str | None = None
     deployment: str | None = None
     route_why: str | None = None
+    # What a canary analysis judges an answer by (see core.quality): the model refused (a refusal, or
+    # finish_reason content_filter); tool calls whose arguments are not valid JSON; the answer fails
+    # the json_schema the caller asked for (None: none asked, or not judged); a stream's mean time
+    # between output chunks.
+    refused: bool = False
+    tool_json_bad: int = 0
+    schema_bad: bool | None = None
+    chunk_gap_ms: float | None = None
 
     def to_tuple(self) -> tuple:
         """The row in :data:`FIELD_NAMES` order, for the driver's executemany."""

@@ -152,6 +152,11 @@ class RequestLog(Base):
     route: Mapped[str | None] = mapped_column(String(128))
     deployment: Mapped[str | None] = mapped_column(String(200))
     route_why: Mapped[str | None] = mapped_column(String(200))
+    # migration 0019: what the canary analysis judges answers by (core.quality).
+    refused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    tool_json_bad: Mapped[int] = mapped_column(Integer, server_default="0")
+    schema_bad: Mapped[bool | None] = mapped_column(Boolean)
+    chunk_gap_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class _RollupColumns:
@@ -323,6 +328,48 @@ class CanaryAudit(Base):
     scope: Mapped[str] = mapped_column(String(140), default="global", server_default="global")  # migration 0015
 
 
+class Rollout(Base):
+    """A progressive-delivery plan for one canary scope and where it stands (migration 0018).
+    ``active_scope`` is ``scope`` while running or paused, NULL once ended: one active per scope."""
+
+    __tablename__ = "rollout"
+    __table_args__ = (UniqueConstraint("active_scope", name="uq_rollout_active_scope"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(140))
+    active_scope: Mapped[str | None] = mapped_column(String(140))
+    candidate: Mapped[str] = mapped_column(String(64))
+    route: Mapped[str | None] = mapped_column(String(128))
+    steps: Mapped[str] = mapped_column(String(400))  # percents, comma-separated: "1,5,10,25,50,100"
+    bake_s: Mapped[float] = mapped_column(Float)
+    min_samples: Mapped[int] = mapped_column(Integer)
+    alpha: Mapped[float] = mapped_column(Float)
+    dry_run: Mapped[bool] = mapped_column(Boolean)
+    shadow_share: Mapped[float | None] = mapped_column(Float)
+    shadow_budget_usd: Mapped[float | None] = mapped_column(Float)
+    state: Mapped[str] = mapped_column(String(16))  # running | paused | aborted | completed
+    step_index: Mapped[int] = mapped_column(Integer)
+    step_started_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float, index=True)
+    started_by: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(String(500))
+    updated_at: Mapped[float] = mapped_column(Float)
+    last_reason: Mapped[str] = mapped_column(String(500))
+    version: Mapped[int] = mapped_column(Integer)  # optimistic lock: every write names the one it read
+
+
+class RolloutLease(Base):
+    """Which process may act on rollouts, until when, and its fencing token: a counter raised on
+    every change of holder, which every rollout write checks (migration 0018)."""
+
+    __tablename__ = "rollout_lease"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
 class GuardrailSetting(Base):
     """Automatic rollback of the canary when the primary's error rate crosses a threshold."""
 
@@ -350,6 +397,14 @@ class SimFault(Base):
     latency_multiplier: Mapped[float] = mapped_column(Float, default=1.0)
     reject_cache_hints: Mapped[bool] = mapped_column(Boolean, default=False)
     stream_break_rate: Mapped[float] = mapped_column(Float, default=0.0)
+    # migration 0020: answer-quality faults (core.faults.FaultSettings.QUALITY)
+    refusal_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    truncation_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    empty_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    tool_json_break_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    schema_violation_rate: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    verbosity_multiplier: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+    ttft_multiplier: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     updated_at: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(128))
 

@@ -12,7 +12,7 @@ import time
 import pandas as pd
 import streamlit as st
 
-from app.dashboard import canary_form
+from app.dashboard import canary_form, rollout_panel
 from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.providers import provider_role
 from app.display.fmt import ago, ratio_pct, when
@@ -318,6 +318,90 @@ for route, label in scopes if compare else []:
         },
     )
 
+st.subheader("Progressive rollout")
+st.caption(
+    "A plan the gateway carries out itself: each step bakes, then moves on when every metric passes "
+    "against the baseline, and aborts on its own the moment one is worse (always-valid tests, so the "
+    "chance of aborting a healthy candidate stays under alpha however often it looks)."
+)
+ROLLOUT_INPUTS = {"steps": "Steps (%)", "bake_s": "Bake time per step (s)", "min_samples": "Samples per arm",
+                  "alpha": "Alpha (false-abort level)"}  # fmt: skip
+ROLLOUT_DEFAULTS = {"steps": "1,5,10,25,50,100", "bake_s": "600", "min_samples": "50", "alpha": "0.05"}
+choices = rollout_panel.candidates(settings)
+
+
+def on_start_rollout() -> None:
+    label = st.session_state["rollout_candidate"]
+    route = next(r for lab, r in choices if lab == label)
+    outcome = rollout_panel.start_plan(
+        engine, settings, route=route, dry_run=bool(st.session_state["rollout_dry_run"]),
+        reason=st.session_state["rollout_reason"], actor=who,
+        **{k: st.session_state[f"rollout_{k}"] for k in ROLLOUT_INPUTS},
+    )  # fmt: skip
+    for k in (*ROLLOUT_INPUTS, "reason", "candidate"):
+        state.errors.pop(f"rollout_{k}", None)
+    if outcome.field:
+        state.errors[f"rollout_{outcome.field}"] = outcome.message
+    else:
+        state.notes["rollout"] = ("success" if outcome.ok else "error", outcome.message)
+    resources.refresh()
+
+
+def on_rollout_confirm(rollout_id: int, verb: str) -> None:
+    outcome = rollout_panel.act(
+        engine, rollout_id, verb, reason=st.session_state.get(f"rollout_act_reason_{rollout_id}", ""), actor=who
+    )
+    state.notes["rollout"] = ("success" if outcome.ok else "error", outcome.message)
+    if outcome.ok:
+        state.pending_rollout = None
+    resources.refresh()
+
+
+for k, v in ROLLOUT_DEFAULTS.items():
+    st.session_state.setdefault(f"rollout_{k}", v)
+with st.form("rollout_plan"):
+    st.selectbox("Candidate", [lab for lab, _ in choices], key="rollout_candidate", disabled=read_only)
+    field_error("rollout_candidate")
+    for col, (k, label) in zip(st.columns(len(ROLLOUT_INPUTS)), ROLLOUT_INPUTS.items(), strict=True):
+        with col:
+            st.text_input(label, key=f"rollout_{k}", disabled=read_only)
+            field_error(f"rollout_{k}")
+    st.checkbox("Dry run (analyse and record, never move the weight)", key="rollout_dry_run", disabled=read_only)
+    st.text_input("Reason (required)", key="rollout_reason", max_chars=500, disabled=read_only)
+    field_error("rollout_reason")
+    st.form_submit_button("Start rollout", type="primary", on_click=on_start_rollout, disabled=read_only)
+note("rollout")
+
+for view in rollout_panel.views(engine):
+    r = view.rollout
+    render.flash(view.status, view.summary)
+    st.plotly_chart(view.figure, width="stretch", key=f"rollout_timeline_{r.id}")
+    st.dataframe(
+        pd.DataFrame(view.metrics), hide_index=True, width="stretch", key=f"rollout_metrics_{r.id}",
+        column_config={
+            "candidate rate": st.column_config.NumberColumn(format="percent"),
+            "baseline rate": st.column_config.NumberColumn(format="percent"),
+            "p (always valid)": st.column_config.NumberColumn(format="%.3g"),
+        },
+    )  # fmt: skip
+    if not r.active or read_only:
+        continue
+    cols = st.columns(len(rollout_panel.VERBS))
+    for col, verb in zip(cols, rollout_panel.VERBS, strict=True):
+        if col.button(verb.capitalize(), key=f"rollout_{verb}_{r.id}", width="stretch"):
+            state.pending_rollout = (r.id, verb)
+    if state.pending_rollout and state.pending_rollout[0] == r.id:
+        verb = state.pending_rollout[1]
+        with st.container(border=True):
+            st.warning(f"{verb.capitalize()} rollout #{r.id}: {inert(rollout_panel.confirm_text(r, verb))} Confirm?")
+            st.text_input("Reason (required)", key=f"rollout_act_reason_{r.id}")
+            c1, c2 = st.columns(2)
+            c1.button(f"Confirm: {verb}", type="primary", key=f"rollout_confirm_{r.id}", on_click=on_rollout_confirm,
+                      args=(r.id, verb))  # fmt: skip
+            if c2.button("Cancel", key=f"rollout_cancel_{r.id}"):
+                state.pending_rollout = None
+                st.rerun()
+
 st.subheader("Audit trail")
 every = resources.audit(scope=None) if routes_with_canary else audit
 if every:
@@ -385,16 +469,24 @@ def fault_keys(name: str) -> tuple[str, str, str]:
     return f"err_{name}", f"429_{name}", f"lat_{name}"
 
 
+def quality_key(field: str, name: str) -> str:
+    return f"q_{field}_{name}"
+
+
 def show_faults(name: str, faults) -> None:
     for key, field, value in zip(fault_keys(name), FAULT_FIELDS, canary_form.fault_inputs(faults), strict=True):
         st.session_state[key] = f"{value:g}"
+        state.errors.pop(f"{field}_{name}", None)
+    for field, value in canary_form.quality_inputs(faults).items():
+        st.session_state[quality_key(field, name)] = f"{value:g}"
         state.errors.pop(f"{field}_{name}", None)
 
 
 def on_save_faults(name: str, base) -> None:
     err, limited, mult = (st.session_state[k] for k in fault_keys(name))
-    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=who, base=base)
-    for field in FAULT_FIELDS:
+    quality = {f: st.session_state[quality_key(f, name)] for f, _, _ in canary_form.QUALITY_FAULTS}
+    outcome = canary_form.save_faults(engine, name, err, limited, mult, actor=who, base=base, quality=quality)
+    for field in (*FAULT_FIELDS, *(f for f, _, _ in canary_form.QUALITY_FAULTS)):
         state.errors.pop(f"{field}_{name}", None)
     if outcome.field:
         state.errors[f"{outcome.field}_{name}"] = outcome.message
@@ -424,6 +516,10 @@ for col, (name, provider) in zip(st.columns(max(len(simulated), 1)), simulated, 
         ):
             st.text_input(label, key=key, disabled=read_only)
             field_error(f"{field}_{name}")
+        with st.expander("Answer quality (what a worse model does)"):
+            for q_field, q_label, _q_bounds in canary_form.QUALITY_FAULTS:
+                st.text_input(q_label, key=quality_key(q_field, name), disabled=read_only)
+                field_error(f"{q_field}_{name}")
         b1, b2 = st.columns(2)
         b1.form_submit_button(
             "Save faults", type="primary", on_click=on_save_faults, args=(name, faults), disabled=read_only

@@ -15,7 +15,7 @@ from app.display.fmt import ago, ms, pct, ratio_pct, usd, utc_time, when
 from app.display.safe_text import inert
 from app.monitor.figures import span_label
 from app.monitor.incidents import banner_text, refusals_text
-from ui import resources
+from ui import render, resources
 from ui.state import OverviewState
 
 st.title("Overview")
@@ -29,6 +29,9 @@ def incidents_and_ratio() -> None:
     for incident in incidents:
         show = st.error if incident.severity == "error" else st.warning
         show(banner_text(incident, read_at), icon=":material/warning:")
+    rollout = resources.rollout_banner()
+    if rollout is not None:
+        render.flash(*rollout)
     refusals = resources.gateway_refusals(OVERVIEW_WINDOW_S)
     if refusals is not None:
         st.warning(refusals_text(refusals), icon=":material/block:")

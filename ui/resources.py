@@ -64,7 +64,9 @@ def _client(key: tuple[str, str], secrets: tuple[tuple[str, str], ...]) -> Routi
     # ``secrets`` is part of the key too: a key added to secrets.toml gets a client that uses it.
     from app.gateway import build_gateway
 
-    return build_gateway(settings(), engine=engine(), source="playground", secrets=dict(secrets)).client
+    return build_gateway(
+        settings(), engine=engine(), source="playground", secrets=dict(secrets), rollout_controller=True
+    ).client
 
 
 def client() -> RoutingClient:
@@ -268,6 +270,18 @@ def audit(limit: int = 200, scope: str | None = "global"):
     """The canary audit, newest first: the global canary's (what its charts draw), or with
     ``scope=None`` every scope's (the audit trail, routes' changes included)."""
     return _audit(_config_key(), limit, scope)
+
+
+@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
+def _rollout_banner(key: tuple[str, str]):
+    from app.dashboard.rollout_panel import banner
+
+    return banner(engine())
+
+
+def rollout_banner() -> tuple[str, str] | None:
+    """The Overview's line about a running, paused or recently aborted rollout (None: none)."""
+    return _rollout_banner(_config_key())
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

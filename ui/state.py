@@ -77,6 +77,7 @@ class CanaryPageState(_PageState):
     # "err_holysheep", ...) -> message. Cleared when the field changes or a write goes through.
     errors: dict[str, str] = field(default_factory=dict)
     notes: dict[str, tuple[str, str]] = field(default_factory=dict)  # area -> (kind, message), shown once
+    pending_rollout: tuple[int, str] | None = None  # (rollout id, verb) awaiting confirmation
 
 
 @dataclass

@@ -10,6 +10,7 @@ before it touches the database.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -267,8 +268,56 @@ def save_guardrail(
     )
 
 
+#: The answer-quality faults the page offers: field, label, and the multiplier's bounds (None: a percent).
+QUALITY_FAULTS: tuple[tuple[str, str, tuple[float, float] | None], ...] = (
+    ("refusal_rate", "Refusals (%)", None),
+    ("truncation_rate", "Truncations (%)", None),
+    ("empty_rate", "Empty answers (%)", None),
+    ("tool_json_break_rate", "Broken tool JSON (%)", None),
+    ("schema_violation_rate", "Schema violations (%)", None),
+    ("verbosity_multiplier", "Verbosity multiplier", (1.0, 20.0)),
+    ("ttft_multiplier", "TTFT multiplier", (0.1, 100.0)),
+)
+
+
+def _multiplier(value: object, label: str, lo: float, hi: float) -> float:
+    text = value.strip().lower().removeprefix("x") if isinstance(value, str) else value
+    try:
+        number = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{label} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or not lo <= number <= hi:
+        raise ValueError(f"{label} must be between {lo:g} and {hi:g}, got {value!r}")
+    return number
+
+
+def parse_quality(values: Mapping[str, object]) -> dict[str, float]:
+    """The answer-quality faults the page's inputs hold (only those given), or :class:`FieldError`."""
+    out: dict[str, float] = {}
+    for field, label, bounds in QUALITY_FAULTS:
+        if field not in values:
+            continue
+        try:
+            if bounds is None:
+                out[field] = parse_percent(values[field], name=label.removesuffix(" (%)"))
+            else:
+                out[field] = _multiplier(values[field], label, *bounds)
+        except ValueError as exc:
+            raise FieldError(field, str(exc)) from None
+    return out
+
+
+def quality_inputs(faults: FaultSettings) -> dict[str, float]:
+    """The answer-quality inputs' values: percents, and the multipliers as they are."""
+    return {f: getattr(faults, f) * (100 if bounds is None else 1) for f, _, bounds in QUALITY_FAULTS}
+
+
 def parse_faults(
-    error_pct: object, rate_limit_pct: object, latency_multiplier: object, base: FaultSettings | None = None
+    error_pct: object,
+    rate_limit_pct: object,
+    latency_multiplier: object,
+    base: FaultSettings | None = None,
+    quality: Mapping[str, object] | None = None,
 ) -> FaultSettings:
     try:
         errors = parse_percent(error_pct, name="Error rate")
@@ -290,8 +339,9 @@ def parse_faults(
             "latency_multiplier", f"Latency multiplier must be between 0.1 and 100, got {latency_multiplier!r}"
         )
     return (base or FaultSettings()).model_copy(
-        update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult}
-    )
+        update={"error_rate": errors, "rate_limit_rate": limited, "latency_multiplier": mult,
+                **parse_quality(quality or {})}
+    )  # fmt: skip
 
 
 def save_faults(
@@ -303,13 +353,15 @@ def save_faults(
     *,
     actor: Identity,
     base: FaultSettings | None = None,
+    quality: Mapping[str, object] | None = None,
 ) -> Outcome:
     """Validate and store fault injection for ``provider``; ``base`` is what is in force now (the
-    stored override, else the config's), so saving the same values is refused as "no change"."""
+    stored override, else the config's), so saving the same values is refused as "no change".
+    ``quality``: the answer-quality faults' inputs (:data:`QUALITY_FAULTS`)."""
     if (why_not := refusal(actor)) is not None:
         return Outcome(False, why_not)
     try:
-        faults = parse_faults(error_pct, rate_limit_pct, latency_multiplier, base)
+        faults = parse_faults(error_pct, rate_limit_pct, latency_multiplier, base, quality)
     except FieldError as exc:
         return Outcome(False, f"{exc}. {NOTHING_WRITTEN}", field=exc.field)
     if faults == (get_faults(engine, provider) or base or FaultSettings()):
@@ -319,6 +371,8 @@ def save_faults(
         f"Fault injection for {provider}: {ratio_pct(faults.error_rate)} errors, "
         f"{ratio_pct(faults.rate_limit_rate)} 429s, latency x{faults.latency_multiplier:g}."
     )
+    if bad := quality_faults_text(faults):
+        message += f" Answers: {bad}."
     record_fault_change(engine, provider, message, actor=actor.name)  # a Monitor chart marker
     return Outcome(True, message)
 
@@ -338,6 +392,20 @@ def reset_faults(engine: Engine, provider: str, *, actor: Identity) -> Outcome:
 def input_percent(ratio: float) -> float:
     """A stored 0..1 ratio as the percent the page's inputs show (one decimal, like the slider)."""
     return round(ratio * 100, 1)
+
+
+def quality_faults_text(f: FaultSettings) -> str:
+    """The answer-quality faults in force, in words ("" when none)."""
+    parts = [
+        f"{ratio_pct(getattr(f, field))} {label.removesuffix(' (%)').lower()}"
+        for field, label, bounds in QUALITY_FAULTS
+        if bounds is None and getattr(f, field)
+    ]
+    if f.verbosity_multiplier != 1.0:
+        parts.append(f"verbosity x{f.verbosity_multiplier:g}")
+    if f.ttft_multiplier != 1.0:
+        parts.append(f"TTFT x{f.ttft_multiplier:g}")
+    return ", ".join(parts)
 
 
 def fault_inputs(faults: FaultSettings) -> tuple[float, float, float]:

@@ -88,6 +88,10 @@ def describe_faults(f: FaultSettings | None) -> str | None:
         parts.append(f"{ratio_pct(f.stream_break_rate)} broken streams")
     if f.reject_cache_hints:
         parts.append("rejects cache hints")
+    from app.dashboard.canary_form import quality_faults_text
+
+    if bad := quality_faults_text(f):
+        parts.append(bad)
     return ", ".join(parts) or "custom faults"
 
 

@@ -11,11 +11,15 @@ trail. Signals (one per final request):
 - ``attempt failed``: the request's first attempt (on its arm's own deployment or provider) failed,
   whatever a retry or fallback made of it afterwards;
 - ``failed``: the request failed in the end;
-- ``refused``: the answer's finish reason is ``content_filter``;
+- ``refused``: the model refused (a refusal in the answer, or finish reason ``content_filter``);
 - ``truncated``: finish reason ``length``;
 - ``empty``: answered with no output tokens and no tool call;
-- ``slow`` / ``slow first token`` / ``costly``: latency, TTFT or cost above the baseline's p95 *before*
-  the window (so the threshold is fixed before the data it judges); nodata without such a baseline.
+- ``broken tool json``: a tool call's ``arguments`` is not valid JSON;
+- ``schema violation``: the caller asked for ``response_format: json_schema`` and the answer does not
+  parse or does not validate;
+- ``slow`` / ``slow first token`` / ``slow chunks`` / ``costly``: latency, TTFT, a stream's mean
+  time between chunks or cost above the baseline's p95 *before* the window (so the threshold is
+  fixed before the data it judges); nodata without such a baseline.
 
 A signal's verdict: ``worse`` (rejected at ``alpha`` split over the signals, Bonferroni), ``nodata``
 (fewer than ``min_samples`` requests on either arm), else ``pass``.
@@ -34,7 +38,20 @@ from core.sequential import RateRatioTest
 from db.canary import GLOBAL, audit_log, route_scope
 from db.models import RequestLog
 
-SIGNALS = ("attempt failed", "failed", "refused", "truncated", "empty", "slow", "slow first token", "costly")
+SIGNALS = (
+    "attempt failed",
+    "failed",
+    "refused",
+    "truncated",
+    "empty",
+    "broken tool json",
+    "schema violation",
+    "slow",
+    "slow first token",
+    "slow chunks",
+    "costly",
+)
+TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "costly")  # judged against the baseline's p95
 MAX_ROWS = 200_000  # final requests read for one analysis, newest kept
 MIN_SAMPLES = 50
 BASELINE_ROWS = 5_000  # baseline requests before the window that set the p95 thresholds
@@ -116,7 +133,8 @@ def analyse(
     scope = route_scope(route) if route is not None else GLOBAL
     log = RequestLog.__table__
     cols = (log.c.request_id, log.c.attempt, log.c.final, log.c.ts, log.c.side, log.c.status, log.c.finish_reason,
-            log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd)  # fmt: skip
+            log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd,
+            log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms)  # fmt: skip
     where: list = [log.c.side.in_((candidate_side, baseline_side))]
     if route is not None:
         where.append(log.c.route == route)
@@ -130,7 +148,7 @@ def analyse(
             .limit(MAX_ROWS)
         ).all()
         before = conn.execute(
-            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd)
+            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
             .where(*where, log.c.final.is_(True), log.c.side == baseline_side, log.c.ts < since, log.c.status == "ok")
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
@@ -162,7 +180,7 @@ def analyse(
     results = []
     for s in SIGNALS:
         t, (c, b) = tests[s], counts[s]
-        nodata = min(n) < min_samples or (s in ("slow", "slow first token", "costly") and limits.get(s) is None)
+        nodata = min(n) < min_samples or (s in TAIL_SIGNALS and limits.get(s) is None)
         results.append(
             SignalResult(
                 signal=s,
@@ -187,6 +205,7 @@ def _p95s(before: Sequence) -> dict[str, float | None]:
     return {
         "slow": _p95([r.latency_ms for r in before]),
         "slow first token": _p95([r.ttft_ms for r in before]),
+        "slow chunks": _p95([r.chunk_gap_ms for r in before]),
         "costly": _p95([r.cost_usd for r in before]),
     }
 
@@ -198,13 +217,34 @@ def _events(r, limits: dict[str, float | None]) -> dict[str, bool]:
         for name, value, limit in (
             ("slow", r.latency_ms, limits["slow"]),
             ("slow first token", r.ttft_ms, limits["slow first token"]),
+            ("slow chunks", r.chunk_gap_ms, limits["slow chunks"]),
             ("costly", r.cost_usd, limits["costly"]),
         )
     }
     return {
         "failed": not ok,
-        "refused": ok and r.finish_reason == "content_filter",
+        "refused": ok and (bool(r.refused) or r.finish_reason == "content_filter"),
         "truncated": ok and r.finish_reason == "length",
         "empty": ok and not r.completion_tokens and not r.tool_calls,
+        "broken tool json": ok and bool(r.tool_json_bad),
+        "schema violation": ok and r.schema_bad is True,
         **{k: ok and v for k, v in over.items()},
     }
+
+
+def arm_requests(engine: Engine, *, since: float, until: float, route: str | None = None) -> tuple[int, int]:
+    """Final requests on each arm ``(candidate, baseline)`` that started in ``[since, until]``: the
+    samples a rollout's current step has gathered."""
+    from sqlalchemy import func
+
+    candidate_side, baseline_side = _sides(route)
+    log = RequestLog.__table__
+    where: list = [log.c.final.is_(True), log.c.ts >= since, log.c.ts <= until,
+                   log.c.side.in_((candidate_side, baseline_side))]  # fmt: skip
+    if route is not None:
+        where.append(log.c.route == route)
+    with engine.connect() as conn:
+        counts: dict[str, int] = dict(
+            conn.execute(select(log.c.side, func.count()).where(*where).group_by(log.c.side)).all()
+        )
+    return int(counts.get(candidate_side, 0)), int(counts.get(baseline_side, 0))

@@ -210,10 +210,14 @@ class StreamAccount:
         "calls",
         "clock",
         "finish",
+        "first_out",
         "head",
+        "last_out",
         "model",
+        "outputs",
         "pending",
         "pieces",
+        "refused",
         "released",
         "response_id",
         "started",
@@ -243,6 +247,10 @@ class StreamAccount:
         self.response_id: str | None = None
         self.head: dict[str, Any] = {}  # id, created, system_fingerprint, ... of the first chunk
         self.tool_parts: dict[int, dict[str, Any]] = {}  # choice 0's tool calls, assembled
+        self.refused = False  # a refusal delta was seen
+        self.outputs = 0  # chunks that carried output, and when the first and the last came
+        self.first_out = 0.0
+        self.last_out = 0.0
 
     def take(self, chunk: object, deadline: AttemptDeadline) -> list[dict]:
         """The chunks to hand on now (none while waiting for the first output);
@@ -250,8 +258,13 @@ class StreamAccount:
         if not isinstance(chunk, dict):
             raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
         output = self._responses_event(chunk) if self.api == "responses" else self._chunk(chunk)
+        if output:
+            self.last_out = self.clock()
+            self.outputs += 1
+            if self.outputs == 1:
+                self.first_out = self.last_out
         if output and self.ttft_ms is None:
-            now = self.clock()
+            now = self.last_out
             deadline.first_token()
             self.ttft_ms = (now - self.started) * 1000.0
             self.attempt_ttft_ms = (now - self.t0) * 1000.0
@@ -385,6 +398,7 @@ class StreamAccount:
                                 self._assemble_call(c)
                 if delta.get("refusal") or delta.get("audio") or delta.get("function_call"):
                     output = True
+                    self.refused = self.refused or bool(delta.get("refusal"))
             if isinstance(text, str) and text:
                 output = True
                 if index == 0:
@@ -476,6 +490,13 @@ class StreamAccount:
         out, self.pending = self.pending, []
         self.released += len(out)
         return out
+
+    @property
+    def chunk_gap_ms(self) -> float | None:
+        """The mean time between output chunks (None below two)."""
+        if self.outputs < 2:
+            return None
+        return (self.last_out - self.first_out) * 1000.0 / (self.outputs - 1)
 
     def record_kw(self) -> dict[str, Any]:
         return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}

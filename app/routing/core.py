@@ -66,6 +66,8 @@ from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, d
 from core.errors import InvalidRequest
 from core.ids import IdSource
 from core.messages import estimate_tokens
+from core.quality import NONE as NO_QUALITY
+from core.quality import AnswerQuality, chat_quality
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
@@ -985,6 +987,8 @@ class RoutingCore:
         answer: str | None = None,
         finish_reason: str | None = None,
         tool_calls: int = 0,
+        quality: AnswerQuality = NO_QUALITY,
+        chunk_gap_ms: float | None = None,
     ) -> Failure | None:
         """Log one attempt (and tell its provider's breaker); returns ``failure`` with its text
         cleaned, which is the only form of it that goes further (logs, retries, the caller)."""
@@ -1056,6 +1060,10 @@ class RoutingCore:
                 route_why=f"{'fallback: ' if target.is_fallback else ''}{target.why}"[:ROUTE_WHY_MAX]
                 if target
                 else None,
+                refused=quality.refused,
+                tool_json_bad=quality.tool_json_bad,
+                schema_bad=quality.schema_bad,
+                chunk_gap_ms=chunk_gap_ms,
             )
         )
         plan.infos.append(
@@ -1171,6 +1179,8 @@ class RoutingCore:
         *,
         ttft_ms: float | None = None,
         attempt_ttft_ms: float | None = None,
+        refused: bool = False,
+        chunk_gap_ms: float | None = None,
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
         usage = answer.usage
@@ -1191,6 +1201,8 @@ class RoutingCore:
             answer=stored,
             finish_reason=answer.finish_reason,
             tool_calls=answer.tool_calls,
+            quality=chat_quality(answer.body, plan.body, refused=refused) if plan.api == "chat" else NO_QUALITY,
+            chunk_gap_ms=chunk_gap_ms,
         )
         if plan.api == "responses" and not attempt.bridged:  # a bridged answer holds no conversation
             rid = answer.body.get("id")
@@ -1262,4 +1274,7 @@ class RoutingCore:
             self.remember_response(acc.response_id, attempt.provider)
         body = acc.assembled() or {}
         answer = Answer(body, acc.text(), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
-        return self.succeed(plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms)
+        return self.succeed(
+            plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms,
+            refused=acc.refused, chunk_gap_ms=acc.chunk_gap_ms,
+        )  # fmt: skip

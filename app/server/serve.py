@@ -126,7 +126,7 @@ class Server:
 
 
 def build_server(gateway: Gateway | None = None, *, workers: int = DEFAULT_WORKERS, worker: int = 0) -> Server:
-    gateway = gateway if gateway is not None else build_gateway(source="server")
+    gateway = gateway if gateway is not None else build_gateway(source="server", rollout_controller=True)
     models = served_models(gateway)
     metrics = ServerMetrics(gateway, providers=list(gateway.settings.providers), models=models, worker=worker)
     gateway.client.telemetry = MeteredSink(gateway.client.telemetry, metrics)

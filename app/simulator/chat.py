@@ -358,11 +358,15 @@ def plan_chat(
     prefix_cache: PrefixCache,
     pace: Pace,
     compose: Callable[..., Answer] = compose_answer,
+    degrade: Callable[[Reply, Mapping[str, Any] | None], Reply] | None = None,
 ) -> Planned:
-    """The answer to a chat completion request ``body``; raises ``BadRequest``."""
+    """The answer to a chat completion request ``body``; raises ``BadRequest``. ``degrade``: the
+    answer-quality faults, applied to each reply (:mod:`app.simulator.degrade`)."""
     request = _parse(body, provider, models, compose)
     try:
         replies = [reply_to(request.ask, variant) for variant in range(request.n)]
+        if degrade is not None:
+            replies = [degrade(r, request.ask.text_format) for r in replies]
     except SchemaError as exc:
         raise BadRequest(400, f"Invalid schema: {exc}", "invalid_json_schema", "response_format") from None
     prompt = request.ask.prompt

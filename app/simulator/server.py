@@ -31,8 +31,10 @@ import httpx2
 from app.simulator.answers import compose_answer
 from app.simulator.chat import plan_chat
 from app.simulator.completions import plan_completions
+from app.simulator.degrade import DRAWS, degrade
 from app.simulator.embeddings import plan_embeddings
 from app.simulator.errors import BadRequest, error_body
+from app.simulator.generation import Reply
 from app.simulator.prefix_cache import PrefixCache
 from app.simulator.profiles import LatencyProfile, load_profiles, profile_for
 from app.simulator.ratelimits import RateWindow
@@ -87,7 +89,7 @@ class _Draws:
     jitter: float  # uniform in [0, 1)
 
 
-_Planner = Callable[[dict[str, Any], Pace], Planned]
+_Planner = Callable[[dict[str, Any], Pace, FaultSettings], Planned]  # body, pacing, the request's faults
 
 
 def _no_constants(name: str) -> Any:
@@ -152,6 +154,7 @@ class SimulatedProvider:
             raise ValueError("profiles need a 'default' entry")
         self._sleep = sleep
         self._rng = random.Random(seed)
+        self._quality_rng = random.Random(None if seed is None else seed + 1)
         self._rng_lock = threading.Lock()
         self._rate_window = RateWindow(clock=clock)
 
@@ -225,16 +228,17 @@ class SimulatedProvider:
     def _planner(self, api: str) -> _Planner:
         compose = compose_answer  # the module global at request time (see the import)
         if api == "chat":
-            return lambda body, pace: plan_chat(
+            return lambda body, pace, faults: plan_chat(
                 body,
                 provider=self.name,
                 models=self.models,
                 prefix_cache=self.prefix_cache,
                 pace=pace,
                 compose=compose,
+                degrade=self._degrader(faults),
             )
         if api == "completions":
-            return lambda body, pace: plan_completions(
+            return lambda body, pace, faults: plan_completions(
                 body,
                 provider=self.name,
                 models=self.models,
@@ -243,8 +247,8 @@ class SimulatedProvider:
                 compose=compose,
             )
         if api == "embeddings":
-            return lambda body, pace: plan_embeddings(body, models=self.models, pace=pace)
-        return lambda body, pace: plan_response(
+            return lambda body, pace, faults: plan_embeddings(body, models=self.models, pace=pace)
+        return lambda body, pace, faults: plan_response(
             body,
             provider=self.name,
             models=self.models,
@@ -282,7 +286,7 @@ class SimulatedProvider:
 
         try:
             body = _parse_json(request.content)
-            planned = plan(body, self._pace(body.get("model"), faults, draws))
+            planned = plan(body, self._pace(body.get("model"), faults, draws), faults)
         except BadRequest as bad:
             return self._json(bad.status, bad.body(), request_id, self._rate_window.record(0))
 
@@ -300,7 +304,17 @@ class SimulatedProvider:
         profile = profile_for(self._profiles, model if isinstance(model, str) else "")
         jitter = 1.0 + profile.jitter * (2.0 * draws.jitter - 1.0)
         factor = jitter * faults.latency_multiplier * self.latency_scale
-        return Pace(ttft_s=profile.ttft_ms / 1000.0 * factor, per_token_s=factor / profile.tokens_per_s)
+        ttft = profile.ttft_ms / 1000.0 * factor * faults.ttft_multiplier
+        return Pace(ttft_s=ttft, per_token_s=factor / profile.tokens_per_s)
+
+    def _degrader(self, faults: FaultSettings) -> Callable[[Reply, Mapping[str, Any] | None], Reply] | None:
+        """The request's answer-quality faults, with its draws (from a generator of their own, so a
+        seed gives the same outage faults whatever the quality faults are)."""
+        if all(getattr(faults, f) == FaultSettings.model_fields[f].default for f in FaultSettings.QUALITY):
+            return None
+        with self._rng_lock:
+            draws = [self._quality_rng.random() for _ in range(DRAWS)]
+        return lambda reply, text_format: degrade(reply, faults, draws, text_format)
 
     def _paced(self, request: httpx2.Request, frames: Sequence[Frame], broken: bool) -> Iterator[bytes]:
         """The planned stream, each frame after its wait. A generator, so the sleeps happen while

@@ -165,3 +165,48 @@ def test_injected_transport_replaces_the_simulator(sqlite_url, settings_factory)
         assert seen
     finally:
         gw.close()
+
+
+# -- alert events: breaker openings and guardrail rollbacks ---------------------------------------------
+
+
+def test_a_breaker_opening_and_a_guardrail_rollback_are_sent_to_the_webhooks(client_factory, sqlite_url) -> None:
+    import json
+    import threading
+
+    import httpx2
+
+    from app.alerts import Webhooks
+    from core.faults import FaultSettings
+    from db.canary import set_guardrail, set_ratio
+    from db.faults import set_faults
+
+    got: list[dict] = []
+    both = threading.Event()
+
+    def receiver(request: httpx2.Request) -> httpx2.Response:
+        got.append(json.loads(request.content))
+        if {e["event"] for e in got} >= {"breaker.open", "guardrail.rollback"}:
+            both.set()
+        return httpx2.Response(204)
+
+    hooks = Webhooks(["https://hooks.example/x"], transport=httpx2.MockTransport(receiver))
+    client = client_factory(sqlite_url, alerts=hooks)
+    gateway = client.gateway
+    set_faults(gateway.engine, "holysheep", FaultSettings(error_rate=1.0), actor="t")
+    set_ratio(gateway.engine, 1.0, expected_version=None, actor="t", reason="all in")
+    # The breaker takes the primary out after 10 failures: the guardrail may judge on 5.
+    set_guardrail(gateway.engine, enabled=True, error_rate_threshold=0.2, window_minutes=5, min_requests=5, actor="t")
+    client.refresh()
+    for i in range(30):
+        client.chat([{"role": "user", "content": f"hi {i}"}], session_id=f"s{i}")
+    client.flush()
+    assert gateway.guardrail is not None
+    gateway.guardrail.run_once()  # what its timer does every few seconds
+    assert both.wait(30), got
+    kinds = [e["event"] for e in got]
+    assert kinds.count("guardrail.rollback") == 1
+    breaker = next(e for e in got if e["event"] == "breaker.open")
+    assert breaker["provider"] == "holysheep" and breaker["text"].startswith("circuit breaker for holysheep opened")
+    rollback = next(e for e in got if e["event"] == "guardrail.rollback")
+    assert "rolled back to 0 %" in rollback["text"] and "holysheep error rate" in rollback["reason"]

@@ -194,3 +194,22 @@ def test_fault_refusals_name_their_field(eng, args, field):
     out = canary_form.save_faults(eng, "holysheep", *args, actor=ALICE)
     assert not out.ok and out.field == field and "Nothing was written" in out.message
     assert get_faults(eng, "holysheep") is None
+
+
+# -- answer-quality faults ---------------------------------------------------------------------------
+
+
+def test_quality_faults_are_parsed_with_their_bounds_and_shown_back() -> None:
+    from app.dashboard.canary_form import FieldError, parse_faults, quality_faults_text, quality_inputs
+
+    f = parse_faults(
+        "0", "0", "1", quality={"refusal_rate": "3 %", "verbosity_multiplier": "x2", "ttft_multiplier": 1.5}
+    )
+    assert (f.refusal_rate, f.verbosity_multiplier, f.ttft_multiplier) == (0.03, 2.0, 1.5)
+    assert quality_inputs(f)["refusal_rate"] == 3.0 and quality_inputs(f)["verbosity_multiplier"] == 2.0
+    assert quality_faults_text(f) == "3 % refusals, verbosity x2, TTFT x1.5"
+    for field, bad in [("refusal_rate", "nan"), ("empty_rate", "101"), ("verbosity_multiplier", "0.5"),
+                       ("ttft_multiplier", "1e400"), ("schema_violation_rate", True)]:  # fmt: skip
+        with pytest.raises(FieldError) as info:
+            parse_faults("0", "0", "1", quality={field: bad})
+        assert info.value.field == field

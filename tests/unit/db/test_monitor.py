@@ -631,7 +631,7 @@ def _row(r: AttemptRecord) -> dict:
     """A row as the log had it at revision 0012 (the route columns arrive with 0015)."""
     from core.records import FIELD_NAMES
 
-    later = {"route", "deployment", "route_why"}
+    later = {"route", "deployment", "route_why", "refused", "tool_json_bad", "schema_bad", "chunk_gap_ms"}
     return {k: v for k, v in zip(FIELD_NAMES, r.to_tuple(), strict=True) if k not in later}
 
 

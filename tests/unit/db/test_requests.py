@@ -60,9 +60,9 @@ def test_duplicates_inside_one_batch_are_written_once(engine) -> None:
 
 
 # What migration 0008 added: absent from the log and the rollups before it.
-# (0008: api .. reasoning_tokens; 0010: adjusted_params; 0015: the route fields)
+# (0008: api .. reasoning_tokens; 0010: adjusted_params; 0015: the route fields; 0020: answer quality)
 LATER_FIELDS = ("api", "finish_reason", "tool_calls", "reasoning_tokens", "adjusted_params", "route", "deployment",
-                "route_why")  # fmt: skip
+                "route_why", "refused", "tool_json_bad", "schema_bad", "chunk_gap_ms")  # fmt: skip
 LATER_COUNTERS = ("reasoning_tokens", "tool_calls", "responses_requests", "embeddings_requests", "completions_requests")
 
 
@@ -195,8 +195,8 @@ def rollup_sums(engine, span: int) -> dict[str, int]:
 def test_new_fields_default_so_older_callers_and_positional_order_keep_working() -> None:
     r = AttemptRecord("r", 1, T0, "p", "m", "auto", "general", "primary", "ok", 1.0)
     assert (r.api, r.finish_reason, r.tool_calls, r.reasoning_tokens) == ("chat", None, 0, 0)
-    # then adjusted_params (0010), then the route fields (0015)
-    assert r.to_tuple()[-8:] == ("chat", None, 0, 0, None, None, None, None)
+    # then adjusted_params (0010), the route fields (0015), the answer's quality (0020)
+    assert r.to_tuple()[-12:] == ("chat", None, 0, 0, None, None, None, None, False, 0, None, None)
 
 
 def test_records_round_trip_through_the_writer_with_their_api_fields(engine) -> None:

@@ -80,3 +80,73 @@ def test_the_page_shows_each_canary_against_its_baseline(env):
     infos = [shown(i.value) for i in at.info]
     assert any(i.startswith("global canary: nodata") for i in infos)  # no traffic yet: nodata, never pass
     assert any(i.startswith("route gpt-4.1: nodata") for i in infos)
+
+
+def test_answer_quality_faults_are_set_from_the_fault_panel(env):
+    from db.faults import get_faults
+
+    at = open_app("../pages/canary.py")
+    at.text_input(key="q_refusal_rate_holysheep").set_value("nan")
+    next(b for b in at.button if b.label == "Save faults" and "holysheep" in (b.key or b.form_id or "")).click().run()
+    assert get_faults(engine(), "holysheep") is None  # refused in place, nothing written
+    assert any("Refusals must be a number" in shown(e.value) for e in at.error) or "Refusals" in notes(at)
+    at.text_input(key="q_refusal_rate_holysheep").set_value("3")
+    at.text_input(key="q_ttft_multiplier_holysheep").set_value("1.5")
+    next(b for b in at.button if b.label == "Save faults" and "holysheep" in (b.key or b.form_id or "")).click().run()
+    assert not at.exception
+    f = get_faults(engine(), "holysheep")
+    assert f is not None and (f.refusal_rate, f.ttft_multiplier) == (0.03, 1.5)
+    assert "3 % refusals" in notes(at)
+
+
+# -- the rollout panel ---------------------------------------------------------------------------------
+
+
+def _plan(at, **values):
+    for k, v in values.items():
+        at.text_input(key=f"rollout_{k}").set_value(v)
+    next(b for b in at.button if b.label == "Start rollout").click().run()
+
+
+def test_a_rollout_plan_is_validated_in_place_and_nothing_is_written(env):
+    from db import rollouts
+
+    at = open_app("../pages/canary.py")
+    assert "Progressive rollout" in [s.value for s in at.subheader]
+    _plan(at, steps="1,5,5", reason="try it")
+    assert any("Steps must increase: 5 follows 5" in shown(e.value) for e in at.error)
+    _plan(at, steps="1,5,25", bake_s="1e400", reason="try it")
+    assert any("Bake-s must be a number" in shown(e.value) for e in at.error)
+    _plan(at, bake_s="600", reason="")
+    assert any("A reason is required" in shown(e.value) for e in at.error)
+    assert rollouts.latest(engine()) is None and get_state(engine()).version == 1
+
+
+def test_a_rollout_is_started_shown_and_promoted_with_a_confirmation(env):
+    import json
+
+    from db import rollouts
+
+    at = open_app("../pages/canary.py")
+    _plan(at, steps="10,50,100", reason="new provider")
+    r = rollouts.active(engine())
+    assert r is not None and r.plan.steps == (10, 50, 100) and get_state(engine()).ratio == 0.1
+    assert "rollout #1 of holysheep on the global canary: running at step 1 of 3" in notes(at) + "\n".join(
+        shown(i.value) for i in at.info
+    )
+    table = next(df.value for df in at.dataframe if "critical" in df.value.columns)
+    assert list(table["signal"])[:3] == ["attempt failed", "failed", "refused"] and table["critical"].iloc[0]
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "Rollout #1" in c.proto.spec)
+    assert chart["data"][0]["y"][0] == 10.0
+    button(at, f"rollout_promote_{r.id}").click().run()
+    warning = "\n".join(shown(w.value) for w in at.warning)
+    assert "Promote rollout #1: the global canary goes from 10 % to 50 % now, without waiting for the bake." in warning
+    assert get_state(engine()).ratio == 0.1  # nothing moves before the confirmation
+    at.text_input(key=f"rollout_act_reason_{r.id}").set_value("looks good")
+    button(at, f"rollout_confirm_{r.id}").click().run()
+    assert not at.exception and get_state(engine()).ratio == 0.5
+    button(at, f"rollout_abort_{r.id}").click().run()
+    assert "goes from 50 % to 0 %" in "\n".join(shown(w.value) for w in at.warning)
+    at.text_input(key=f"rollout_act_reason_{r.id}").set_value("enough")
+    button(at, f"rollout_confirm_{r.id}").click().run()
+    assert rollouts.get(engine(), r.id).state == "aborted" and get_state(engine()).ratio == 0.0  # type: ignore[union-attr]

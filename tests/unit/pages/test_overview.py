@@ -173,3 +173,23 @@ def test_the_routes_table_shows_a_cooldown_held_in_another_process_while_it_repo
     at.run()
     table = next(df.value for df in at.dataframe if "deployment" in df.value.columns)
     assert list(table["health"]) == ["ok", "ok"]
+
+
+def test_the_banner_names_a_running_then_paused_then_aborted_rollout(env):
+    from app.config import load_settings
+    from app.rollout import ops
+    from core.rollout import check_plan
+    from db import rollouts
+
+    s = load_settings(env.config)
+    r = ops.start(engine(), s, check_plan(candidate="holysheep", steps="5,100"), actor="alice", reason="new model")
+    at = open_app()
+    infos = [shown(i.value) for i in at.info]
+    assert any(line.startswith("Rollout #1 of holysheep on the global canary is running at 5 %") for line in infos)
+    paused = rollouts.apply(engine(), r, state="paused", step_index=0, ratio=None, actor="bob", reason="lunch")
+    rollouts.apply(engine(), paused, state="aborted", step_index=0, ratio=0.0, actor="bob", reason="rollout abort")
+    import streamlit as st
+
+    st.cache_data.clear()  # what the sidebar's Refresh does; the banner's query is cached briefly
+    at.run()
+    assert any("is aborted at 5 %: rollout abort" in line for line in banners(at))

@@ -1,0 +1,175 @@
+"""The operator's commands on rollouts, shared by ``python -m app rollout`` and the Canary page:
+start a plan, read where every rollout stands with its evidence, and promote, pause, resume or
+abort by hand. Each change is one audited write (:mod:`db.rollouts`) and one alert event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from app.alerts import event
+from app.config import Settings
+from app.monitor.canary_analysis import Analysis, analyse, arm_requests
+from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
+from core.errors import InvalidRequest
+from core.rollout import Plan, RolloutState
+from db import rollouts
+from db.breakers import live_breakers
+from db.canary import GLOBAL, get_state, route_scope
+
+#: Signals whose nodata does not hold a step: they need the baseline's p95 from before the rollout,
+#: which a fresh deployment lacks. The counts are critical: nodata never passes them.
+SOFT_SIGNALS = frozenset({"slow", "slow first token", "slow chunks", "costly"})
+Notify = Callable[[dict[str, Any]], None]
+
+
+def _quiet(_: dict[str, Any]) -> None:
+    return None
+
+
+def _text(name: str, value: str) -> str:
+    """``value`` stripped, or :class:`InvalidRequest` when empty or not text (bytes that are not
+    UTF-8 arrive from a command line as lone surrogates, which no database can store)."""
+    value = (value or "").strip()
+    if not value:
+        raise InvalidRequest(f"{name} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{name} is not valid text (it has bytes that are not UTF-8)") from None
+    return value
+
+
+def scope_of(settings: Settings, candidate: str, route: str | None) -> str:
+    """The canary scope a rollout of ``candidate`` acts on, or :class:`InvalidRequest` when the
+    configuration cannot send it the canary share: the global canary's share goes to
+    ``routing.primary``; a route's to its ``canary`` deployment."""
+    if route is None:
+        if candidate != settings.routing.primary:
+            raise InvalidRequest(
+                f"--candidate {candidate!r}: the global canary share goes to routing.primary "
+                f"({settings.routing.primary!r}); name it, or a route with --route"
+            )
+        return GLOBAL
+    cfg = settings.routes.get(route)
+    if cfg is None or cfg.canary is None:
+        have = ", ".join(n for n, r in settings.routes.items() if r.canary is not None) or "none"
+        raise InvalidRequest(f"--route {route!r} has no canary deployment; routes with one: {have}")
+    if cfg.canary.provider != candidate:
+        raise InvalidRequest(f"--candidate {candidate!r}: route {route}'s canary deployment is {cfg.canary.provider!r}")
+    return route_scope(route)
+
+
+def rollout_event(kind: str, r: RolloutState, reason: str) -> dict[str, Any]:
+    where = "global canary" if r.scope == GLOBAL else f"route {r.plan.route}"
+    return event(
+        f"rollout.{kind}",
+        f"[{where}] {reason}",
+        rollout=r.id,
+        scope=r.scope,
+        candidate=r.plan.candidate,
+        state=r.state,
+        weight=r.weight,
+        dry_run=r.plan.dry_run,
+        reason=reason,
+    )
+
+
+def start(
+    engine: Engine, settings: Settings, plan: Plan, *, actor: str, reason: str, now: float | None = None,
+    notify: Notify = _quiet,
+) -> RolloutState:  # fmt: skip
+    """Store and start ``plan`` (see :func:`db.rollouts.start`); nothing is written when refused."""
+    if plan.shadow_share is not None:
+        raise InvalidRequest("--shadow-share: a shadow phase is not supported yet; start the rollout without it")
+    reason, actor = _text("--reason", reason), _text("--actor", actor)
+    scope = scope_of(settings, plan.candidate, plan.route)
+    r = rollouts.start(engine, plan, scope=scope, actor=actor, reason=reason, now=now)
+    notify(rollout_event("start", r, r.last_reason))
+    return r
+
+
+def metrics_of(analysis: Analysis) -> tuple[MetricReading, ...]:
+    return tuple(
+        MetricReading(s.signal, s.verdict, s.p_value, s.candidate_rate, s.baseline_rate, s.signal not in SOFT_SIGNALS)
+        for s in analysis.signals
+    )
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A rollout with the evidence the controller decides on."""
+
+    rollout: RolloutState
+    analysis: Analysis
+    evidence: Evidence
+    canary_version: int
+
+
+def read(engine: Engine, r: RolloutState, now: float) -> Reading:
+    """The analysis since the rollout started (anytime-valid, so it may be read every tick), the
+    current step's samples per arm and the scope's stored ratio."""
+    plan = r.plan
+    analysis = analyse(engine, since=r.started_at, until=now, route=plan.route, alpha=plan.alpha,
+                       min_samples=plan.min_samples)  # fmt: skip
+    step_c, step_b = arm_requests(engine, since=r.step_started_at, until=now, route=plan.route)
+    ratio = get_state(engine, r.scope)
+    breaker = live_breakers(engine, now=now).get(plan.candidate)
+    is_open = breaker is not None and breaker.state == "open"
+    evidence = Evidence(metrics_of(analysis), step_c, step_b, ratio.ratio, breaker_open=is_open)
+    return Reading(r, analysis, evidence, ratio.version)
+
+
+def find(engine: Engine, settings: Settings, route: str | None) -> RolloutState:
+    """The active rollout a command acts on: ``route``'s, else the only active one."""
+    if route is not None:
+        cfg = settings.routes.get(route)
+        if cfg is None:
+            raise InvalidRequest(f"--route {route!r} is not a route")
+        r = rollouts.active(engine, route_scope(route))
+        if r is None:
+            raise InvalidRequest(f"route {route} has no active rollout")
+        return r
+    every = rollouts.all_active(engine)
+    if not every:
+        raise InvalidRequest("no active rollout (start one with `rollout start`)")
+    if len(every) > 1:
+        names = ", ".join(f"#{r.id} {r.scope}" for r in every)
+        raise InvalidRequest(f"{len(every)} rollouts are active ({names}); say which with --route")
+    return every[0]
+
+
+def command(
+    engine: Engine, r: RolloutState, verb: str, *, actor: str, reason: str, full: bool = False,
+    now: float | None = None, notify: Notify = _quiet,
+) -> tuple[RolloutState, Action]:  # fmt: skip
+    """``promote [--full] | pause | resume | abort`` by hand on ``r``: refused (nothing written)
+    when it does not apply to its state or the reason is empty."""
+    reason, actor = _text("--reason", reason), _text("--actor", actor)
+    try:
+        action = manual(r, verb, full=full)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    ts = time.time() if now is None else now
+    why = f"{action.reason} ({actor}): {reason}"
+    ratio = None if r.plan.dry_run else action.ratio
+    new = rollouts.apply(engine, r, state=action.state, step_index=action.step_index, ratio=ratio, actor=actor,
+                         reason=why, now=ts, restart_clock=verb == "resume")  # fmt: skip
+    notify(rollout_event("resume" if verb == "resume" else action.kind, new, why))
+    return new, action
+
+
+def summary(r: RolloutState) -> str:
+    plan = r.plan
+    where = "global canary" if r.scope == GLOBAL else f"route {plan.route}"
+    dry = ", dry run" if plan.dry_run else ""
+    return (
+        f"rollout #{r.id} of {plan.candidate} on the {where}: {r.state} at step {r.step_index + 1} of "
+        f"{len(plan.steps)} ({pct(r.weight)}{dry}; steps {','.join(f'{s:g}' for s in plan.steps)}, bake "
+        f"{plan.bake_s:g} s, {plan.min_samples} samples per arm, alpha {plan.alpha:g})"
+    )

@@ -1,0 +1,82 @@
+"""A full rollout and an abort in Chromium, as an operator runs them: a plan started from the Canary
+page's rollout form, traffic from another process, the dashboard's own controller stepping the
+candidate to 100 % after short bakes; then a candidate degraded from the fault panel, aborted on its
+own, the page and the Overview's banner saying so. Screenshots of both ends are kept."""
+
+from __future__ import annotations
+
+from conftest import assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_until
+from playwright.sync_api import expect
+
+
+def _plan(page, steps: str, reason: str) -> None:
+    form = page.get_by_test_id("stForm").filter(has_text="Start rollout")
+    form.get_by_label("Steps (%)", exact=True).fill(steps)
+    form.get_by_label("Bake time per step (s)", exact=True).fill("2")
+    form.get_by_label("Samples per arm", exact=True).fill("15")
+    form.get_by_label("Reason (required)", exact=True).fill(reason)
+    with rerun(page):
+        form.get_by_role("button", name="Start rollout").click()
+
+
+def _state(server, rollout_id: int) -> str:
+    return server.query(f"select state from rollout where id = {rollout_id}")[0][0]
+
+
+def _until(server, rollout_id: int, wanted: str, seed: int) -> None:
+    """Traffic from another process until the rollout reaches ``wanted`` (bounded)."""
+
+    def reached() -> bool:
+        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(seed), "--quiet", timeout=120)
+        assert r.returncode == 0, r.stderr
+        return _state(server, rollout_id) == wanted
+
+    wait_until(reached, 240, f"rollout #{rollout_id} {wanted}", poll=0.5)
+
+
+def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, new_page):
+    from conftest import REPO
+
+    # The guardrail stays off here, so the abort is the analysis's own (the guardrail under it is
+    # tested in tests/unit/rollout/test_driver.py).
+    config = (REPO / "gateway.toml").read_text().replace("[guardrail]\nenabled = true", "[guardrail]\nenabled = false")
+    config += "\n[simulator]\nlatency_scale = 0.05\n"
+    assert "enabled = false" in config
+    server = start_server(tmp_path / "rollout", config_text=config)
+    try:
+        page = new_page()
+        open_page(page, server)  # the Overview builds the dashboard's client, and with it its controller
+        open_page(page, server, "canary")
+        _plan(page, "50,100", "drill: new provider")
+        expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (50 %", timeout=10_000)
+        _until(server, 1, "completed", seed=1)
+        page.reload()
+        open_page(page, server, "canary")
+        main = page.get_by_test_id("stMain")
+        expect(main).to_contain_text("completed at step 2 of 2 (100 %", timeout=10_000)
+        expect(main).to_contain_text("every metric passes")  # ("50 % -> 100 %": markdown shows an arrow)
+        assert_no_exception(page)
+        screenshot(page, "rollout-completed")
+
+        form = page.get_by_test_id("stForm").filter(has_text="holysheep").filter(has_text="Save faults")
+        form.get_by_label("Error rate (%)", exact=True).fill("60")
+        with rerun(page):
+            form.get_by_role("button", name="Save faults").click()
+        _plan(page, "25,100", "drill: a worse candidate")
+        expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (25 %", timeout=10_000)
+        _until(server, 2, "aborted", seed=2)
+        assert server.query("select ratio from canary_setting where scope = 'global'")[0][0] == 0.0
+        page.reload()
+        open_page(page, server, "canary")
+        # Worse on first-attempt failures, or the candidate's breaker opened first (its requests then
+        # go to the fallback, out of the analysis's sight): either way the rollout ends itself.
+        expect(page.get_by_test_id("stMain")).to_contain_text("rollout abort at 25 %: ")
+        reason = server.query("select last_reason from rollout where id = 2")[0][0]
+        assert "first-attempt failure rate" in reason or "circuit breaker for holysheep is open" in reason, reason
+        assert_no_exception(page)
+        screenshot(page, "rollout-aborted")
+        open_page(page, server)
+        expect(page.get_by_test_id("stMain")).to_contain_text("Rollout #2 of holysheep on the global canary is aborted")
+        screenshot(page, "overview-rollout-aborted")
+    finally:
+        stop_server(server)

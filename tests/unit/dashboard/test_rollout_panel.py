@@ -1,0 +1,110 @@
+"""The rollout panel's logic (app/dashboard/rollout_panel.py): refusals name their input and write
+nothing, viewers change nothing, confirmations say exactly what changes, the banner's states."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.dashboard import rollout_panel
+from app.dashboard.identity import Identity
+from core.rollout import check_plan
+from db import canary, rollouts
+from tests.support import paths
+
+ROUTE = """
+[routes."gpt-4.1"]
+deployments = [{ provider = "direct" }]
+canary = { provider = "holysheep" }
+"""
+OPERATOR = Identity("olga", "operator", "local")
+VIEWER = Identity("vic", "viewer", "local")
+PLAN = {"steps": "10,50,100", "bake_s": "600", "min_samples": "50", "alpha": "0.05", "dry_run": False}
+
+
+@pytest.fixture
+def setup(settings_factory):
+    from db.engine import get_engine
+
+    s = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE)
+    engine = get_engine(s.database_url)
+    canary.ensure_setting(engine, 0.0)
+    return engine, s
+
+
+def test_candidates_are_the_primary_and_each_route_canary(setup) -> None:
+    _, s = setup
+    assert rollout_panel.candidates(s) == [
+        ("holysheep (global canary)", None),
+        ("holysheep on route gpt-4.1", "gpt-4.1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"steps": "50,10"}, "steps", "Steps must increase"),
+        ({"bake_s": "nan"}, "bake_s", "Bake-s must be a number"),
+        ({"min_samples": "1e400"}, "min_samples", "Min-samples must be a whole number"),
+        ({"alpha": "0.9"}, "alpha", "Alpha must be a number"),
+        ({"reason": " "}, "reason", "A reason is required"),
+    ],
+)
+def test_a_bad_plan_is_refused_next_to_its_input(setup, change, field, words) -> None:
+    engine, s = setup
+    values = {**PLAN, "reason": "why", **change}
+    out = rollout_panel.start_plan(engine, s, route=None, actor=OPERATOR, **values)
+    assert (out.ok, out.field) == (False, field) and words in out.message and "Nothing was written" in out.message
+    assert rollouts.latest(engine) is None and canary.audit_count(engine) == 0
+
+
+def test_viewers_change_nothing(setup) -> None:
+    engine, s = setup
+    out = rollout_panel.start_plan(engine, s, route=None, actor=VIEWER, reason="why", **PLAN)
+    assert not out.ok and "viewers cannot change anything" in out.message and rollouts.latest(engine) is None
+    r = rollouts.start(engine, check_plan(candidate="holysheep"), scope="global", actor="a", reason="r")
+    out = rollout_panel.act(engine, r.id, "abort", reason="stop", actor=VIEWER)
+    assert not out.ok and rollouts.get(engine, r.id) == r
+
+
+def test_confirmations_say_exactly_what_changes(setup) -> None:
+    engine, s = setup
+    assert rollout_panel.start_plan(engine, s, route="gpt-4.1", actor=OPERATOR, reason="try", **PLAN).ok
+    r = rollouts.active(engine, "route:gpt-4.1")
+    assert r is not None
+    text = {v: rollout_panel.confirm_text(r, v) for v in rollout_panel.VERBS}
+    assert text["promote"] == "route gpt-4.1's canary goes from 10 % to 50 % now, without waiting for the bake."
+    assert rollout_panel.confirm_text(r, "promote", full=True).endswith("to 100 % now, without waiting for the bake "
+                                                                        "and the rollout completes.")  # fmt: skip
+    assert text["pause"].startswith("The rollout stops stepping; route gpt-4.1's canary stays at 10 %")
+    assert text["abort"].startswith("route gpt-4.1's canary goes from 10 % to 0 %")
+    assert text["resume"] == f"rollout #{r.id} is already running"
+    out = rollout_panel.act(engine, r.id, "pause", reason="", actor=OPERATOR)
+    assert not out.ok and out.field == "reason"
+    out = rollout_panel.act(engine, r.id, "pause", reason="lunch", actor=OPERATOR)
+    assert out.ok and out.message == "rollout pause at 10 % by hand (olga): lunch"
+    kind, line = rollout_panel.banner(engine)  # type: ignore[misc]
+    assert kind == "warning" and line.startswith("Rollout #1 of holysheep on the route gpt-4.1 is paused at 10 %")
+
+
+def test_the_banner_forgets_an_abort_after_a_day_and_a_completion_at_once(setup) -> None:
+    engine, _ = setup
+    assert rollout_panel.banner(engine) is None
+    r = rollouts.start(engine, check_plan(candidate="holysheep"), scope="global", actor="a", reason="r", now=100.0)
+    done = rollouts.apply(engine, r, state="aborted", step_index=0, ratio=0.0, actor="x", reason="abort", now=200.0)
+    assert rollout_panel.banner(engine, now=200.0 + 3600)[0] == "error"  # type: ignore[index]
+    assert rollout_panel.banner(engine, now=200.0 + 86401) is None
+    assert done.state == "aborted"
+    r2 = rollouts.start(engine, check_plan(candidate="holysheep"), scope="global", actor="a", reason="r", now=300.0)
+    rollouts.apply(engine, r2, state="completed", step_index=5, ratio=1.0, actor="x", reason="done", now=400.0)
+    assert rollout_panel.banner(engine, now=401.0) is None
+
+
+def test_the_timeline_draws_each_decision(setup) -> None:
+    engine, _ = setup
+    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                       reason="r", now=100.0)  # fmt: skip
+    r = rollouts.apply(engine, r, state="running", step_index=1, ratio=0.5, actor="rollout", reason="step", now=200.0)
+    [view] = rollout_panel.views(engine, now=300.0)
+    weight, decisions = view.figure.data
+    assert list(weight.y) == [10.0, 50.0, 50.0] and list(decisions.y) == [10.0, 50.0]
+    assert decisions.text[1] == f"rollout: #{r.id} step" and view.status == "info"

@@ -367,7 +367,7 @@ with st.form("rollout_plan"):
             st.text_input(label, key=f"rollout_{k}", disabled=read_only)
             field_error(f"rollout_{k}")
     st.checkbox("Dry run (analyse and record, never move the weight)", key="rollout_dry_run", disabled=read_only)
-    st.text_input("Reason (required)", key="rollout_reason", max_chars=500, disabled=read_only)
+    st.text_input("Reason for this rollout (required)", key="rollout_reason", max_chars=500, disabled=read_only)
     field_error("rollout_reason")
     st.form_submit_button("Start rollout", type="primary", on_click=on_start_rollout, disabled=read_only)
 note("rollout")
@@ -394,7 +394,7 @@ for view in rollout_panel.views(engine):
         verb = state.pending_rollout[1]
         with st.container(border=True):
             st.warning(f"{verb.capitalize()} rollout #{r.id}: {inert(rollout_panel.confirm_text(r, verb))} Confirm?")
-            st.text_input("Reason (required)", key=f"rollout_act_reason_{r.id}")
+            st.text_input("Reason for this action (required)", key=f"rollout_act_reason_{r.id}")
             c1, c2 = st.columns(2)
             c1.button(f"Confirm: {verb}", type="primary", key=f"rollout_confirm_{r.id}", on_click=on_rollout_confirm,
                       args=(r.id, verb))  # fmt: skip

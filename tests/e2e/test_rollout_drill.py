@@ -14,7 +14,7 @@ def _plan(page, steps: str, reason: str) -> None:
     form.get_by_label("Steps (%)", exact=True).fill(steps)
     form.get_by_label("Bake time per step (s)", exact=True).fill("2")
     form.get_by_label("Samples per arm", exact=True).fill("15")
-    form.get_by_label("Reason (required)", exact=True).fill(reason)
+    form.get_by_label("Reason for this rollout (required)", exact=True).fill(reason)
     with rerun(page):
         form.get_by_role("button", name="Start rollout").click()
 

@@ -7,7 +7,7 @@ may both try to migrate. On SQLite the migration's transaction takes the write l
 (``BEGIN IMMEDIATE``): one that first read and then wrote would fail at once, without waiting, while
 another process migrates. A process that finds the lock held waits for it (the busy timeout) and
 tries again until ``RACE_WAIT_S`` have passed; by then the winner has committed and there is
-nothing left to do.
+nothing left to do. A database that does not answer is tried three times, then reported.
 """
 
 from __future__ import annotations
@@ -70,11 +70,24 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, revision)
             return
-        except DBAPIError:
-            if time.monotonic() >= give_up:
+        except DBAPIError as exc:
+            # Another process migrating holds a lock: wait for it. Anything else (a database that
+            # does not answer) is tried three times, then said.
+            if time.monotonic() >= give_up or (attempt >= 3 and not _lock_contention(exc)):
                 raise
             log.info("migration raced another process (attempt %d); retrying", attempt)
             time.sleep(min(0.5 * attempt, 2.0))
+
+
+# PostgreSQL: lock_timeout, a table or version row another process created first, serialization.
+_RACE_SQLSTATES = frozenset({"55P03", "42P07", "23505", "40001", "40P01"})
+
+
+def _lock_contention(exc: DBAPIError) -> bool:
+    """Whether ``exc`` is another process's migration in the way (not a database that is down)."""
+    if getattr(exc.orig, "sqlstate", None) in _RACE_SQLSTATES:
+        return True
+    return "database is locked" in str(exc.orig)
 
 
 def current_tables(engine: Engine) -> list[str]:

@@ -313,6 +313,9 @@ class StreamAccount:
             data = rewritten
         self.pieces.append(data)
         self.released += 1
+        if b'"content":""' not in data:  # an output chunk, for the time between chunks
+            self.last_out = self.clock()
+            self.outputs += 1
         return data
 
     def _rewrite_model(self, data: bytes) -> bytes | None:

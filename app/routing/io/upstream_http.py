@@ -55,6 +55,7 @@ __all__ = ["KEEPALIVE_S", "HttpUpstream", "UpstreamAnswer", "UpstreamStream"]
 # Idle pooled connections are dropped after this: below the 5 s idle limit of uvicorn, vLLM and
 # Node's http server, so a request never races the server's close of an idle connection.
 KEEPALIVE_S = 4.0
+BACKSTOP_S = 1.0  # how long after the attempt's own deadline the client's timeout ends a request
 DRAIN_S = 1.0  # after [DONE], how long the end of the body may take for the connection to be reused
 DRAIN_BYTES = 64 * 1024
 PIECE = 64 * 1024  # the largest piece a decoder hands on at once
@@ -390,8 +391,9 @@ class HttpUpstream:
         if headers:
             builder = builder.headers(dict(headers))
         # Every request carries its attempt's timeout: the bound of one that was cancelled before
-        # its answer's head (see the module's docstring). A stream's reads are timed by the driver.
-        builder = builder.timeout(timedelta(seconds=timeout_s))
+        # its answer's head (see the module's docstring). A stream's reads are timed by the driver;
+        # the backstop fires a little after the driver's own deadline, which names what passed.
+        builder = builder.timeout(timedelta(seconds=timeout_s + BACKSTOP_S))
         if stream:
             builder = builder.streamed_read_buffer_limit(0)  # each chunk handed on as it comes
         call: _Call | None = None

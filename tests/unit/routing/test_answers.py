@@ -243,3 +243,14 @@ def test_a_plain_chunk_always_passes_with_the_parsers_meaning(chunk: dict) -> No
     assert out is not None
     assert json.loads(out) == slow.take(chunk, _deadline())[0]
     assert fast.text() == slow.text()
+
+
+def test_passed_chunks_count_for_the_time_between_chunks() -> None:
+    ticks = iter(range(1, 100))
+    acc = StreamAccount("chat", ROUTED, 0.0, 0.0, lambda: float(next(ticks)))
+    first = _chunk("a")
+    assert acc.take(first, _deadline())
+    for word in ("b", "c", "d"):
+        assert acc.pass_raw(_compact(_chunk(word))) is not None
+    assert acc.pass_raw(_compact(_chunk(""))) is not None  # no output: not a chunk of the answer's pace
+    assert acc.outputs == 4 and acc.chunk_gap_ms == pytest.approx(1000.0)

@@ -51,7 +51,17 @@ from tests.support.chaos_upstream import (
 
 BOUND_S = 10.0  # a bound on each wait, never a timing assertion
 # Columns that differ between any two requests (ids, clocks, the simulator's random answer).
-VOLATILE = {"id", "request_id", "ts", "latency_ms", "ttft_ms", "completion_tokens", "cost_usd", "answer_text"}
+VOLATILE = {
+    "id",
+    "request_id",
+    "ts",
+    "latency_ms",
+    "ttft_ms",
+    "chunk_gap_ms",
+    "completion_tokens",
+    "cost_usd",
+    "answer_text",
+}
 
 
 @pytest.fixture

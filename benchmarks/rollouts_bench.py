@@ -37,7 +37,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from app.monitor.canary_analysis import SIGNALS
+from app.monitor.canary_analysis import SIGNALS, signal_alpha
+from app.routing.rollout import MAX_SUSPECT_BAKES, SUSPECT_E
 from core.rollout import DEFAULT_BAKE_S, DEFAULT_MIN_SAMPLES, DEFAULT_STEPS
 from core.sequential import RateRatioTest
 
@@ -91,19 +92,36 @@ def thresholds(rng: random.Random, n: int = 4000) -> dict[str, float]:
     return out
 
 
+#: The analysis signal each simulated metric stands for (its share of alpha is that signal's).
+SIGNAL_OF = {
+    "errors": "attempt failed",
+    "refusals": "refused",
+    "truncations": "truncated",
+    "tool_json": "broken tool json",
+    "schema": "schema violation",
+    "latency": "slow",
+    "ttft": "slow first token",
+    "cost": "costly",
+}
+
+
 @dataclass
 class Outcome:
     aborted_at: float | None = None  # the weight in force when it aborted
     candidate_requests: int = 0  # until the abort (or the end)
+    held_requests: int = 0  # requests baked beyond the steps' own because a metric was suspect
     guardrail_at: float | None = None
     metric: str | None = None
     p_values: dict[str, float] = field(default_factory=dict)
 
 
 def rollout(candidate: Arm, seed: int) -> Outcome:
+    """One rollout under the controller's rules (:func:`app.routing.rollout.decide`): a step moves
+    on after its bake and samples unless a metric is suspect, which holds it up to
+    ``MAX_SUSPECT_BAKES`` more bakes; any test rejecting aborts at once."""
     rng = random.Random(seed)
     limit = thresholds(rng)
-    tests = {m: RateRatioTest(theta0=1.0, alpha=ALPHA / len(SIGNALS)) for m in METRICS}
+    tests = {m: RateRatioTest(theta0=1.0, alpha=signal_alpha(SIGNAL_OF[m], ALPHA)) for m in METRICS}
     out = Outcome()
     window: deque[tuple[float, bool]] = deque()  # the guardrail's: (time, failed) of candidate attempts
     clock = 0.0
@@ -111,7 +129,14 @@ def rollout(candidate: Arm, seed: int) -> Outcome:
         if w >= 1.0:
             break  # 100 %: promoted (nothing left to compare against)
         done = cand = 0
-        while done < STEP_REQUESTS or cand < MIN_SAMPLES:
+        while True:
+            if done >= STEP_REQUESTS and cand >= MIN_SAMPLES:
+                leaning = [m for m, t in tests.items() if t.lr >= SUSPECT_E]
+                if not leaning:
+                    break
+                if done >= STEP_REQUESTS * (1 + MAX_SUSPECT_BAKES):
+                    break
+                out.held_requests += 1
             done += 1
             clock += 1.0 / RPS
             on_candidate = rng.random() < w
@@ -120,27 +145,27 @@ def rollout(candidate: Arm, seed: int) -> Outcome:
                 cand += 1
                 out.candidate_requests += 1
             failed = False
+            hit: list[str] = []
             for m in COUNTS:
                 if rng.random() < getattr(arm, m):
                     failed = failed or m == "errors"
                     tests[m].observe(on_candidate, w)
+                    hit.append(m)
             for m in TAILS:
                 value = MEDIAN[m] * getattr(arm, m) * math.exp(rng.gauss(0, SIGMA[m]))
                 if value > limit[m]:
                     tests[m].observe(on_candidate, w)
+                    hit.append(m)
             if on_candidate and out.guardrail_at is None:
                 window.append((clock, failed))
                 while window and window[0][0] < clock - 300:
                     window.popleft()
                 if len(window) >= 20 and sum(f for _, f in window) / len(window) > 0.2:
                     out.guardrail_at = w
-            if out.aborted_at is None:
-                for m, t in tests.items():
-                    if t.rejected:
-                        out.aborted_at, out.metric = w, m
-                        break
-                if out.aborted_at is not None:
-                    out.p_values = {m: t.p_value for m, t in tests.items()}
+            for m in hit:  # a test's verdict only changes when it observes an event
+                if tests[m].rejected:
+                    out.aborted_at, out.metric = w, m
+                    out.p_values = {k: t.p_value for k, t in tests.items()}
                     return out
     return out
 
@@ -161,17 +186,20 @@ def run() -> list[dict]:
     k = sum(o.aborted_at is not None for o in healthy)
     lo, hi = wilson(k, HEALTHY)
     guard_false = sum(o.guardrail_at is not None for o in healthy)
+    held = sum(o.held_requests for o in healthy) / HEALTHY / STEP_REQUESTS
     rows.append(
         {
             "name": "rollouts: false aborts of a healthy candidate",
             "value": round(k / HEALTHY, 4),
             "unit": "share",
             "budget": ALPHA,
-            "ok": lo <= ALPHA,
+            "ok": k / HEALTHY <= ALPHA,
             "n": HEALTHY,
-            "spread": f"95 % interval {lo:.4f}-{hi:.4f}; guardrail false trips {guard_false}",
+            "spread": f"95 % interval {lo:.4f}-{hi:.4f}; "
+            f"{held:.3f} extra bakes a rollout on average; guardrail false trips {guard_false}",
             "measured": f"{HEALTHY} seeded rollouts, steps {STEPS}, {STEP_REQUESTS} requests a step, "
-            f"{len(METRICS)} metrics at alpha/{len(SIGNALS)} each, read after every event",
+            f"{len(METRICS)} of the {len(SIGNALS)} signals simulated at their share of alpha, read after every "
+            f"event; a step holds while a metric's e-value >= {SUSPECT_E:g} (up to {MAX_SUSPECT_BAKES} more bakes)",
         }
     )
     for i, (name, arm) in enumerate(SCENARIOS.items()):
@@ -182,7 +210,7 @@ def run() -> list[dict]:
         guard = sum(o.guardrail_at is not None and o.guardrail_at <= 0.25 for o in outs)
         by_metric: dict[str, int] = {}
         for o in outs:
-            if o.metric:
+            if o.metric and o.aborted_at is not None:
                 by_metric[o.metric] = by_metric.get(o.metric, 0) + 1
         rows.append(
             {

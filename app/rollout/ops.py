@@ -96,7 +96,8 @@ def start(
 
 def metrics_of(analysis: Analysis) -> tuple[MetricReading, ...]:
     return tuple(
-        MetricReading(s.signal, s.verdict, s.p_value, s.candidate_rate, s.baseline_rate, s.signal not in SOFT_SIGNALS)
+        MetricReading(s.signal, s.verdict, s.p_value, s.candidate_rate, s.baseline_rate, s.signal not in SOFT_SIGNALS,
+                      s.e_value)  # fmt: skip
         for s in analysis.signals
     )
 

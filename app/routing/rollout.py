@@ -9,7 +9,16 @@
 - ``pause`` when the ratio was moved to another value by hand (the rollout no longer owns it), or
   when the step is inconclusive: :func:`inconclusive_after` passed and a critical metric still
   lacks its samples (nodata never passes a critical metric);
-- ``hold`` while the step bakes or gathers samples;
+- ``hold`` while the step bakes or gathers samples, and while a metric is *suspect*: its test's
+  statistic now (the e-value, not its running maximum) is at least :data:`SUSPECT_E`, i.e. the
+  data lean against the candidate without reaching the abort level. Such a step bakes again, up to
+  :data:`MAX_SUSPECT_BAKES` more bake times, rather than raise the candidate's share on evidence
+  that leans against it; after them the step moves on (its audit reason names the metric). Holding longer costs a healthy candidate little time (its e-values drift down)
+  and gives a real regression the events it needs to be caught at the weight it is at: provider
+  errors 1 % -> 3 % have only a few dozen candidate events by the 25 % step. It keeps the
+  guarantee: the tests stay valid under any schedule of weights decided from the data so far
+  (:mod:`core.sequential`), so holding, like reading every tick, never raises the false-abort
+  probability above ``alpha``;
 - ``step`` to the next weight once the step baked, every critical metric has data on both arms and
   none is worse; ``complete`` when that next weight is 100 %, or when the last step (below 100 %)
   passed, where it stays.
@@ -29,6 +38,10 @@ from core.rollout import ABORTED, COMPLETED, PAUSED, RUNNING, RolloutState
 # times, and at least five minutes past its bake (a short bake on light traffic is not a verdict).
 INCONCLUSIVE_BAKES = 3.0
 INCONCLUSIVE_MIN_S = 300.0
+# A metric whose e-value is at least this (evidence against the candidate at the 10 % level) holds
+# its step for up to this many more bake times before the weight moves on.
+SUSPECT_E = 10.0
+MAX_SUSPECT_BAKES = 3
 RATIO_TOLERANCE = 1e-9
 
 HOLD, STEP, COMPLETE, ABORT, PAUSE = "hold", "step", "complete", "abort", "pause"
@@ -59,6 +72,7 @@ class MetricReading:
     candidate_rate: float | None = None
     baseline_rate: float | None = None
     critical: bool = True
+    e_value: float = 1.0  # the test's statistic now (1 / p_value is its maximum so far)
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,12 @@ def describe(m: MetricReading) -> str:
     """``refusal rate 3.1 % vs 0.4 % baseline, always-valid p = 0.003``."""
     words = SIGNAL_WORDS.get(m.name, m.name)
     return f"{words} {_rate(m.candidate_rate)} vs {_rate(m.baseline_rate)} baseline, always-valid p = {m.p_value:.2g}"
+
+
+def suspects(metrics: tuple[MetricReading, ...] | list[MetricReading]) -> list[MetricReading]:
+    """The metrics whose evidence leans against the candidate (``e_value >= SUSPECT_E``), most
+    suspect first."""
+    return sorted((m for m in metrics if m.e_value >= SUSPECT_E), key=lambda m: -m.e_value)
 
 
 def inconclusive_after(bake_s: float) -> float:
@@ -149,10 +169,19 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
         )
         return Action(PAUSE, f"rollout{dry} pause at {at}: inconclusive after {elapsed:.0f} s: {what}", PAUSED,
                       r.step_index, None)  # fmt: skip
+    leaning = suspects(evidence.metrics)
+    if leaning and elapsed < plan.bake_s * (1 + MAX_SUSPECT_BAKES):
+        return hold
     best = min((m.p_value for m in evidence.metrics), default=1.0)
+    still = (
+        f"; {SIGNAL_WORDS.get(leaning[0].name, leaning[0].name)} still leans against the candidate "
+        f"(e-value {leaning[0].e_value:.3g}) after {MAX_SUSPECT_BAKES} more bakes"
+        if leaning
+        else ""
+    )
     passed = (
         f"every metric passes after {elapsed:.0f} s ({evidence.step_candidate} candidate, "
-        f"{evidence.step_baseline} baseline requests this step; smallest p = {best:.2g})"
+        f"{evidence.step_baseline} baseline requests this step; smallest p = {best:.2g}){still}"
     )
     if r.last_step:
         return Action(COMPLETE, f"rollout{dry} complete at {at}: {passed}", COMPLETED, r.step_index, None)

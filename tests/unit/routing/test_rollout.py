@@ -23,6 +23,9 @@ def ok(name: str = "failed", p: float = 0.8) -> MetricReading:
 REFUSALS_WORSE = MetricReading("refused", "worse", 0.003, 0.031, 0.004)
 NODATA = MetricReading("truncated", "nodata", 1.0, None, None)
 NODATA_SOFT = MetricReading("slow", "nodata", 1.0, None, None, critical=False)
+# Evidence leaning against the candidate (e-value 12, so p <= 1/12) short of the abort level.
+ERRORS_LEAN = MetricReading("attempt failed", "pass", 0.05, 0.03, 0.01, e_value=12.0)
+ERRORS_FADED = MetricReading("attempt failed", "pass", 0.05, 0.012, 0.01, e_value=9.9)
 
 
 def evidence(*metrics: MetricReading, c: int = 500, b: int = 5000, ratio: float = 0.10) -> Evidence:
@@ -43,6 +46,14 @@ CASES = [
      "inconclusive after 1800 s: 49 candidate"),
     ("critical nodata never passes", rollout(), evidence(ok(), NODATA), 1000 + 1800, "pause", "paused", 2, None,
      "no data for truncated"),
+    ("a leaning metric holds a baked step", rollout(), evidence(ok(), ERRORS_LEAN), 1000 + 600, "hold", "running",
+     2, None, ""),
+    ("... up to three more bakes", rollout(), evidence(ok(), ERRORS_LEAN), 1000 + 2399, "hold", "running", 2, None,
+     ""),
+    ("... then moves on and says so", rollout(), evidence(ok(), ERRORS_LEAN), 1000 + 2400, "step", "running", 3, 0.25,
+     "first-attempt failure rate still leans against the candidate (e-value 12)"),
+    ("evidence that fades below the bar lets it step", rollout(), evidence(ok(), ERRORS_FADED), 1000 + 601, "step",
+     "running", 3, 0.25, "step 10 % -> 25 %"),
     ("soft nodata passes", rollout(), evidence(ok(), NODATA_SOFT), 1000 + 600, "step", "running", 3, 0.25, ""),
     ("to 100 % completes", rollout(4), evidence(ratio=0.5), 1600,
      "complete", "completed", 5, 1.0, "complete: 50 % -> 100 %"),

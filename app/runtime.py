@@ -79,6 +79,7 @@ class Gateway(Generic[C]):
     breaker_report: BreakerReporter | None = None
     alerts: Webhooks | None = None
     rollouts: Any = None  # the rollout controller (app.rollout.driver.RolloutDriver) when this process runs one
+    shadow: Any = None  # the shadow phase's mirror (app.rollout.shadow.Shadower), with the controller
     _closed: bool = field(default=False, repr=False)
     _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -97,6 +98,8 @@ class Gateway(Generic[C]):
             self._closed = True
         if self.rollouts is not None:
             self.rollouts.close()
+        if self.shadow is not None:
+            self.shadow.close()
         if self.guardrail is not None:
             self.guardrail.stop()
         if self.breaker_report is not None:
@@ -253,6 +256,11 @@ def assemble(
             engine, notify=alerts.send, on_change=refresher.reload_all, wall_clock=wall_clock, stop=stop,
             interval_s=rollout_every_s or INTERVAL_S, lease_ttl_s=max(LEASE_TTL_S, 5 * (rollout_every_s or INTERVAL_S)),
         )  # fmt: skip
+        from app.rollout.shadow import Shadower
+
+        gateway.shadow = Shadower(engine, settings, transports=wired, env=env, secrets=secrets, stop=stop,
+                                  wall_clock=wall_clock)  # fmt: skip
+        client.core.on_plan.append(gateway.shadow.offer)
     # Every process reports its breakers and cooling route deployments with a heartbeat: the
     # banner and the routes table count only live processes.
     reporter = BreakerReporter(
@@ -272,5 +280,7 @@ def assemble(
         timer.start()
     if gateway.rollouts is not None:
         gateway.rollouts.start()
+    if gateway.shadow is not None:
+        gateway.shadow.start()
     flush_on_sigterm(gateway)  # only where the program left SIGTERM at its default (app.shutdown)
     return gateway

@@ -4,7 +4,9 @@ A plan names the candidate (the global canary's primary, or a route's canary dep
 weights it steps through (percent of the scope's traffic, strictly increasing, each in (0, 100]),
 how long each step bakes, the samples every metric needs per arm before a step may pass, the
 false-abort level ``alpha`` and whether it is a dry run (analysed and recorded, the weight never
-moved). Every number is parsed with its bounds before anything is written: ``nan``, ``1e400``,
+moved) and, optionally, a shadow phase before the first step (``shadow_share`` of the baseline's
+requests mirrored to the candidate, its answers discarded, until ``shadow_budget_usd`` is spent;
+see :mod:`app.rollout.shadow`). Every number is parsed with its bounds before anything is written: ``nan``, ``1e400``,
 steps that do not increase or leave (0, 100] are refused with one line saying which.
 """
 
@@ -29,6 +31,9 @@ MAX_SHADOW_BUDGET_USD = 1_000_000.0
 RUNNING, PAUSED, ABORTED, COMPLETED = "running", "paused", "aborted", "completed"
 STATES = (RUNNING, PAUSED, ABORTED, COMPLETED)
 ACTIVE = (RUNNING, PAUSED)
+#: The step index of the shadow phase: the candidate takes no real traffic (weight 0) and answers
+#: mirrored copies of the baseline's requests.
+SHADOW_STEP = -1
 
 
 @dataclass(frozen=True)
@@ -129,9 +134,14 @@ class RolloutState:
     version: int
 
     @property
+    def shadowing(self) -> bool:
+        """In the shadow phase (before the first step)."""
+        return self.step_index == SHADOW_STEP
+
+    @property
     def weight(self) -> float:
-        """The current step's share of the scope's traffic, 0..1."""
-        return self.plan.steps[self.step_index] / 100.0
+        """The current step's share of the scope's traffic, 0..1 (0 in the shadow phase)."""
+        return 0.0 if self.shadowing else self.plan.steps[self.step_index] / 100.0
 
     @property
     def active(self) -> bool:

@@ -370,6 +370,33 @@ class RolloutLease(Base):
     expires_at: Mapped[float] = mapped_column(Float)
 
 
+class ShadowLog(Base):
+    """One mirrored request's answer from a rollout's candidate in its shadow phase (migration
+    0022): ``request_id`` is the baseline request it copies. Apart from ``request_log`` so that no
+    figure of real traffic counts it."""
+
+    __tablename__ = "shadow_log"
+    __table_args__ = (Index("ix_shadow_log_rollout_id", "rollout_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    rollout_id: Mapped[int] = mapped_column(Integer)
+    request_id: Mapped[str] = mapped_column(String(64))
+    ts: Mapped[float] = mapped_column(Float)
+    provider: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    error_class: Mapped[str | None] = mapped_column(String(64))
+    latency_ms: Mapped[float] = mapped_column(Float)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    completion_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    tool_calls: Mapped[int] = mapped_column(Integer, server_default="0")
+    cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    refused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    tool_json_bad: Mapped[int] = mapped_column(Integer, server_default="0")
+    schema_bad: Mapped[bool | None] = mapped_column(Boolean)
+
+
 class GuardrailSetting(Base):
     """Automatic rollback of the canary when the primary's error rate crosses a threshold."""
 

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from core.errors import ConflictError, InvalidRequest
-from core.rollout import ACTIVE, COMPLETED, Plan, RolloutState, parse_steps, steps_text
+from core.rollout import ACTIVE, COMPLETED, SHADOW_STEP, Plan, RolloutState, parse_steps, steps_text
 from db.canary import GLOBAL, MAX_ACTOR, MAX_REASON, CanaryState, StaleCanaryError, ensure_setting
 from db.models import CanaryAudit, CanarySetting, Rollout, RolloutLease
 
@@ -127,13 +127,21 @@ def _check_fence(conn: Connection, fence: Fence | None, now: float) -> None:
 
 def start(engine: Engine, plan: Plan, *, scope: str, actor: str, reason: str, now: float | None = None) -> RolloutState:
     """Store a new running rollout at its first step and move the scope's ratio there (a dry run
-    leaves the ratio). Refused when the scope already has an active rollout."""
+    leaves the ratio); with a shadow phase, at that phase (step :data:`SHADOW_STEP`) with the ratio
+    at 0, the candidate answering only mirrored requests. Refused when the scope already has an
+    active rollout."""
     ts = time.time() if now is None else now
     actor, reason = _clip(actor, MAX_ACTOR), _clip(reason)
     ensure_setting(engine, 0.0, scope)
-    first = plan.steps[0]
+    shadow = plan.shadow_share is not None
+    first = 0.0 if shadow else plan.steps[0]
+    where = (
+        f"in a shadow phase ({plan.shadow_share * 100:g} % mirrored, budget {plan.shadow_budget_usd:g} USD)"
+        if plan.shadow_share is not None
+        else f"at {first:g} %"
+    )
     audit = (
-        f"rollout start{' (dry run)' if plan.dry_run else ''} of {plan.candidate} at {first:g} % "
+        f"rollout start{' (dry run)' if plan.dry_run else ''} of {plan.candidate} {where} "
         f"(steps {steps_text(plan.steps)}, bake {plan.bake_s:g} s): {reason}"
     )
     try:
@@ -143,7 +151,7 @@ def start(engine: Engine, plan: Plan, *, scope: str, actor: str, reason: str, no
                     scope=scope, active_scope=scope, candidate=plan.candidate, route=plan.route,
                     steps=steps_text(plan.steps), bake_s=plan.bake_s, min_samples=plan.min_samples,
                     alpha=plan.alpha, dry_run=plan.dry_run, shadow_share=plan.shadow_share,
-                    shadow_budget_usd=plan.shadow_budget_usd, state="running", step_index=0,
+                    shadow_budget_usd=plan.shadow_budget_usd, state="running", step_index=SHADOW_STEP if shadow else 0,
                     step_started_at=ts, started_at=ts, started_by=actor, reason=reason, updated_at=ts,
                     last_reason=_clip(audit), version=1,
                 )

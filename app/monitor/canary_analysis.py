@@ -210,6 +210,66 @@ def analyse(
     return Analysis(scope, since, until, n[0], n[1], alpha, tuple(results))
 
 
+def analyse_shadow(
+    engine: Engine, *, rollout_id: int, since: float, until: float, route: str | None = None, alpha: float = 0.05,
+    min_samples: int = MIN_SAMPLES,
+) -> Analysis:  # fmt: skip
+    """A shadow phase's analysis: each mirrored request is a pair, the candidate's answer to the
+    copy (``shadow_log``) and the baseline's own answer to the request (its final ``request_log``
+    row), judged by the same signals and tests as the canary arm.
+
+    Both arms answered the same requests, so each event is tested with a candidate share of 1/2:
+    under the null that a pair's two answers are exchangeable (the candidate is no worse *on the same
+    request*), an event of a pair where only one arm has it is the candidate's with probability at
+    most 1/2, and a pair where both have it multiplies the statistic by ``4 q (1 - q) <= 1``; so each
+    test's statistic is a supermartingale, Ville's inequality holds and the false-abort guarantee of
+    :mod:`core.sequential` carries over (a sequential sign test, McNemar's, read at any time).
+    ``since``: the rollout's start (the tail signals' baseline p95 comes from before it); ``until`` is
+    kept for the report."""
+    from db.shadow import pairs as shadow_pairs
+
+    candidate_side, baseline_side = _sides(route)
+    scope = route_scope(route) if route is not None else GLOBAL
+    log = RequestLog.__table__
+    where: list = [log.c.side == baseline_side]
+    where.append(log.c.route == route if route is not None else log.c.side.not_in(tuple(ROUTE_SIDES)))
+    with engine.connect() as conn:
+        before = conn.execute(
+            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
+            .where(*where, log.c.final.is_(True), log.c.ts < since, log.c.status == "ok")
+            .order_by(log.c.ts.desc())
+            .limit(BASELINE_ROWS)
+        ).all()
+    limits = _p95s(before)
+    # A mirrored copy is sent whole, not streamed: there is no first token or chunk gap to compare.
+    limits["slow first token"] = limits["slow chunks"] = None
+    tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
+    counts = {s: [0, 0] for s in SIGNALS}
+    found = shadow_pairs(engine, rollout_id)
+    for p in found:
+        for arm, row in ((0, p.shadow), (1, p.baseline)):
+            events = _events(row, limits)
+            # The baseline's first attempt failed when it failed or was retried; the copy has one.
+            events["attempt failed"] = row.status != "ok" or int(getattr(row, "attempt", 1) or 1) > 1
+            for signal, hit in events.items():
+                if hit:
+                    counts[signal][arm] += 1
+                    tests[signal].observe(arm == 0, 0.5)
+    n = len(found)
+    results = []
+    for s in SIGNALS:
+        t, (c, b) = tests[s], counts[s]
+        nodata = n < min_samples or (s in TAIL_SIGNALS and limits.get(s) is None)
+        results.append(
+            SignalResult(
+                signal=s, candidate=c, baseline=b, candidate_rate=c / n if n else None,
+                baseline_rate=b / n if n else None, ratio=c / b if b else None, p_value=t.p_value,
+                verdict="worse" if t.rejected else "nodata" if nodata else "pass", e_value=t.lr,
+            )
+        )  # fmt: skip
+    return Analysis(scope, since, until, n, n, alpha, tuple(results))
+
+
 def _p95(values: Sequence[float]) -> float | None:
     xs = sorted(v for v in values if v is not None)
     return xs[int(0.95 * (len(xs) - 1))] if len(xs) >= MIN_SAMPLES else None

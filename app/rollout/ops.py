@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from app.alerts import event
 from app.config import Settings
-from app.monitor.canary_analysis import Analysis, analyse, arm_requests
+from app.monitor.canary_analysis import Analysis, analyse, analyse_shadow, arm_requests
 from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
 from core.rollout import Plan, RolloutState
@@ -85,8 +85,11 @@ def start(
     notify: Notify = _quiet,
 ) -> RolloutState:  # fmt: skip
     """Store and start ``plan`` (see :func:`db.rollouts.start`); nothing is written when refused."""
-    if plan.shadow_share is not None:
-        raise InvalidRequest("--shadow-share: a shadow phase is not supported yet; start the rollout without it")
+    if plan.shadow_share is not None and plan.route is not None:
+        raise InvalidRequest(
+            "--shadow-share: a shadow phase mirrors the global canary's baseline only; start the route's rollout "
+            "without it"
+        )
     reason, actor = _text("--reason", reason), _text("--actor", actor)
     scope = scope_of(settings, plan.candidate, plan.route)
     r = rollouts.start(engine, plan, scope=scope, actor=actor, reason=reason, now=now)
@@ -116,9 +119,14 @@ def read(engine: Engine, r: RolloutState, now: float) -> Reading:
     """The analysis since the rollout started (anytime-valid, so it may be read every tick), the
     current step's samples per arm and the scope's stored ratio."""
     plan = r.plan
-    analysis = analyse(engine, since=r.started_at, until=now, route=plan.route, alpha=plan.alpha,
-                       min_samples=plan.min_samples)  # fmt: skip
-    step_c, step_b = arm_requests(engine, since=r.step_started_at, until=now, route=plan.route)
+    if r.shadowing:
+        analysis = analyse_shadow(engine, rollout_id=r.id, since=r.started_at, until=now, route=plan.route,
+                                  alpha=plan.alpha, min_samples=plan.min_samples)  # fmt: skip
+        step_c = step_b = analysis.candidate_requests
+    else:
+        analysis = analyse(engine, since=r.started_at, until=now, route=plan.route, alpha=plan.alpha,
+                           min_samples=plan.min_samples)  # fmt: skip
+        step_c, step_b = arm_requests(engine, since=r.step_started_at, until=now, route=plan.route)
     ratio = get_state(engine, r.scope)
     breaker = live_breakers(engine, now=now).get(plan.candidate)
     is_open = breaker is not None and breaker.state == "open"
@@ -169,8 +177,13 @@ def summary(r: RolloutState) -> str:
     plan = r.plan
     where = "global canary" if r.scope == GLOBAL else f"route {plan.route}"
     dry = ", dry run" if plan.dry_run else ""
+    at = (
+        f"in its shadow phase ({plan.shadow_share * 100:g} % of the baseline mirrored, budget "
+        f"{plan.shadow_budget_usd:g} USD{dry};"
+        if r.shadowing and plan.shadow_share is not None and plan.shadow_budget_usd is not None
+        else f"at step {r.step_index + 1} of {len(plan.steps)} ({pct(r.weight)}{dry};"
+    )
     return (
-        f"rollout #{r.id} of {plan.candidate} on the {where}: {r.state} at step {r.step_index + 1} of "
-        f"{len(plan.steps)} ({pct(r.weight)}{dry}; steps {','.join(f'{s:g}' for s in plan.steps)}, bake "
+        f"rollout #{r.id} of {plan.candidate} on the {where}: {r.state} {at} steps {','.join(f'{s:g}' for s in plan.steps)}, bake "
         f"{plan.bake_s:g} s, {plan.min_samples} samples per arm, alpha {plan.alpha:g})"
     )

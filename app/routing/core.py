@@ -327,6 +327,9 @@ class RoutingCore:
         #: Called as ``hook(route, why)`` when a route's deployment starts cooling down, on the
         #: request's thread: keep hooks quick.
         self.on_cooldown: list[Callable[[str, str], None]] = []
+        #: Called as ``hook(plan)`` with each two-sided request once planned, on the request's thread
+        #: before any attempt: keep hooks quick (a draw, a non-blocking enqueue: the shadow phase).
+        self.on_plan: list[Callable[[Plan], None]] = []
         self.breakers = {
             name: CircuitBreaker(name, policy, on_change=self._breaker_changed, lock=new_lock())
             for name in settings.providers
@@ -452,7 +455,7 @@ class RoutingCore:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
         forwarded = self._forwarded(headers)
-        return Plan(
+        planned = Plan(
             request_id=self._new_id(),
             api=api,
             body=body,
@@ -473,6 +476,12 @@ class RoutingCore:
             headers=forwarded,
             key_name=key_name,
         )
+        for hook in self.on_plan:
+            try:
+                hook(planned)
+            except Exception:  # a listener's bug must not fail the request
+                log.exception("plan hook %r failed", hook)
+        return planned
 
     def _stored_prompt(self, msgs: list[dict]) -> str | None:
         """The prompt as the log keeps it: cleaned, keys scrubbed, and only with store_prompts."""

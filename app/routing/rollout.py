@@ -128,9 +128,11 @@ def inconclusive_after(bake_s: float) -> float:
 
 
 def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
-    """What the controller does now (see the module's docstring)."""
+    """What the controller does now (see the module's docstring). In the shadow phase the evidence
+    is the mirrored pairs' (:func:`app.monitor.canary_analysis.analyse_shadow`), the ratio stays 0
+    and passing moves to the first step."""
     r, plan = rollout, rollout.plan
-    at = pct(r.weight)
+    at = "shadow" if r.shadowing else pct(r.weight)
     dry = " (dry run)" if plan.dry_run else ""
     hold = Action(HOLD, "", r.state, r.step_index, None)
     if r.state != RUNNING:
@@ -195,7 +197,7 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
 def manual(rollout: RolloutState, command: str, *, full: bool = False) -> Action:
     """An operator's ``promote [--full] | pause | resume | abort`` as an action, or ``ValueError``
     saying why it does not apply in the rollout's state."""
-    r, at = rollout, pct(rollout.weight)
+    r, at = rollout, "shadow" if rollout.shadowing else pct(rollout.weight)
     if not r.active:
         raise ValueError(f"rollout #{r.id} is {r.state}; nothing to {command}")
     if command == "pause":

@@ -1,0 +1,221 @@
+"""A rollout's shadow phase: a share of the baseline's requests mirrored to the candidate, off the
+request path, the candidate's answers logged apart and discarded.
+
+Every process that routes runs a :class:`Shadower`. It learns from the database, every
+``refresh_s``, whether the global canary's rollout is in its shadow phase (its share, budget and
+what the mirrors cost so far). The routing core calls :meth:`Shadower.offer` with each request's
+plan as it is planned: for a request on the baseline side it draws the share and, when drawn,
+puts a copy on a bounded queue and returns. Nothing on the request path waits for a mirror: the
+draw and a ``put_nowait`` are all it costs; a full queue drops the copy (counted).
+
+``concurrency`` worker threads send the copies to the candidate (the routing policy forced to the
+primary side, no fallback, not streamed; its own breakers, so a mirror never moves the real
+traffic's) and write one ``shadow_log`` row per copy: the baseline request it copies, the candidate's
+status, latency, tokens, cost and answer-quality fields. ``shadow_log`` is apart from
+``request_log``: no figure of real traffic (rollups, spend, the Monitor) counts a mirror.
+
+The budget: a copy is only queued while the spend so far (``shadow_log``'s cost, read each refresh,
+plus what this process's mirrors cost since) is under the rollout's budget. Processes share the
+budget through the database, so the overshoot is bounded by what the copies in flight (at most
+``concurrency`` per process plus the queue) and those answered within one refresh cost.
+
+The controller (:mod:`app.rollout.driver`) judges the pairs (the candidate's answer and the
+baseline's own, :func:`app.monitor.canary_analysis.analyse_shadow`) like a step, and moves the
+rollout to its first step when they pass; mirroring stops when the phase ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from app.config import Settings
+from app.refresh import Periodic
+from app.routing.options import RouteOptions
+from core.records import AttemptRecord
+from core.rollout import RUNNING
+from db import rollouts, shadow
+from db.canary import GLOBAL
+
+log = logging.getLogger(__name__)
+REFRESH_S = 1.0
+CONCURRENCY = 2
+QUEUE = 32
+SOURCE = "shadow"
+MIRRORED_APIS = frozenset({"chat", "responses", "completions"})
+#: Body fields a mirror leaves out: it is sent whole, never streamed.
+NOT_MIRRORED = frozenset({"stream", "stream_options"})
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The shadow phase in force: which rollout, the share of baseline requests to mirror, the
+    budget and its spend as last read."""
+
+    rollout_id: int
+    share: float
+    budget_usd: float
+    spent_usd: float
+
+
+class _Sink:
+    """The mirror client's telemetry: each worker thread's records of its current copy."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def begin(self) -> None:
+        self._local.records = []
+
+    def take(self) -> list[AttemptRecord]:
+        got = getattr(self._local, "records", [])
+        self._local.records = []
+        return got
+
+    def submit_many(self, records: Sequence[AttemptRecord]) -> None:
+        if not hasattr(self._local, "records"):
+            self._local.records = []
+        self._local.records.extend(records)
+
+    def flush(self) -> None:
+        return None
+
+
+class _NoRatio:
+    value = 0.0
+
+    def age_s(self) -> float:
+        return 0.0
+
+
+class Shadower:
+    """Mirrors the global canary's baseline requests to its candidate during a shadow phase."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        *,
+        transports: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        secrets: Mapping[str, str] | None = None,
+        concurrency: int = CONCURRENCY,
+        queue_size: int = QUEUE,
+        refresh_s: float = REFRESH_S,
+        rng: random.Random | None = None,
+        stop: threading.Event | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        from app.routing.io.client import RoutingClient
+
+        self.engine = engine
+        self._sink = _Sink()
+        self.client = RoutingClient(
+            settings, telemetry=self._sink, ratio=_NoRatio(), transports=transports, rng=random.Random(),
+            source=SOURCE, env=env, secrets=secrets,
+        )  # fmt: skip
+        self._rng = rng or random.Random()
+        self._wall = wall_clock
+        self._stop = stop or threading.Event()
+        self._queue: queue.Queue[tuple[int, str, dict, str, str]] = queue.Queue(maxsize=queue_size)
+        self._lock = threading.Lock()
+        self.phase: Phase | None = None  # read without a lock on the request path (one attribute)
+        self._spent_here = 0.0  # this process's mirrors' cost since the last refresh
+        self.sent = 0
+        self.dropped = 0
+        self.failed_writes = 0
+        self.timer = Periodic(self.refresh, refresh_s, name="shadow-refresh", stop=self._stop)
+        self._workers = [
+            threading.Thread(target=self._work, name=f"shadow-{i}", daemon=True) for i in range(max(1, concurrency))
+        ]
+
+    # -- the request path ------------------------------------------------------------------------
+    def offer(self, plan: Any) -> None:
+        """Called with each planned request; queues a copy when it is drawn (never waits)."""
+        phase = self.phase
+        if phase is None or plan.route is not None or plan.side != "fallback" or plan.api not in MIRRORED_APIS:
+            return
+        if plan.source == SOURCE or self._rng.random() >= phase.share:
+            return
+        if phase.spent_usd + self._spent_here >= phase.budget_usd:
+            return
+        body = {k: v for k, v in plan.body.items() if k not in NOT_MIRRORED}
+        try:
+            self._queue.put_nowait((phase.rollout_id, plan.api, body, plan.requested_model, plan.request_id))
+        except queue.Full:
+            self.dropped += 1
+
+    # -- off the request path ------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Read whether a shadow phase runs, and its spend so far."""
+        r = rollouts.active(self.engine, GLOBAL)
+        if r is None or r.state != RUNNING or not r.shadowing or r.plan.shadow_share is None:
+            self.phase = None
+            return
+        _, usd = shadow.spent(self.engine, r.id)
+        with self._lock:
+            self._spent_here = 0.0
+        self.phase = Phase(r.id, float(r.plan.shadow_share), float(r.plan.shadow_budget_usd or 0.0), usd)
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                self._mirror(*job)
+            except Exception:  # noqa: BLE001 - one copy's failure must not end the worker
+                log.exception("shadow: mirroring a request failed")
+
+    def _mirror(self, rollout_id: int, api: str, body: dict, model: str, request_id: str) -> None:
+        phase = self.phase
+        if phase is None or phase.rollout_id != rollout_id:
+            return  # the phase ended while the copy waited
+        self._sink.begin()
+        options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False)
+        try:
+            self.client.request(api, body, options)
+        except Exception as exc:  # noqa: BLE001 - the candidate's failure is what the log records
+            log.debug("shadow: the candidate failed a mirrored request: %s", exc)
+        records = self._sink.take()
+        if not records:
+            return
+        final = records[-1]
+        row = {
+            "rollout_id": rollout_id, "request_id": request_id, "ts": records[0].ts, "provider": final.provider,
+            "model": final.model, "status": final.status, "error_class": final.error_class,
+            "latency_ms": sum(r.latency_ms for r in records), "ttft_ms": final.ttft_ms,
+            "completion_tokens": final.completion_tokens, "tool_calls": final.tool_calls,
+            "cost_usd": sum(r.cost_usd for r in records), "finish_reason": final.finish_reason,
+            "refused": final.refused, "tool_json_bad": final.tool_json_bad, "schema_bad": final.schema_bad,
+        }  # fmt: skip
+        try:
+            shadow.insert_rows(self.engine, [row])
+        except Exception as exc:  # noqa: BLE001 - a lost row costs one sample, never the caller
+            self.failed_writes += 1
+            log.warning("shadow: could not log a mirrored answer (%s)", exc)
+            return
+        with self._lock:
+            self._spent_here += row["cost_usd"]
+        self.sent += 1
+
+    def start(self) -> Shadower:
+        self.timer.start()
+        for t in self._workers:
+            t.start()
+        return self
+
+    def close(self) -> None:
+        self.timer.stop()
+        self._stop.set()
+        self.phase = None
+        self.client.close_http()

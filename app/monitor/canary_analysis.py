@@ -61,7 +61,10 @@ SIGNAL_WEIGHTS: dict[str, float] = {s: 2.0 if s in ("attempt failed", "failed") 
 TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "costly")  # judged against the baseline's p95
 MAX_ROWS = 200_000  # final requests read for one analysis, newest kept
 MIN_SAMPLES = 50
-BASELINE_ROWS = 5_000  # baseline requests before the window that set the p95 thresholds
+BASELINE_ROWS = 5_000
+#: How long after a request starts its rows may still arrive and be counted by a running analysis:
+#: the longest request (the default request deadline, 120 s) plus the telemetry writer's delay.
+OVERLAP_S = 180.0  # baseline requests before the window that set the p95 thresholds
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,129 @@ def analyse(
             )
         )
     return Analysis(scope, since, until, n[0], n[1], alpha, tuple(results))
+
+
+class RunningAnalysis:
+    """:func:`analyse` kept up to date from the rows logged since the last read, for a controller
+    that reads every few seconds: its cost is flat in the size of the log and the length of the
+    rollout (what the traffic of one overlap window holds), where :func:`analyse` reads every row
+    since the rollout started.
+
+    Each :meth:`update` reads the rows that started since the last read, less :data:`OVERLAP_S`
+    (a request's rows are logged when it ends, so rows keep arriving for a while after their start
+    time), skips the ones already counted (their ids, kept for the overlap window) and feeds the
+    new final requests to the running tests and sums. A request whose rows arrive more than
+    ``OVERLAP_S`` after it started (longer than the request deadline, or replayed from a journal
+    after a database outage) is not counted: the tests stay valid (a row left out is a request the
+    analysis never saw), they only see less. At most ``max_rows`` rows are read per update; a
+    backlog is read over the next updates.
+
+    The tail signals' thresholds (the baseline's p95) are read once, from before ``since``.
+    ``step_counts(step_since)`` are the final requests on each arm that started since the current
+    step began (the samples :func:`app.routing.rollout.decide` waits for).
+    """
+
+    def __init__(
+        self, engine: Engine, *, since: float, route: str | None = None, alpha: float = 0.05,
+        min_samples: int = MIN_SAMPLES, overlap_s: float | None = None, max_rows: int = 50_000,
+    ) -> None:  # fmt: skip
+        self.engine, self.since, self.route, self.alpha, self.min_samples = engine, since, route, alpha, min_samples
+        self.overlap_s = OVERLAP_S if overlap_s is None else overlap_s
+        self.max_rows = max_rows
+        self.candidate_side, self.baseline_side = _sides(route)
+        self.scope = route_scope(route) if route is not None else GLOBAL
+        log = RequestLog.__table__
+        where: list = [log.c.side.in_((self.candidate_side, self.baseline_side))]
+        where.append(log.c.route == route if route is not None else log.c.side.not_in(tuple(ROUTE_SIDES)))
+        self._where = where
+        with engine.connect() as conn:
+            before = conn.execute(
+                select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
+                .where(*where, log.c.final.is_(True), log.c.side == self.baseline_side, log.c.ts < since,
+                       log.c.status == "ok")
+                .order_by(log.c.ts.desc())
+                .limit(BASELINE_ROWS)
+            ).all()  # fmt: skip
+        self.limits = _p95s(before)
+        self.tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
+        self.counts = {s: [0, 0] for s in SIGNALS}
+        self.n = [0, 0]
+        self.cursor = since  # rows that started before this (less the overlap) were read
+        self._seen: dict[int, float] = {}  # ids counted within the overlap window -> their ts
+        self._first: dict[str, tuple[bool, float]] = {}  # request -> (first attempt failed, start)
+        self._step_since: float | None = None
+        self._step = [0, 0]
+        self._resume: float | None = None
+        self.rows_read = 0  # by the last update
+        self.until = since
+
+    def update(self, until: float, step_since: float | None = None) -> Analysis:
+        """Read what was logged since the last update and return the analysis of ``[since, until]``."""
+        if step_since != self._step_since:
+            self._step_since, self._step = step_since, [0, 0]
+        log = RequestLog.__table__
+        cols = (log.c.id, log.c.request_id, log.c.attempt, log.c.final, log.c.ts, log.c.side, log.c.status,
+                log.c.finish_reason, log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms,
+                log.c.cost_usd, log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms)  # fmt: skip
+        low = self._resume if self._resume is not None else max(self.since, self.cursor - self.overlap_s)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(*cols)
+                .where(*self._where, (log.c.attempt == 1) | log.c.final.is_(True), log.c.ts >= low, log.c.ts <= until)
+                .order_by(log.c.ts)
+                .limit(self.max_rows)
+            ).all()
+        self.rows_read = len(rows)
+        times, ratios = _shares(self.engine, self.scope, self.since)
+        fresh = [r for r in rows if r.id not in self._seen]
+        for r in fresh:
+            self._seen[r.id] = float(r.ts)
+            if r.attempt == 1:
+                self._first[r.request_id] = (r.status != "ok", float(r.ts))
+        for r in fresh:
+            if not r.final:
+                continue
+            failed_first, started = self._first.pop(r.request_id, (r.status != "ok", float(r.ts)))
+            share = ratios[bisect_right(times, started) - 1]
+            arm = 0 if r.side == self.candidate_side else 1
+            self.n[arm] += 1
+            if self._step_since is not None and started >= self._step_since:
+                self._step[arm] += 1
+            events = _events(r, self.limits)
+            events["attempt failed"] = failed_first
+            for signal, hit in events.items():
+                if hit:
+                    self.counts[signal][arm] += 1
+                    self.tests[signal].observe(arm == 0, share)
+        if rows:
+            self.cursor = max(self.cursor, float(rows[-1].ts))
+        # A full read leaves a backlog: the next read goes on from where this one stopped (rows of
+        # the same start time are told apart by their ids) rather than from the overlap window.
+        self._resume = float(rows[-1].ts) if len(rows) >= self.max_rows else None
+        horizon = self.cursor - self.overlap_s
+        self._seen = {i: t for i, t in self._seen.items() if t >= horizon}
+        self._first = {k: v for k, v in self._first.items() if v[1] >= horizon - self.overlap_s}
+        self.until = until
+        return self.analysis()
+
+    def step_counts(self) -> tuple[int, int]:
+        return self._step[0], self._step[1]
+
+    def analysis(self) -> Analysis:
+        results = []
+        n = self.n
+        for s in SIGNALS:
+            t, (c, b) = self.tests[s], self.counts[s]
+            nodata = min(n) < self.min_samples or (s in TAIL_SIGNALS and self.limits.get(s) is None)
+            results.append(
+                SignalResult(
+                    signal=s, candidate=c, baseline=b, candidate_rate=c / n[0] if n[0] else None,
+                    baseline_rate=b / n[1] if n[1] else None,
+                    ratio=(c / n[0]) / (b / n[1]) if n[0] and n[1] and b else None, p_value=t.p_value,
+                    verdict="worse" if t.rejected else "nodata" if nodata else "pass", e_value=t.lr,
+                )
+            )  # fmt: skip
+        return Analysis(self.scope, self.since, self.until, n[0], n[1], self.alpha, tuple(results))
 
 
 def analyse_shadow(

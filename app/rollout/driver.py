@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
+from app.monitor.canary_analysis import RunningAnalysis
 from app.refresh import Periodic
 from app.rollout.ops import Notify, read, rollout_event
 from app.routing.rollout import Action, decide
@@ -66,18 +67,31 @@ class RolloutDriver:
         self._clock = wall_clock
         self.timer = Periodic(self.tick, interval_s, name="rollout-controller", stop=stop)
         self.actions = 0
+        # Each running rollout's analysis, kept up to date from the rows logged since the last tick
+        # (a tick's read is flat in the size of the log); rebuilt when another process acted.
+        self._running: dict[tuple[int, float], RunningAnalysis] = {}
 
     def tick(self) -> list[Action]:
         """Take or renew the lease; when held, decide and act on every running rollout."""
         fence = rollouts.acquire_lease(self.engine, self.holder, ttl_s=self.lease_ttl_s, now=self._clock())
         if fence is None:
+            self._running.clear()  # another process acts; rebuilt (caught up) if the lease comes back
             return []
         done: list[Action] = []
+        live: set[tuple[int, float]] = set()
         for r in rollouts.all_active(self.engine):
             if r.state != RUNNING:
                 continue
             now = self._clock()
-            reading = read(self.engine, r, now)
+            key = (r.id, r.started_at)
+            live.add(key)
+            running = self._running.get(key)
+            if running is None and not r.shadowing:
+                running = self._running[key] = RunningAnalysis(
+                    self.engine, since=r.started_at, route=r.plan.route, alpha=r.plan.alpha,
+                    min_samples=r.plan.min_samples,
+                )  # fmt: skip
+            reading = read(self.engine, r, now, running)
             action = decide(r, reading.evidence, now)
             if not action.acts:
                 continue
@@ -97,6 +111,8 @@ class RolloutDriver:
             done.append(action)
             log.warning("%s", new.last_reason)
             self.notify(rollout_event(action.kind, new, new.last_reason))
+        for gone in set(self._running) - live:
+            del self._running[gone]
         if done:
             self.on_change()
         return done

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from app.alerts import event
 from app.config import Settings
-from app.monitor.canary_analysis import Analysis, analyse, analyse_shadow, arm_requests
+from app.monitor.canary_analysis import Analysis, RunningAnalysis, analyse, analyse_shadow, arm_requests
 from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
 from core.rollout import Plan, RolloutState
@@ -115,14 +115,19 @@ class Reading:
     canary_version: int
 
 
-def read(engine: Engine, r: RolloutState, now: float) -> Reading:
+def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis | None = None) -> Reading:
     """The analysis since the rollout started (anytime-valid, so it may be read every tick), the
-    current step's samples per arm and the scope's stored ratio."""
+    current step's samples per arm and the scope's stored ratio. ``running``: the controller's
+    running analysis of this rollout, brought up to date with the rows logged since its last read
+    (instead of reading every row since the start)."""
     plan = r.plan
     if r.shadowing:
         analysis = analyse_shadow(engine, rollout_id=r.id, since=r.started_at, until=now, route=plan.route,
                                   alpha=plan.alpha, min_samples=plan.min_samples)  # fmt: skip
         step_c = step_b = analysis.candidate_requests
+    elif running is not None:
+        analysis = running.update(now, step_since=r.step_started_at)
+        step_c, step_b = running.step_counts()
     else:
         analysis = analyse(engine, since=r.started_at, until=now, route=plan.route, alpha=plan.alpha,
                            min_samples=plan.min_samples)  # fmt: skip

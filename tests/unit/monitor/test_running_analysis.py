@@ -1,0 +1,95 @@
+"""The controller's running analysis (app/monitor/canary_analysis.RunningAnalysis) against the full
+read (``analyse``) on the same log: the same counts and statistics after every update, while each
+update reads only the rows of its overlap window, however large the log and long the rollout."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.monitor.canary_analysis import SIGNALS, RunningAnalysis, analyse
+from core.records import AttemptRecord
+from db.canary import ensure_setting
+from db.engine import get_engine
+from db.requests import insert_batch
+
+SINCE = 1_000_000.0
+TICK_S = 30.0
+PER_TICK = 60
+OVERLAP_S = 60.0
+
+
+def _rows(rng: random.Random, start: float, n: int, ids: list[int], *, candidate_share: float) -> list[AttemptRecord]:
+    out = []
+    for k in range(n):
+        ids[0] += 1
+        on = rng.random() < candidate_share
+        ts = start + k * (TICK_S / n)
+        fails = rng.random() < (0.06 if on else 0.01)
+        rid = f"r{ids[0]}"
+        common = dict(provider="holysheep" if on else "direct", model="gpt-4.1", requested_model="gpt-4.1",
+                      intent="explicit", side="primary" if on else "fallback", completion_tokens=5,
+                      finish_reason="length" if rng.random() < 0.03 else "stop")  # fmt: skip
+        if fails and rng.random() < 0.5:  # a failed first attempt, then a second that answers
+            out.append(AttemptRecord(rid, 1, ts, status="error", latency_ms=50.0, final=False, **common))
+            out.append(AttemptRecord(rid, 2, ts + 0.1, status="ok", latency_ms=300.0, **common))
+        else:
+            out.append(AttemptRecord(rid, 1, ts, status="error" if fails else "ok", latency_ms=300.0, **common))
+    return out
+
+
+@pytest.fixture
+def engine(sqlite_url):
+    eng = get_engine(sqlite_url)
+    ensure_setting(eng, 0.2)  # the ratio in force throughout (no audit row: since the beginning)
+    return eng
+
+
+def test_it_matches_the_full_read_and_reads_only_the_overlap_window(engine) -> None:
+    rng, ids = random.Random(7), [0]
+    # A log with history before the rollout: baseline traffic of an hour.
+    insert_batch(engine, _rows(rng, SINCE - 3600, 2000, ids, candidate_share=0.0))
+    running = RunningAnalysis(engine, since=SINCE, overlap_s=OVERLAP_S)
+    reads = []
+    for tick in range(12):
+        now = SINCE + (tick + 1) * TICK_S
+        insert_batch(engine, _rows(rng, now - TICK_S, PER_TICK, ids, candidate_share=0.2))
+        got = running.update(now)
+        reads.append(running.rows_read)
+        full = analyse(engine, since=SINCE, until=now)
+        assert (got.candidate_requests, got.baseline_requests) == (full.candidate_requests, full.baseline_requests)
+        for a, b in zip(got.signals, full.signals, strict=True):
+            assert (a.signal, a.candidate, a.baseline, a.verdict) == (b.signal, b.candidate, b.baseline, b.verdict)
+            assert a.p_value == pytest.approx(b.p_value, rel=1e-9)
+    # Each read holds at most the overlap window plus one tick of rows (a request may log 2 rows),
+    # while the rollout's rows grew to 12 ticks' worth.
+    bound = 2 * PER_TICK * (OVERLAP_S / TICK_S + 1)
+    assert max(reads) <= bound and sum(reads) > bound, reads
+    assert running.analysis().candidate_requests + running.analysis().baseline_requests == 12 * PER_TICK
+    assert {s.signal for s in running.analysis().signals} == set(SIGNALS)
+
+
+def test_rows_arriving_late_within_the_overlap_count_once(engine) -> None:
+    rng, ids = random.Random(3), [0]
+    running = RunningAnalysis(engine, since=SINCE, overlap_s=OVERLAP_S)
+    early = _rows(rng, SINCE, PER_TICK, ids, candidate_share=0.5)
+    insert_batch(engine, early[: len(early) // 2])
+    running.update(SINCE + TICK_S)
+    # The rest of the first tick's requests end (and are logged) a tick later.
+    insert_batch(engine, early[len(early) // 2 :])
+    insert_batch(engine, _rows(rng, SINCE + TICK_S, PER_TICK, ids, candidate_share=0.5))
+    got = running.update(SINCE + 2 * TICK_S)
+    full = analyse(engine, since=SINCE, until=SINCE + 2 * TICK_S)
+    assert got.candidate_requests + got.baseline_requests == 2 * PER_TICK
+    assert [(s.candidate, s.baseline) for s in got.signals] == [(s.candidate, s.baseline) for s in full.signals]
+
+
+def test_a_backlog_larger_than_one_read_is_read_over_several(engine) -> None:
+    rng, ids = random.Random(5), [0]
+    insert_batch(engine, _rows(rng, SINCE, 400, ids, candidate_share=0.3))
+    running = RunningAnalysis(engine, since=SINCE, overlap_s=OVERLAP_S, max_rows=150)
+    for _ in range(6):
+        got = running.update(SINCE + TICK_S)
+        assert running.rows_read <= 150
+    assert got.candidate_requests + got.baseline_requests == 400

@@ -45,13 +45,17 @@ def pairs(engine: Engine, rollout_id: int, *, limit: int = MAX_PAIRS) -> list[Pa
     s, r = ShadowLog.__table__, RequestLog.__table__
     base_cols = [c.label(f"b_{c.name}") for c in r.c]
     with engine.connect() as conn:
-        rows = conn.execute(
-            select(s, *base_cols)
-            .join(r, (r.c.request_id == s.c.request_id) & r.c.final.is_(True))
-            .where(s.c.rollout_id == rollout_id)
-            .order_by(s.c.id)
-            .limit(limit)
-        ).mappings().all()
+        rows = (
+            conn.execute(
+                select(s, *base_cols)
+                .join(r, (r.c.request_id == s.c.request_id) & r.c.final.is_(True))
+                .where(s.c.rollout_id == rollout_id)
+                .order_by(s.c.id)
+                .limit(limit)
+            )
+            .mappings()
+            .all()
+        )
     out = []
     for row in rows:
         shadow = _Row({c.name: row[c.name] for c in s.c}, chunk_gap_ms=None, attempt=1)

@@ -354,7 +354,7 @@ def analyse_shadow(
     kept for the report."""
     from db.shadow import pairs as shadow_pairs
 
-    candidate_side, baseline_side = _sides(route)
+    baseline_side = _sides(route)[1]
     scope = route_scope(route) if route is not None else GLOBAL
     log = RequestLog.__table__
     where: list = [log.c.side == baseline_side]

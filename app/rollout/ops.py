@@ -17,7 +17,7 @@ from app.config import Settings
 from app.monitor.canary_analysis import Analysis, RunningAnalysis, analyse, analyse_shadow, arm_requests
 from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
-from core.rollout import Plan, RolloutState
+from core.rollout import Plan, RolloutState, steps_text
 from db import rollouts
 from db.breakers import live_breakers
 from db.canary import GLOBAL, get_state, route_scope
@@ -99,8 +99,9 @@ def start(
 
 def metrics_of(analysis: Analysis) -> tuple[MetricReading, ...]:
     return tuple(
-        MetricReading(s.signal, s.verdict, s.p_value, s.candidate_rate, s.baseline_rate, s.signal not in SOFT_SIGNALS,
-                      s.e_value)  # fmt: skip
+        MetricReading(
+            s.signal, s.verdict, s.p_value, s.candidate_rate, s.baseline_rate, s.signal not in SOFT_SIGNALS, s.e_value
+        )
         for s in analysis.signals
     )
 
@@ -189,6 +190,6 @@ def summary(r: RolloutState) -> str:
         else f"at step {r.step_index + 1} of {len(plan.steps)} ({pct(r.weight)}{dry};"
     )
     return (
-        f"rollout #{r.id} of {plan.candidate} on the {where}: {r.state} {at} steps {','.join(f'{s:g}' for s in plan.steps)}, bake "
+        f"rollout #{r.id} of {plan.candidate} on the {where}: {r.state} {at} steps {steps_text(plan.steps)}, bake "
         f"{plan.bake_s:g} s, {plan.min_samples} samples per arm, alpha {plan.alpha:g})"
     )

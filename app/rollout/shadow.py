@@ -173,7 +173,7 @@ class Shadower:
                 continue
             try:
                 self._mirror(*job)
-            except Exception:  # noqa: BLE001 - one copy's failure must not end the worker
+            except Exception:  # one copy's failure must not end the worker
                 log.exception("shadow: mirroring a request failed")
 
     def _mirror(self, rollout_id: int, api: str, body: dict, model: str, request_id: str) -> None:
@@ -205,7 +205,7 @@ class Shadower:
             log.warning("shadow: could not log a mirrored answer (%s)", exc)
             return
         with self._lock:
-            self._spent_here += row["cost_usd"]
+            self._spent_here += float(sum(r.cost_usd for r in records))
         self.sent += 1
 
     def start(self) -> Shadower:

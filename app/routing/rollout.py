@@ -13,9 +13,10 @@
   statistic now (the e-value, not its running maximum) is at least :data:`SUSPECT_E`, i.e. the
   data lean against the candidate without reaching the abort level. Such a step bakes again, up to
   :data:`MAX_SUSPECT_BAKES` more bake times, rather than raise the candidate's share on evidence
-  that leans against it; after them the step moves on (its audit reason names the metric). Holding longer costs a healthy candidate little time (its e-values drift down)
-  and gives a real regression the events it needs to be caught at the weight it is at: provider
-  errors 1 % -> 3 % have only a few dozen candidate events by the 25 % step. It keeps the
+  that leans against it; after them the step moves on (its audit reason names the metric).
+  Holding longer costs a healthy candidate little time (its e-values drift down) and gives a
+  real regression the events it needs to be caught at the weight it is at: provider errors
+  1 % -> 3 % have only a few dozen candidate events by the 25 % step. It keeps the
   guarantee: the tests stay valid under any schedule of weights decided from the data so far
   (:mod:`core.sequential`), so holding, like reading every tick, never raises the false-abort
   probability above ``alpha``;

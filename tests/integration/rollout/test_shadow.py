@@ -98,7 +98,7 @@ def test_the_caller_gets_the_baselines_bytes_while_the_candidate_sees_copies_unt
     assert per_copy > 0
     for _ in range(40):
         _ask(rig)
-    n, spent = shadow.spent(rig["engine"], rid)
+    n, _ = shadow.spent(rig["engine"], rid)
     budget_copies = 0.0008 / per_copy
     assert n <= budget_copies + 2 + 32 + 10, (n, budget_copies)
     before = len(rig["upstream"].requests_for("holysheep"))

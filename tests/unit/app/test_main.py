@@ -164,7 +164,10 @@ def rollout_cli(monkeypatch, sqlite_url, capsys):
         (("--bake-s", "1e400"), "--bake-s must be a number from 1 to 604800"),
         (("--alpha", "nan"), "--alpha must be a number"),
         (("--min-samples", "0"), "--min-samples must be a whole number from 1"),
-        (("--shadow-share", "0.05", "--shadow-budget-usd", "5"), "a shadow phase is not supported yet"),
+        (
+            ("--shadow-share", "0.05", "--shadow-budget-usd", "5", "--route", "gpt-4.1"),
+            "a shadow phase mirrors the global canary's baseline only",
+        ),
         (("--shadow-share", "0.05"), "--shadow-share and --shadow-budget-usd go together"),
         (("--reason", " "), "--reason must not be empty"),
         (("--actor", "rollout"), "reserved system actor"),
@@ -178,6 +181,22 @@ def test_rollout_start_refuses_bad_values_with_one_line_and_writes_nothing(rollo
     assert len(err.strip().splitlines()) == 1 and needle in err
     assert rollout_cli("canary", "show", "--json")[1] == before
     assert "no rollout yet" in rollout_cli("rollout", "status")[1]
+
+
+def test_a_rollout_with_a_shadow_phase_starts_there_with_the_ratio_at_0(rollout_cli) -> None:
+    code, out, err = rollout_cli("rollout", "start", "--candidate", "holysheep", "--steps", "5,100", "--shadow-share",
+                                 "0.05", "--shadow-budget-usd", "5", "--reason", "copies first", "--json")  # fmt: skip
+    assert code == 0, err
+    started = json.loads(out)
+    assert (started["step_index"], started["weight"], started["plan"]["shadow_share"]) == (-1, 0.0, 0.05)
+    assert json.loads(rollout_cli("canary", "show", "--json")[1])["ratio"] == 0.0
+    code, out, _ = rollout_cli("rollout", "status")
+    assert "in its shadow phase (5 % of the baseline mirrored, budget 5 USD" in out
+    code, out, err = rollout_cli("rollout", "promote", "--reason", "enough copies", "--json")
+    assert code == 0, err
+    assert (json.loads(out)["step_index"], json.loads(out)["weight"]) == (0, 0.05)
+    assert "promote shadow -> 5 % by hand" in json.loads(out)["last_reason"]
+    assert json.loads(rollout_cli("canary", "show", "--json")[1])["ratio"] == 0.05
 
 
 def test_rollout_start_names_the_provider_the_canary_share_goes_to(rollout_cli) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from app.monitor.canary_analysis import SIGNALS, TAIL_SIGNALS, analyse
+from app.monitor.canary_analysis import SIGNALS, TAIL_SIGNALS, analyse, signal_alpha
 from core.faults import FaultSettings
 from db.canary import route_scope, set_ratio
 from db.faults import set_faults
@@ -56,7 +56,7 @@ def test_a_failing_route_canary_is_worse_on_failures(client_factory, sqlite_url)
     assert result.candidate_requests > 60 and result.baseline_requests > 60
     # The canary's own attempts fail; the route's deployment then answers, so few requests fail.
     failed = by["attempt failed"]
-    assert failed.verdict == "worse" and failed.p_value < 0.05 / len(SIGNALS)
+    assert failed.verdict == "worse" and failed.p_value < signal_alpha("attempt failed", 0.05)
     assert failed.candidate > 0 and failed.baseline == 0 and failed.ratio is None  # no baseline failures
     assert by["failed"].verdict != "worse"
     assert result.verdict == "worse"

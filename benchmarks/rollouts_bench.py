@@ -45,6 +45,10 @@ from core.sequential import RateRatioTest
 STEPS = tuple(s / 100 for s in DEFAULT_STEPS)
 HEALTHY = int(os.environ.get("BENCH_ROLLOUT_HEALTHY", "1000"))
 REGRESSED = int(os.environ.get("BENCH_ROLLOUT_REGRESSED", "200"))
+STICKY = int(os.environ.get("BENCH_ROLLOUT_STICKY", "200"))
+#: Session mixes of a healthy candidate's traffic: (sessions open at a time, mean requests a session).
+SESSION_MIXES = ((200, 20.0), (20, 50.0), (5, 200.0))
+PAIRS = 3000  # mirrored requests in a simulated shadow phase
 MIN_SAMPLES = DEFAULT_MIN_SAMPLES
 ALPHA = 0.05
 RPS = 5.0  # requests per second: the guardrail's 5-minute window holds 1,500 requests
@@ -115,16 +119,23 @@ class Outcome:
     p_values: dict[str, float] = field(default_factory=dict)
 
 
-def rollout(candidate: Arm, seed: int) -> Outcome:
+def rollout(candidate: Arm, seed: int, sessions: tuple[int, float] | None = None) -> Outcome:
     """One rollout under the controller's rules (:func:`app.routing.rollout.decide`): a step moves
     on after its bake and samples unless a metric is suspect, which holds it up to
-    ``MAX_SUSPECT_BAKES`` more bakes; any test rejecting aborts at once."""
+    ``MAX_SUSPECT_BAKES`` more bakes; any test rejecting aborts at once.
+
+    ``sessions = (K, M)``: sticky sessions, as the gateway assigns them. ``K`` sessions are open at
+    a time; each request belongs to one of them, drawn uniformly; a session ends after each request
+    with probability ``1 / M`` (``M`` requests on average) and a new one opens. A session's fixed
+    point in [0, 1) puts it on the candidate while the weight is above it, so it stays there as the
+    weight grows. Without sessions each request is drawn on its own."""
     rng = random.Random(seed)
     limit = thresholds(rng)
     tests = {m: RateRatioTest(theta0=1.0, alpha=signal_alpha(SIGNAL_OF[m], ALPHA)) for m in METRICS}
     out = Outcome()
     window: deque[tuple[float, bool]] = deque()  # the guardrail's: (time, failed) of candidate attempts
     clock = 0.0
+    points = [rng.random() for _ in range(sessions[0])] if sessions else []
     for w in STEPS:
         if w >= 1.0:
             break  # 100 %: promoted (nothing left to compare against)
@@ -139,7 +150,13 @@ def rollout(candidate: Arm, seed: int) -> Outcome:
                 out.held_requests += 1
             done += 1
             clock += 1.0 / RPS
-            on_candidate = rng.random() < w
+            if sessions:
+                k = rng.randrange(len(points))
+                on_candidate = points[k] < w
+                if rng.random() < 1.0 / sessions[1]:
+                    points[k] = rng.random()
+            else:
+                on_candidate = rng.random() < w
             arm = candidate if on_candidate else BASE
             if on_candidate:
                 cand += 1
@@ -168,6 +185,26 @@ def rollout(candidate: Arm, seed: int) -> Outcome:
                     out.p_values = {k: t.p_value for k, t in tests.items()}
                     return out
     return out
+
+
+def shadow_phase(candidate_errors: float, seed: int) -> bool:
+    """One shadow phase through the paired test (share 1/2, as
+    :func:`app.monitor.canary_analysis.analyse_shadow` reads it): ``PAIRS`` mirrored requests whose
+    prompts differ in how often they fail (each prompt's own rate, drawn around the baseline's 1 %,
+    so the two arms' events are correlated as they are on the same request); the candidate's rate is
+    its multiple. Whether the failures test rejects."""
+    rng = random.Random(seed)
+    test = RateRatioTest(theta0=1.0, alpha=signal_alpha("attempt failed", ALPHA))
+    for _ in range(PAIRS):
+        base = min(1.0, rng.expovariate(1.0 / BASE.errors))
+        cand = min(1.0, base * candidate_errors / BASE.errors)
+        if rng.random() < cand:
+            test.observe(True, 0.5)
+        if rng.random() < base:
+            test.observe(False, 0.5)
+        if test.rejected:
+            return True
+    return False
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -200,6 +237,46 @@ def run() -> list[dict]:
             "measured": f"{HEALTHY} seeded rollouts, steps {STEPS}, {STEP_REQUESTS} requests a step, "
             f"{len(METRICS)} of the {len(SIGNALS)} signals simulated at their share of alpha, read after every "
             f"event; a step holds while a metric's e-value >= {SUSPECT_E:g} (up to {MAX_SUSPECT_BAKES} more bakes)",
+        }
+    )
+    for j, (k_open, mean_len) in enumerate(SESSION_MIXES):
+        outs = [rollout(BASE, 7_000_000 * (j + 1) + seed, sessions=(k_open, mean_len)) for seed in range(STICKY)]
+        ks = sum(o.aborted_at is not None for o in outs)
+        lo_s, hi_s = wilson(ks, STICKY)
+        rows.append(
+            {
+                "name": f"rollouts: false aborts with sticky sessions ({k_open} open, {mean_len:g} requests each)",
+                "value": round(ks / STICKY, 4),
+                "unit": "share",
+                "budget": None,
+                "ok": True,
+                "n": STICKY,
+                "spread": f"95 % interval {lo_s:.4f}-{hi_s:.4f}; not guaranteed (see core/sequential.py)",
+            }
+        )
+    shadow_false = sum(shadow_phase(BASE.errors, 9_000_000 + s) for s in range(HEALTHY))
+    lo_p, hi_p = wilson(shadow_false, HEALTHY)
+    rows.append(
+        {
+            "name": "rollouts: shadow phase: false aborts on failures (paired, correlated prompts)",
+            "value": round(shadow_false / HEALTHY, 4),
+            "unit": "share",
+            "budget": signal_alpha("attempt failed", ALPHA),
+            "ok": shadow_false / HEALTHY <= signal_alpha("attempt failed", ALPHA),
+            "n": HEALTHY,
+            "spread": f"95 % interval {lo_p:.4f}-{hi_p:.4f}; {PAIRS} mirrored requests each",
+        }
+    )
+    shadow_caught = sum(shadow_phase(0.03, 9_500_000 + s) for s in range(REGRESSED))
+    rows.append(
+        {
+            "name": "rollouts: shadow phase: provider errors 1 % -> 3 % caught",
+            "value": round(shadow_caught / REGRESSED, 3),
+            "unit": "share",
+            "budget": None,
+            "ok": True,
+            "n": REGRESSED,
+            "spread": f"within {PAIRS} mirrored requests",
         }
     )
     for i, (name, arm) in enumerate(SCENARIOS.items()):

@@ -20,8 +20,27 @@ supermartingale starting at 1: for each event, ``E[LR factor] = 1 + (q(theta) - 
 with a positive bracket, so ``<= 1`` whenever ``theta <= theta0``. Ville's inequality then bounds
 the chance that it *ever* reaches ``1 / alpha`` by ``alpha``: the test may be read after every event
 and the false-alarm probability stays at most ``alpha``. The always-valid p-value is
-``min(1, 1 / max LR so far)``. Several metrics share one ``alpha`` by splitting it (Bonferroni),
-which keeps the overall false-abort probability at most ``alpha``.
+``min(1, 1 / max LR so far)``. Several metrics share one ``alpha`` by splitting it (Bonferroni,
+weighted: ``sum alpha_i = alpha``), which keeps the overall false-abort probability at most ``alpha``.
+
+**The guarantee**, stated once: if, for every event, the probability that it is the candidate's
+given everything before it is at most ``q(share, theta0)`` with the ``share`` passed for it, then
+``P(the test ever rejects) <= alpha``, whenever and however often it is read and whatever rule
+chose each share from the data before it (a controller that holds a step longer while a metric
+leans against the candidate, or steps on, keeps it). The premise holds when each request goes to
+the candidate with probability ``share`` on its own (a random draw per request) and the candidate's
+rate is at most ``theta0`` times the baseline's at every moment; the baseline's rate may drift.
+
+- *Sticky sessions* break the premise: a request of a session already on the candidate goes there
+  with probability 1, so the candidate's share of the traffic at a moment is the share of the open
+  sessions' requests whose fixed point is below the weight, not the weight. Over many open sessions
+  it stays close to the weight and the bound holds in practice; with few, long sessions it swings
+  and the false-abort rate rises above ``alpha``. ``python -m benchmarks rollouts`` measures it for
+  several session mixes; the guarantee is only claimed for per-request draws.
+- *Paired events* (the shadow phase: both arms answer the same request) use ``share = 1/2``: under
+  the null that a pair's two answers are exchangeable, an event of one arm only is the candidate's
+  with probability 1/2, and a pair where both arms have the event multiplies the statistic by
+  ``4 q (1 - q) <= 1``; the guarantee holds.
 
 ``benchmarks/rollouts_bench.py`` checks the guarantee by simulation (healthy candidates) and
 measures how fast regressions are caught.

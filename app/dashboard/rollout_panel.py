@@ -45,6 +45,8 @@ _FIELDS = {
     "each step": "steps",
     "--bake-s": "bake_s",
     "--min-samples": "min_samples",
+    "--shadow-share": "shadow_share",
+    "--shadow-budget-usd": "shadow_budget_usd",
     "--alpha": "alpha",
     "--candidate": "candidate",
     "--route": "candidate",
@@ -54,6 +56,11 @@ _FIELDS = {
 
 def _field_of(message: str) -> str | None:
     return next((f for flag, f in _FIELDS.items() if flag in message), None)
+
+
+def _blank_none(value: object) -> str | None:
+    text = str(value or "").strip()
+    return text or None
 
 
 def candidates(settings: Settings) -> list[tuple[str, str | None]]:
@@ -75,8 +82,10 @@ def candidate_of(settings: Settings, route: str | None) -> str:
 def start_plan(
     engine: Engine, settings: Settings, *, route: str | None, steps: object, bake_s: object, min_samples: object,
     alpha: object, dry_run: bool, reason: object, actor: Identity, notify: ops.Notify | None = None,
+    shadow_share: object = "", shadow_budget_usd: object = "",
 ) -> Outcome:  # fmt: skip
-    """Start a rollout from the plan form; a bad value is refused next to its input, nothing written."""
+    """Start a rollout from the plan form; a bad value is refused next to its input, nothing written.
+    A blank shadow share and budget: no shadow phase."""
     if (why_not := refusal(actor)) is not None:
         return Outcome(False, why_not)
     text = reason.strip() if isinstance(reason, str) else ""
@@ -86,6 +95,7 @@ def start_plan(
         plan = check_plan(
             candidate=candidate_of(settings, route), route=route, steps=str(steps), bake_s=str(bake_s),
             min_samples=str(min_samples), alpha=str(alpha), dry_run=dry_run,
+            shadow_share=_blank_none(shadow_share), shadow_budget_usd=_blank_none(shadow_budget_usd),
         )  # fmt: skip
         r = ops.start(engine, settings, plan, actor=actor.name, reason=text, notify=notify or (lambda e: None))
     except (InvalidRequest, ValueError) as exc:
@@ -152,7 +162,7 @@ def confirm_text(r: RolloutState, verb: str, *, full: bool = False) -> str:
     except ValueError as exc:
         return str(exc)
     where = "the global canary" if r.plan.route is None else f"route {r.plan.route}'s canary"
-    now_at = pct(r.weight)
+    now_at = pct(r.weight) + (" (its shadow phase: copies only)" if r.shadowing else "")
     if r.plan.dry_run:
         return f"Dry run: the rollout becomes {action.state}; {where} stays where it is (nothing moves the weight)."
     if verb == "abort":

@@ -47,6 +47,8 @@ def test_candidates_are_the_primary_and_each_route_canary(setup) -> None:
         ({"min_samples": "1e400"}, "min_samples", "Min-samples must be a whole number"),
         ({"alpha": "0.9"}, "alpha", "Alpha must be a number"),
         ({"reason": " "}, "reason", "A reason is required"),
+        ({"shadow_share": "0.05"}, "shadow_share", "Shadow-share and shadow-budget-usd go together"),
+        ({"shadow_share": "1.5", "shadow_budget_usd": "5"}, "shadow_share", "Shadow-share must be a number"),
     ],
 )
 def test_a_bad_plan_is_refused_next_to_its_input(setup, change, field, words) -> None:
@@ -55,6 +57,16 @@ def test_a_bad_plan_is_refused_next_to_its_input(setup, change, field, words) ->
     out = rollout_panel.start_plan(engine, s, route=None, actor=OPERATOR, **values)
     assert (out.ok, out.field) == (False, field) and words in out.message and "Nothing was written" in out.message
     assert rollouts.latest(engine) is None and canary.audit_count(engine) == 0
+
+
+def test_a_plan_with_a_shadow_phase_starts_there(setup) -> None:
+    engine, s = setup
+    out = rollout_panel.start_plan(engine, s, route=None, actor=OPERATOR, reason="copies first", **PLAN,
+                                   shadow_share="0.05", shadow_budget_usd="5")  # fmt: skip
+    assert out.ok and "in its shadow phase (5 % of the baseline mirrored, budget 5 USD" in out.message
+    r = rollouts.active(engine, "global")
+    assert r is not None and r.shadowing and canary.get_state(engine).ratio == 0.0
+    assert rollout_panel.confirm_text(r, "promote").startswith("the global canary goes from 0 % (its shadow phase")
 
 
 def test_viewers_change_nothing(setup) -> None:

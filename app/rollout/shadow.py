@@ -5,7 +5,8 @@ Every process that routes runs a :class:`Shadower`. It learns from the database,
 ``refresh_s``, whether the global canary's rollout is in its shadow phase (its share, budget and
 what the mirrors cost so far). The routing core calls :meth:`Shadower.offer` with each request's
 plan as it is planned: for a request on the baseline side it draws the share and, when drawn,
-puts a copy on a bounded queue and returns. Nothing on the request path waits for a mirror: the
+puts a copy on a bounded queue and returns. A request whose caller sent ``x-gateway-no-shadow``
+(:data:`app.routing.core.NO_SHADOW_HEADER`) is never copied. Nothing on the request path waits for a mirror: the
 draw and a ``put_nowait`` are all it costs; a full queue drops the copy (counted).
 
 ``concurrency`` worker threads send the copies to the candidate (the routing policy forced to the
@@ -143,7 +144,7 @@ class Shadower:
         phase = self.phase
         if phase is None or plan.route is not None or plan.side != "fallback" or plan.api not in MIRRORED_APIS:
             return
-        if plan.source == SOURCE or self._rng.random() >= phase.share:
+        if plan.no_shadow or plan.source == SOURCE or self._rng.random() >= phase.share:
             return
         if phase.spent_usd + self._spent_here >= phase.budget_usd:
             return

@@ -86,6 +86,9 @@ GATEWAY = "gateway"  # the provider name of a request the gateway refused itself
 ADJUSTED_MAX = 256  # the width of request_log.adjusted_params
 DEPLOYMENT_MAX = 200  # the width of request_log.deployment
 ROUTE_WHY_MAX = 200  # the width of request_log.route_why
+#: A caller's header (any value but empty, 0, false or no) that forbids copying its request to a
+#: rollout's candidate in a shadow phase: for requests whose duplicates would cost or act twice.
+NO_SHADOW_HEADER = "x-gateway-no-shadow"
 RESPONSE_HOMES = 100_000  # Responses API ids remembered (which provider holds each), per process
 
 #: The APIs the gateway routes, and the upstream path of each (under the provider's base URL).
@@ -195,6 +198,7 @@ class Plan:
     route_home: str | None = None  # the provider holding the request's previous_response_id
     route_providers: frozenset[str] = frozenset()  # the providers that may answer its API
     canary: bool = False  # the route's canary deployment goes first (the request drew its share)
+    no_shadow: bool = False  # the caller asked that the request never be duplicated (NO_SHADOW_HEADER)
 
 
 @dataclass(frozen=True)
@@ -455,6 +459,10 @@ class RoutingCore:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
         forwarded = self._forwarded(headers)
+        no_shadow = any(
+            k.lower() == NO_SHADOW_HEADER and v.strip().lower() not in ("", "0", "false", "no")
+            for k, v in (headers or {}).items()
+        )
         planned = Plan(
             request_id=self._new_id(),
             api=api,
@@ -475,6 +483,7 @@ class RoutingCore:
             prompt_text=self._stored_prompt(msgs),
             headers=forwarded,
             key_name=key_name,
+            no_shadow=no_shadow,
         )
         for hook in self.on_plan:
             try:

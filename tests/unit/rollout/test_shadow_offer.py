@@ -1,0 +1,64 @@
+"""What the shadow phase copies on the request path (app/rollout/shadow.Shadower.offer): only the
+global canary's baseline requests, at the phase's share, under its budget, never a request whose
+caller forbade it, and never by waiting (a full queue drops the copy)."""
+
+from __future__ import annotations
+
+import random
+
+from app.rollout.shadow import Phase, Shadower
+from app.routing.options import RouteOptions
+from db.canary import get_state, set_ratio
+
+HELLO = {"messages": [{"role": "user", "content": "hello"}], "stream_options": {"include_usage": True}}
+
+
+def _setup(client_factory, sqlite_url, *, queue_size: int = 8):
+    client = client_factory(sqlite_url)
+    if get_state(client.engine).ratio != 0.0:  # every request is the baseline's
+        set_ratio(client.engine, 0.0, expected_version=None, actor="t", reason="baseline only")
+    client.refresh()
+    sh = Shadower(client.engine, client.settings, queue_size=queue_size, rng=random.Random(1))
+    client.core.on_plan.append(sh.offer)
+    return client, sh
+
+
+def _plan(client, **options):
+    return client.core.plan("chat", HELLO, RouteOptions(model="gpt-4.1", **options))
+
+
+def test_nothing_is_copied_without_a_shadow_phase(client_factory, sqlite_url) -> None:
+    client, sh = _setup(client_factory, sqlite_url)
+    _plan(client)
+    assert sh._queue.qsize() == 0
+
+
+def test_the_baseline_is_copied_whole_without_streaming_and_marked_callers_are_not(client_factory, sqlite_url):
+    client, sh = _setup(client_factory, sqlite_url)
+    sh.phase = Phase(rollout_id=7, share=1.0, budget_usd=5.0, spent_usd=0.0)
+    plan = _plan(client)
+    rollout_id, api, body, model, request_id = sh._queue.get_nowait()
+    assert (rollout_id, api, model, request_id) == (7, "chat", "gpt-4.1", plan.request_id)
+    assert body == {"messages": HELLO["messages"]}  # no stream options: a copy is sent whole
+    _plan(client, headers={"X-Gateway-No-Shadow": "1"})
+    _plan(client, route="primary")  # the candidate's own side: not a baseline request
+    assert sh._queue.qsize() == 0
+    _plan(client, headers={"x-gateway-no-shadow": "false"})
+    assert sh._queue.qsize() == 1
+
+
+def test_the_share_the_budget_and_a_full_queue(client_factory, sqlite_url) -> None:
+    client, sh = _setup(client_factory, sqlite_url, queue_size=1000)
+    sh.phase = Phase(rollout_id=1, share=0.25, budget_usd=5.0, spent_usd=0.0)
+    for _ in range(400):
+        _plan(client)
+    assert 60 <= sh._queue.qsize() <= 140  # about a quarter (seeded draw)
+    sh.phase = Phase(rollout_id=1, share=1.0, budget_usd=5.0, spent_usd=5.0)
+    before = sh._queue.qsize()
+    _plan(client)
+    assert sh._queue.qsize() == before  # spent: nothing more
+    client2, small = _setup(client_factory, sqlite_url, queue_size=2)
+    small.phase = Phase(rollout_id=1, share=1.0, budget_usd=5.0, spent_usd=0.0)
+    for _ in range(5):
+        _plan(client2)
+    assert (small._queue.qsize(), small.dropped) == (2, 3)

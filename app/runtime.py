@@ -258,8 +258,8 @@ def assemble(
         )  # fmt: skip
         from app.rollout.shadow import Shadower
 
-        gateway.shadow = Shadower(engine, settings, transports=wired, env=env, secrets=secrets, stop=stop,
-                                  wall_clock=wall_clock)  # fmt: skip
+        gateway.shadow = Shadower(engine, settings, make_client=make_client, transports=wired, env=env,
+                                  secrets=secrets, stop=stop, wall_clock=wall_clock)  # fmt: skip
         client.core.on_plan.append(gateway.shadow.offer)
     # Every process reports its breakers and cooling route deployments with a heartbeat: the
     # banner and the routes table count only live processes.

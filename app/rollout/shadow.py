@@ -98,13 +98,16 @@ class _NoRatio:
 
 
 class Shadower:
-    """Mirrors the global canary's baseline requests to its candidate during a shadow phase."""
+    """Mirrors the global canary's baseline requests to its candidate during a shadow phase.
+    ``make_client``: the routing client class the gateway is built with (its blocking one,
+    :class:`app.routing.io.client.RoutingClient`), called with that class's keyword arguments."""
 
     def __init__(
         self,
         engine: Engine,
         settings: Settings,
         *,
+        make_client: Callable[..., Any],
         transports: Mapping[str, Any] | None = None,
         env: Mapping[str, str] | None = None,
         secrets: Mapping[str, str] | None = None,
@@ -115,11 +118,11 @@ class Shadower:
         stop: threading.Event | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        from app.routing.io.client import RoutingClient
-
         self.engine = engine
         self._sink = _Sink()
-        self.client = RoutingClient(
+        # The gateway's own (blocking) routing client class, built anew with its own breakers and
+        # this sink: a mirror never moves the real traffic's breakers or log.
+        self.client = make_client(
             settings, telemetry=self._sink, ratio=_NoRatio(), transports=transports, rng=random.Random(),
             source=SOURCE, env=env, secrets=secrets,
         )  # fmt: skip

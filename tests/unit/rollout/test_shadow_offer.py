@@ -18,7 +18,8 @@ def _setup(client_factory, sqlite_url, *, queue_size: int = 8):
     if get_state(client.engine).ratio != 0.0:  # every request is the baseline's
         set_ratio(client.engine, 0.0, expected_version=None, actor="t", reason="baseline only")
     client.refresh()
-    sh = Shadower(client.engine, client.settings, queue_size=queue_size, rng=random.Random(1))
+    sh = Shadower(client.engine, client.settings, make_client=type(client), queue_size=queue_size,
+                  rng=random.Random(1))  # fmt: skip
     client.core.on_plan.append(sh.offer)
     return client, sh
 

@@ -41,6 +41,7 @@ SUITES = {
     "upstream-clients": "benchmarks.upstream_clients_bench",
     "streams": "benchmarks.streams_bench",
     "stream-cpu": "benchmarks.stream_cpu_bench",
+    "stream-path": "benchmarks.stream_path_bench",
     "rollouts": "benchmarks.rollouts_bench",
 }
 ALIASES = {"kvcache": "kv"}
@@ -50,7 +51,9 @@ RESULTS = Path(__file__).parent / "results.json"
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
     chosen = [ALIASES.get(n, n) for n in argv] or [
-        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "stream-cpu", "rollouts")
+        n
+        for n in SUITES
+        if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "stream-cpu", "stream-path", "rollouts")
     ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:

@@ -135,7 +135,7 @@ def _setup(tmp: Path, chunks: int) -> tuple[Any, str, Any]:
     os.environ.update(
         GATEWAY_CONFIG=str(cfg), DATABASE_URL=f"sqlite:///{tmp / 'gateway.db'}", BENCH_UPSTREAM_KEY="bench"
     )
-    from app.server.serve import build_server
+    from app.server.serve import _tune_gc, build_server
     from db.keys import create_key
 
     server = build_server()
@@ -143,6 +143,7 @@ def _setup(tmp: Path, chunks: int) -> tuple[Any, str, Any]:
     upstreams = server.handler.driver._upstreams
     for name in PROVIDERS:
         upstreams[name] = _MemoryUpstream(upstreams[name], _chunks(chunks))
+    _tune_gc()  # as ``serve`` does once it is built
     return server, key, upstreams
 
 

@@ -30,7 +30,7 @@ import anyio.to_thread
 
 from app import catalog
 from app.config import priced_as
-from app.routing.core import MAX_SESSION_ID
+from app.routing.core import MAX_SESSION_ID, NO_SHADOW_HEADER
 from app.routing.errors import GATEWAY_OVERLOADED
 from app.routing.inputs import input_messages
 from app.routing.intent import classify as classify_intent
@@ -284,16 +284,19 @@ class ChatHandler:
 
     def _route_options(self, req: wire.ChatRequest, key: KeyRecord | None) -> RouteOptions:
         headers = None
-        if self._forwarded and req.headers:
+        if req.headers:
             headers = {}
             for k, v in req.headers:
                 name = k.decode("latin-1").lower()
-                if name in self._forwarded:
+                # Forwarded fields, and the caller's wish that its request never be copied to a
+                # shadow candidate (read by the router, never sent upstream).
+                if name in self._forwarded or name == NO_SHADOW_HEADER:
                     if name in headers:
                         # Two values of one forwarded field: which one the upstream should act on is
                         # not the gateway's to guess.
                         raise wire.bad_request(f"header {name} was sent more than once; send it once")
                     headers[name] = v.decode("latin-1")
+            headers = headers or None
         return RouteOptions(
             model=req.model,
             # OpenAI's `user` names the end user: the gateway keeps their canary side sticky with it

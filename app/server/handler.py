@@ -283,7 +283,7 @@ class ChatHandler:
     # ------------------------------------------------------------------------------ routing
 
     def _route_options(self, req: wire.ChatRequest, key: KeyRecord | None) -> RouteOptions:
-        headers = None
+        headers: dict[str, str] | None = None
         if req.headers:
             headers = {}
             for k, v in req.headers:

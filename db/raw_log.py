@@ -266,7 +266,7 @@ def log_page(
     return out[::-1] if ascending else out
 
 
-GUIDE_MINUTES = 64  # minutes read from the rollups per step of a guided page read
+GUIDE_FIRST_SPAN_S = 3600  # the rollup minutes a guided page read looks at first
 
 
 def _match_ranges(
@@ -293,22 +293,21 @@ def _match_ranges(
     conds = [t.c.minute >= lo, t.c.minute < hi, *dimension_filter(filters, t)]
     if rows.error_classes:
         conds.append(t.c.error_class.in_(rows.error_classes))
-    bound = lo - 1 if ascending else hi
-    while True:
+    # Nearest hour first, then spans four times longer: a dense match is served from the first
+    # hour's few rollup rows; a sparse one reads the window's rollup rows once, a few spans at a time.
+    bound, span = (lo if ascending else hi), GUIDE_FIRST_SPAN_S
+    while bound < hi if ascending else bound > lo:
+        a, b = (bound, min(hi, bound + span)) if ascending else (max(lo, bound - span), bound)
         q = (
             select(t.c.minute)
-            .where(*conds, t.c.minute > bound if ascending else t.c.minute < bound)
+            .where(*conds, t.c.minute >= a, t.c.minute < b)
             .group_by(t.c.minute)
             .having(func.sum(what) > 0)
             .order_by(t.c.minute.asc() if ascending else t.c.minute.desc())
-            .limit(GUIDE_MINUTES)
         )
-        minutes = [int(m) for m in conn.execute(q).scalars()]
-        for a, b in _runs(minutes, ascending):
-            yield float(a), float(b), True
-        if len(minutes) < GUIDE_MINUTES:
-            break
-        bound = minutes[-1]
+        for x, y in _runs([int(m) for m in conn.execute(q).scalars()], ascending):
+            yield float(x), float(y), True
+        bound, span = (b if ascending else a), span * 4
     yield from high_edge if ascending else low_edge
 
 

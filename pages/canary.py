@@ -19,7 +19,6 @@ from app.display.fmt import ago, ratio_pct, when
 from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
 from core.faults import effective_faults
-from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.state import CanaryPageState
@@ -52,7 +51,7 @@ def note(area: str) -> None:
 
 settings = resources.settings()
 engine = resources.engine()
-current = get_state(engine)  # uncached: this page must show exactly what Apply is locked on
+current = resources.current_canary()  # uncached: this page must show exactly what Apply is locked on
 if state.seen_version is None or PCT_KEY not in st.session_state:
     # Opening the page (its widgets were not on screen in the previous run) is what "loaded" means
     # for the optimistic lock: Apply is refused if the ratio moves on after this point.
@@ -120,7 +119,7 @@ def header() -> None:
     """The ratio as stored now, re-read every refresh (a change by the guardrail or another operator
     shows without a reload); when it moved since the page loaded, Apply is locked on the old
     version and says so."""
-    now_state = get_state(engine) if st.session_state.get("_canary_header_ran") else current
+    now_state = resources.current_canary() if st.session_state.get("_canary_header_ran") else current
     st.session_state["_canary_header_ran"] = True
     m1, m2 = st.columns([1, 3], vertical_alignment="center")
     m1.metric("Current canary ratio", ratio_pct(now_state.ratio))

@@ -83,15 +83,29 @@ def database_label(url: str) -> str:
 # -- cached queries ------------------------------------------------------------------------------
 
 
-@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def canary_state(key: tuple[str, str]):
-    from db.canary import get_state
-
-    return get_state(engine())
+RATIO_DRAWN_KEY = "_canary_version_drawn"
 
 
 def current_canary():
-    return canary_state(_config_key())
+    """The global canary as stored now, for everything that shows the ratio (the sidebar, the
+    Overview, the Canary page). A one-row read, never cached: a page must not show two ratios.
+
+    A full run records the version it drew. A live part's own refresh that finds another version
+    (a guardrail rollback, a rollout's step or abort, another operator) reruns the whole page, so
+    every place that shows the ratio moves together at the first refresh that sees it, instead of
+    each at its own refresh."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    from db.canary import get_state
+
+    state = get_state(engine())
+    ctx = get_script_run_ctx()
+    fragment_run = bool(ctx is not None and ctx.fragment_ids_this_run)
+    drawn = st.session_state.get(RATIO_DRAWN_KEY)
+    st.session_state[RATIO_DRAWN_KEY] = state.version
+    if fragment_run and drawn is not None and drawn != state.version:
+        st.rerun(scope="app")
+    return state
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

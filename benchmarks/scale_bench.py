@@ -13,7 +13,9 @@ kind is grown from one size to the next (rows are added, never rewritten), and a
   request table's page and bounded count unfiltered and with each kind of filter, the last
   minute's raw counts), then whole page renders: the Monitor (1 h, the page's default, and 24 h;
   cold = empty settled-bucket cache, and live refresh; unfiltered and with a provider filter plus
-  "status = error" and an error class), the Overview, the Canary page, a request drill-down.
+  "status = error" and an error class), the Overview, the Canary page (also with a rollout running
+  for 30 minutes: its panel's analysis reads the log since the rollout started), a request
+  drill-down.
 
 PostgreSQL: ``initdb`` into a temporary directory as the ``postgres`` user, started on a free port
 on 127.0.0.1 (``fsync=off``: a throwaway cluster; the fill is what it speeds up, the measured reads
@@ -309,8 +311,30 @@ def _pages(engine, now: float):
         ),
         ("Overview render", lambda: render_overview(engine, now, list(PROVIDERS), failing=PROVIDERS[0])),
         ("Canary render", lambda: render_canary(engine, now)),
+        ("Canary render, a rollout running for 30 min (its panel)", lambda: render_canary(engine, now)
+         + rollout_panel(engine, now)),
         ("Request drill-down (story + session search)", lambda: render_request(engine, "b12345", "s12345")),
     ]  # fmt: skip
+
+
+ROLLOUT_AGE_S = 1800  # the rollout the Canary page shows started this long before ``now``
+
+
+def start_rollout(engine, now: float) -> None:
+    """A running rollout of the primary on the global canary, as the Canary page shows one."""
+    from core.rollout import Plan
+    from db.rollouts import start
+
+    start(engine, Plan(candidate=PROVIDERS[0]), scope="global", actor="bench", reason="scale", now=now - ROLLOUT_AGE_S)
+
+
+def rollout_panel(engine, now: float) -> int:
+    """The Canary page's rollout panel: each rollout's analysis, step samples and timeline."""
+    import plotly.io
+
+    from app.dashboard.rollout_panel import views
+
+    return sum(len(plotly.io.to_json(v.figure, validate=False)) + len(v.metrics) for v in views(engine, now))
 
 
 def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
@@ -378,6 +402,7 @@ def _run_db(dialect: str, now: float) -> list[dict]:
         from db.canary import ensure_setting
 
         ensure_setting(engine, 0.1)  # what every gateway process does at start
+        start_rollout(engine, now)
         if dialect == "postgresql":
             KEEPER.ensure(engine, [start + k * 3600 for k in range(SPAN_S // 3600 + 1)] + [now])
         have = 0

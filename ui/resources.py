@@ -83,29 +83,14 @@ def database_label(url: str) -> str:
 # -- cached queries ------------------------------------------------------------------------------
 
 
-RATIO_DRAWN_KEY = "_canary_version_drawn"
-
-
 def current_canary():
     """The global canary as stored now, for everything that shows the ratio (the sidebar, the
-    Overview, the Canary page). A one-row read, never cached: a page must not show two ratios.
-
-    A full run records the version it drew. A live part's own refresh that finds another version
-    (a guardrail rollback, a rollout's step or abort, another operator) reruns the whole page, so
-    every place that shows the ratio moves together at the first refresh that sees it, instead of
-    each at its own refresh."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
+    Overview, the Canary page). A one-row read, never cached: each live part that shows the ratio
+    reads it at its own refresh, so no part keeps showing a ratio another part has moved past (a
+    cached read let the sidebar say 25 % for seconds after the page said 0 %)."""
     from db.canary import get_state
 
-    state = get_state(engine())
-    ctx = get_script_run_ctx()
-    fragment_run = bool(ctx is not None and ctx.fragment_ids_this_run)
-    drawn = st.session_state.get(RATIO_DRAWN_KEY)
-    st.session_state[RATIO_DRAWN_KEY] = state.version
-    if fragment_run and drawn is not None and drawn != state.version:
-        st.rerun(scope="app")
-    return state
+    return get_state(engine())
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

@@ -128,6 +128,9 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         expect(sidebar.get_by_test_id("stMetricValue").first).to_have_text("0 %")
         assert_no_exception(page)
         screenshot(page, "drill-3-recovered")
+    except AssertionError:
+        screenshot(page, "drill-failed")  # what the operator's tab showed when the drill failed
+        raise
     finally:
         if loadgen is not None and loadgen.poll() is None:
             loadgen.kill()

@@ -48,11 +48,10 @@ def sidebar(*, ratio_on_page: bool = False) -> None:
     with st.sidebar:
         if ratio_on_page:
             # Two live parts on two clocks disagreed for a refresh (the sidebar said 25 % while the
-            # page said 0 %): on a page that shows the ratio, one read draws both.
-            slot = st.empty()
-            st.session_state[SLOT_KEY] = slot
-            with slot.container():
-                _sidebar_ratio()
+            # page said 0 %): on a page that shows the ratio, one read draws both. Only the page's
+            # live part writes here (a fragment's writes to a container outside it replace its own
+            # previous ones at each refresh; anything else drawn here would stay beside them).
+            st.session_state[SLOT_KEY] = st.container()
         else:
             st.session_state.pop(SLOT_KEY, None)
             st.fragment(_sidebar_ratio, run_every=resources.settings().dashboard.refresh_s)()
@@ -67,7 +66,7 @@ def sidebar_ratio(canary) -> None:
     just read and shown: the page and its sidebar change in the same run, never one refresh apart."""
     slot = st.session_state.get(SLOT_KEY)
     if slot is not None:
-        with slot.container():
+        with slot:
             _draw_ratio(canary)
 
 

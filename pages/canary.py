@@ -111,6 +111,13 @@ def on_quick(action: str) -> None:
     after_write(canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version, actor=who))
 
 
+def load_current(now_state) -> None:
+    """The header's Load button: the stored value into the inputs, then the whole page drawn again
+    (a button inside the refreshing header would rerun only the header)."""
+    after_write(canary_form.Outcome(True, "Loaded the current value.", now_state))
+    st.rerun(scope="app")
+
+
 st.title("Canary control")
 
 
@@ -133,8 +140,10 @@ def header() -> None:
     if now_state.version != state.seen_version and now_state.version != current.version:
         st.warning(
             f"The ratio changed since this page loaded (now {ratio_pct(now_state.ratio)} by "
-            f"{inert(now_state.updated_by)}); Apply will be refused until you reload the value."
+            f"{inert(now_state.updated_by)}); Apply will be refused, and the charts and audit trail below "
+            "show the page as it loaded, until you load the current value."
         )
+        st.button("Load the current value", key="canary_header_load", on_click=load_current, args=(now_state,))
 
 
 st.session_state["_canary_header_ran"] = False  # a full run draws the header from the read above

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, assert_no_exception, open_page, screenshot, start_server, stop_server
+from conftest import REPO, assert_no_exception, open_page, rerun, screenshot, start_server, stop_server
 from playwright.sync_api import expect
 from sqlalchemy import create_engine
 
@@ -109,6 +109,11 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         expect(canary_header).to_contain_text("0 %", timeout=10_000)
         expect(canary_tab.get_by_test_id("stMain")).to_contain_text("The ratio changed since this page loaded (now 0 %")
         screenshot(canary_tab, "drill-1b-canary-page-followed")
+        # One click from the warning loads the stored value and draws the whole page again.
+        with rerun(canary_tab):
+            canary_tab.get_by_role("button", name="Load the current value").first.click()
+        expect(canary_tab.get_by_label("Canary ratio (%)", exact=True)).to_have_value("0.0")
+        expect(canary_tab.get_by_test_id("stMain")).not_to_contain_text("The ratio changed since this page loaded")
         _assert_one_ratio(page, "Overview")
         _assert_one_ratio(canary_tab, "Canary page")
         # The load process dies with its breaker open (cooldown 15 s); the primary recovers.

@@ -252,13 +252,17 @@ def log_page(
         if filters is None or not filters.active or r.keys or r.session_id is not None or limit == 0:
             # No dimension filter: the ts index or the failed rows' indexes yield matching rows as
             # they are walked. A key or a session has an index of its own.
-            ranges: Iterator[tuple[float, float, bool]] = iter([(since, until, False)])
+            batches: Iterator[list[tuple[float, float, bool]]] = iter([[(since, until, False)]])
         else:
-            ranges = _match_ranges(conn, since, until, filters, r, ascending)
-        for a, b, exclusive in ranges:
-            conds = [*_row_conds(a, b, filters, rows, log), *cursor_conds]
-            if exclusive:
-                conds.append(log.c.ts < b)
+            batches = _match_ranges(conn, since, until, filters, r, ascending)
+        for batch in batches:
+            # One query per batch: its ranges read together, in the page's order, up to the page.
+            low, high = min(a for a, _, _ in batch), max(b for _, b, _ in batch)
+            conds = [*_row_conds(low, high, filters, rows, log), *cursor_conds]
+            if len(batch) > 1:
+                conds.append(or_(*(and_(log.c.ts >= a, log.c.ts < b if x else log.c.ts <= b) for a, b, x in batch)))
+            elif batch[0][2]:
+                conds.append(log.c.ts < high)  # the range ends before ``high``
             q = select(*cols).where(*conds).order_by(*order).limit(limit - len(out))
             out += [dict(row) for row in conn.execute(q).mappings().all()]
             if len(out) >= limit:
@@ -271,11 +275,12 @@ GUIDE_FIRST_SPAN_S = 3600  # the rollup minutes a guided page read looks at firs
 
 def _match_ranges(
     conn, since: float, until: float, filters: MonitorFilters, rows: RowFilters, ascending: bool
-) -> Iterator[tuple[float, float, bool]]:
+) -> Iterator[list[tuple[float, float, bool]]]:
     """Parts of ``[since, until]`` that hold rows passing the filters, nearest the page's start
-    first, as ``(start, end, end_exclusive)``: the partial minute at that edge, then runs of whole
-    minutes that the rollups say hold matches (they carry the dimensions, the status and the error
-    class), then the partial minute at the far edge.
+    first, as batches of ``(start, end, end_exclusive)`` read one query each: the partial minute
+    at that edge, then the runs of whole minutes that the rollups say hold matches (they carry the
+    dimensions, the status and the error class), a batch per span of rollups looked at, then the
+    partial minute at the far edge.
 
     The raw log has no index on the dimensions, so a page read of a filter that matches a few rows
     of a busy window would walk every row of the window (or of an error class) between them; read
@@ -284,11 +289,13 @@ def _match_ranges(
     lo, hi = split_minutes(since, until)
     edges = raw_ranges(since, until, lo, hi)
     if lo >= hi:
-        yield from edges
+        yield edges
         return
     low_edge = [e for e in edges if e[0] < lo]  # [since, lo) when since is inside a minute
     high_edge = [e for e in edges if e[0] >= hi]  # [hi, until]
-    yield from low_edge if ascending else high_edge
+    near, far = (low_edge, high_edge) if ascending else (high_edge, low_edge)
+    if near:
+        yield near
     t, what = _guide_table(rows)
     conds = [t.c.minute >= lo, t.c.minute < hi, *dimension_filter(filters, t)]
     if rows.error_classes:
@@ -305,10 +312,12 @@ def _match_ranges(
             .having(func.sum(what) > 0)
             .order_by(t.c.minute.asc() if ascending else t.c.minute.desc())
         )
-        for x, y in _runs([int(m) for m in conn.execute(q).scalars()], ascending):
-            yield float(x), float(y), True
+        runs = _runs([int(m) for m in conn.execute(q).scalars()], ascending)
+        if runs:
+            yield [(float(x), float(y), True) for x, y in runs]
         bound, span = (b if ascending else a), span * 4
-    yield from high_edge if ascending else low_edge
+    if far:
+        yield far
 
 
 def _guide_table(rows: RowFilters):

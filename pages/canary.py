@@ -20,7 +20,7 @@ from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
 from core.faults import effective_faults
 from db.monitor import provider_error_rate
-from ui import auth, chrome, render, resources
+from ui import auth, render, resources
 from ui.state import CanaryPageState
 
 PCT_KEY, SLIDER_KEY, REASON_KEY = "canary_pct", "canary_pct_slider", "canary_reason"
@@ -128,7 +128,6 @@ def header() -> None:
     version and says so."""
     now_state = resources.current_canary() if st.session_state.get("_canary_header_ran") else current
     st.session_state["_canary_header_ran"] = True
-    chrome.sidebar_ratio(now_state)  # the sidebar's ratio from the same read, in the same run
     m1, m2 = st.columns([1, 3], vertical_alignment="center")
     m1.metric("Current canary ratio", ratio_pct(now_state.ratio))
     m2.markdown(

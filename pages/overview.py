@@ -15,7 +15,7 @@ from app.display.fmt import ago, ms, pct, ratio_pct, usd, utc_time, when
 from app.display.safe_text import inert
 from app.monitor.figures import span_label
 from app.monitor.incidents import banner_text, refusals_text
-from ui import chrome, render, resources
+from ui import render, resources
 from ui.state import OverviewState
 
 st.title("Overview")
@@ -37,7 +37,6 @@ def incidents_and_ratio() -> None:
         st.warning(refusals_text(refusals), icon=":material/block:")
     now = time.time()
     canary = resources.current_canary()
-    chrome.sidebar_ratio(canary)  # the sidebar's ratio from the same read, in the same run
     left, right = st.columns([1, 3], vertical_alignment="center")
     left.metric("Canary ratio", ratio_pct(canary.ratio), help="Share of new sessions sent to the primary")
     right.markdown(

@@ -20,14 +20,10 @@ def page_config() -> None:
 
 
 EXPOSURE_MINUTES = 15  # the canary's real share, shown next to the ratio
-SLOT_KEY = "_sidebar_ratio_slot"  # the sidebar's ratio, when the page draws it (see sidebar_ratio)
 
 
 def _sidebar_ratio() -> None:
-    _draw_ratio(resources.current_canary())
-
-
-def _draw_ratio(canary) -> None:
+    canary = resources.current_canary()
     st.metric(
         "Canary ratio",
         ratio_pct(canary.ratio),
@@ -40,34 +36,15 @@ def _draw_ratio(canary) -> None:
         (st.warning if freshness.stale else st.caption)(freshness.text())
 
 
-def sidebar(*, ratio_on_page: bool = False) -> None:
-    """The shared sidebar. ``ratio_on_page``: the page shows the ratio in a live part of its own,
-    which draws the sidebar's ratio in the same run (:func:`sidebar_ratio`); else the sidebar's
-    ratio refreshes on its own like the pages' live parts (a guardrail rollback shows within one
-    interval on every page), without rerunning the page around it."""
+def sidebar() -> None:
     with st.sidebar:
-        if ratio_on_page:
-            # Two live parts on two clocks disagreed for a refresh (the sidebar said 25 % while the
-            # page said 0 %): on a page that shows the ratio, one read draws both. Only the page's
-            # live part writes here (a fragment's writes to a container outside it replace its own
-            # previous ones at each refresh; anything else drawn here would stay beside them).
-            st.session_state[SLOT_KEY] = st.container()
-        else:
-            st.session_state.pop(SLOT_KEY, None)
-            st.fragment(_sidebar_ratio, run_every=resources.settings().dashboard.refresh_s)()
+        # The ratio refreshes on its own like the pages' live parts (a guardrail rollback shows
+        # within one interval on every page), without rerunning the page around it.
+        st.fragment(_sidebar_ratio, run_every=resources.settings().dashboard.refresh_s)()
         auth.who_panel()
         if st.button("Refresh", help="Re-read everything from the database"):
             resources.refresh()
             st.rerun()
-
-
-def sidebar_ratio(canary) -> None:
-    """Draw the sidebar's ratio from ``canary``, the state the calling live part of the page has
-    just read and shown: the page and its sidebar change in the same run, never one refresh apart."""
-    slot = st.session_state.get(SLOT_KEY)
-    if slot is not None:
-        with slot:
-            _draw_ratio(canary)
 
 
 @dataclass(frozen=True)
@@ -99,7 +76,7 @@ def gate() -> Gate:
         return Gate(unavailable=str(exc))
 
 
-def setup(decided: Gate, *, ratio_on_page: bool = False) -> None:
+def setup(decided: Gate) -> None:
     """Configuration check, gate and sidebar; stops the run when locked or misconfigured."""
     if decided.config_error is not None:
         st.error(decided.config_error)
@@ -112,4 +89,4 @@ def setup(decided: Gate, *, ratio_on_page: bool = False) -> None:
         auth.sign_in_form()
         st.stop()
     auth.keep_session()
-    sidebar(ratio_on_page=ratio_on_page)
+    sidebar()

@@ -19,9 +19,6 @@ from ui import chrome
 PAGES_DIR = Path(__file__).resolve().parent.parent / "pages"
 
 
-RATIO_PAGES = ("home", "overview", "canary")
-
-
 def pages() -> list[st.Page]:
     """Every page, in sidebar order, with the URL paths the contract names.
 
@@ -44,9 +41,7 @@ def main() -> None:
     chrome.page_config()
     gate = chrome.gate()  # fails closed: no verified identity, no page list
     page = st.navigation(pages(), position="sidebar" if gate.open else "hidden")
-    # The sign-in gate stops the run here while locked. The Overview and the Canary page show the
-    # ratio in a live part that also draws the sidebar's.
-    chrome.setup(gate, ratio_on_page=page.url_path in RATIO_PAGES)
+    chrome.setup(gate)  # the sign-in gate stops the run here while locked
     page.run()
 
 

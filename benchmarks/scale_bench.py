@@ -13,7 +13,9 @@ kind is grown from one size to the next (rows are added, never rewritten), and a
   request table's page and bounded count unfiltered and with each kind of filter, the last
   minute's raw counts), then whole page renders: the Monitor (1 h, the page's default, and 24 h;
   cold = empty settled-bucket cache, and live refresh; unfiltered and with a provider filter plus
-  "status = error" and an error class), the Overview, the Canary page, a request drill-down.
+  "status = error" and an error class), the Overview, the Canary page (also with a rollout running
+  for 30 minutes: its panel's analysis reads the log since the rollout started), a request
+  drill-down.
 
 PostgreSQL: ``initdb`` into a temporary directory as the ``postgres`` user, started on a free port
 on 127.0.0.1 (``fsync=off``: a throwaway cluster; the fill is what it speeds up, the measured reads
@@ -112,16 +114,25 @@ def _pick(values, expr: str) -> str:
     return f"CASE ({expr}) " + " ".join(f"WHEN {i} THEN '{v}'" for i, v in enumerate(values)) + " END"
 
 
+# One row in 99,991 is a timeout on the fallback provider, whose other rows never fail: the sparse
+# match of an error class and a provider (5 rows a day at 1 M rows, 75 at 15 M) among the
+# primary's timeouts (one row in 60).
+SPARSE = "i % 99991 = 17"
+
+
 def _fill_log(conn, dialect: str, first: int, count: int, start: float) -> None:
     # Row i: one attempt of request i; every 20th failed (three classes; in reality a second row
     # would follow, one row keeps the arithmetic plain), every 50th substituted, a third keyed.
     last = first + count - 1
     select_rows = f"""
         SELECT 'b' || i, 1, {start} + ((i * {SCRAMBLE}) % {SPAN_MS}) * 0.001,
-            {_pick(PROVIDERS, "CASE WHEN i % 10 >= 7 THEN 1 ELSE 0 END")}, {_pick(MODELS, "i % 4")}, 'auto',
-            {_pick(INTENTS, "i % 3")}, CASE WHEN i % 10 >= 7 THEN 'fallback' ELSE 'primary' END,
-            CASE WHEN i % 20 = 0 THEN 'error' ELSE 'ok' END, CASE WHEN i % 20 = 0 THEN 503 ELSE 200 END,
-            CASE i % 60 WHEN 0 THEN 'upstream_5xx' WHEN 20 THEN 'timeout' WHEN 40 THEN 'rate_limited' END,
+            {_pick(PROVIDERS, f"CASE WHEN i % 10 >= 7 OR {SPARSE} THEN 1 ELSE 0 END")}, {_pick(MODELS, "i % 4")},
+            'auto', {_pick(INTENTS, "i % 3")}, CASE WHEN i % 10 >= 7 THEN 'fallback' ELSE 'primary' END,
+            CASE WHEN i % 20 = 0 OR {SPARSE} THEN 'error' ELSE 'ok' END,
+            CASE WHEN i % 20 = 0 OR {SPARSE} THEN 503 ELSE 200 END,
+            CASE WHEN {SPARSE} THEN 'timeout'
+                ELSE CASE i % 60 WHEN 0 THEN 'upstream_5xx' WHEN 20 THEN 'timeout' WHEN 40 THEN 'rate_limited' END
+            END,
             50 + (i * 7919) % 3000, CASE WHEN i % 2 = 0 THEN 20 + (i * 31) % 400 END, 50 + i % 4000,
             (i % 4000) / 3, 20 + i % 800, 0.0001 * (1 + i % 50), i % 10 >= 7, 1 = 1, i % 50 = 0, i % 2 = 0,
             {_pick(SOURCES, "i % 2")}, 's' || (i % {SESSIONS}), 'chat', 0, 0,
@@ -195,12 +206,17 @@ def _rebuild_detail_rollups(engine) -> float:
     return time.perf_counter() - t0
 
 
-def _median(fn, runs: int = RUNS) -> tuple[float, list[float]]:
+def _median(fn, runs: int = RUNS, cpu: list[float] | None = None) -> tuple[float, list[float]]:
+    """Median wall milliseconds of ``runs`` calls; ``cpu`` collects each call's CPU milliseconds in
+    this process (on a loaded machine the steadier figure: all of SQLite's work, and the Python
+    work of a page on PostgreSQL, whose server's own CPU is not in it)."""
     times = []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
+        if cpu is not None:
+            cpu.append((time.process_time() - c0) * 1000.0)
     return statistics.median(times), times
 
 
@@ -285,6 +301,10 @@ def _queries(engine, now: float):
         ("log_page 24 h, status = error", page(rows=failed)),
         ("log_page 24 h, error class + provider", page(filters=beta, rows=klass)),
         ("request table 1 h, status = error, second page + both counts", second_page_count),
+        ("request table 1 h, gateway key (page + count to the table's cap)",
+         lambda: table_view(engine, window="1h", rows=keyed, now=now)),
+        ("request table 24 h, provider + error class (page + count)",
+         lambda: table_view(engine, window="24h", filters=beta, rows=klass, now=now)),
     ]  # fmt: skip
 
 
@@ -309,8 +329,30 @@ def _pages(engine, now: float):
         ),
         ("Overview render", lambda: render_overview(engine, now, list(PROVIDERS), failing=PROVIDERS[0])),
         ("Canary render", lambda: render_canary(engine, now)),
+        ("Canary render, a rollout running for 30 min (its panel)", lambda: render_canary(engine, now)
+         + rollout_panel(engine, now)),
         ("Request drill-down (story + session search)", lambda: render_request(engine, "b12345", "s12345")),
     ]  # fmt: skip
+
+
+ROLLOUT_AGE_S = 1800  # the rollout the Canary page shows started this long before ``now``
+
+
+def start_rollout(engine, now: float) -> None:
+    """A running rollout of the primary on the global canary, as the Canary page shows one."""
+    from core.rollout import Plan
+    from db.rollouts import start
+
+    start(engine, Plan(candidate=PROVIDERS[0]), scope="global", actor="bench", reason="scale", now=now - ROLLOUT_AGE_S)
+
+
+def rollout_panel(engine, now: float) -> int:
+    """The Canary page's rollout panel: each rollout's analysis, step samples and timeline."""
+    import plotly.io
+
+    from app.dashboard.rollout_panel import views
+
+    return sum(len(plotly.io.to_json(v.figure, validate=False)) + len(v.metrics) for v in views(engine, now))
 
 
 def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
@@ -318,7 +360,9 @@ def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
     for kind, items in (("query", _queries(engine, now)), ("page", _pages(engine, now))):
         for name, fn in items:
             fn()  # warm: the first query of each kind pays its plan and buffer reads
-            p50, times = _median(fn)
+            cpu: list[float] = []
+            p50, times = _median(fn, cpu=cpu)
+            cpu_text = f"CPU in this process p50 {statistics.median(cpu):.1f} ms"
             out.append(
                 row(
                     f"{tag}: {name}",
@@ -327,11 +371,11 @@ def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
                     budget=BUDGET_MS if kind == "page" else None,
                     n=len(times),
                     spread=_spread(times),
-                    measured=meta if kind == "page" else "",
+                    measured=f"{meta}; {cpu_text}" if kind == "page" else cpu_text,
                     digits=1,
                 )
             )
-            say(f"    {tag}: {name}: {p50:.1f} ms ({_spread(times)})")
+            say(f"    {tag}: {name}: {p50:.1f} ms ({_spread(times)}; {cpu_text}; load {os.getloadavg()[0]:.1f})")
     return out
 
 
@@ -378,6 +422,7 @@ def _run_db(dialect: str, now: float) -> list[dict]:
         from db.canary import ensure_setting
 
         ensure_setting(engine, 0.1)  # what every gateway process does at start
+        start_rollout(engine, now)
         if dialect == "postgresql":
             KEEPER.ensure(engine, [start + k * 3600 for k in range(SPAN_S // 3600 + 1)] + [now])
         have = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, and_, case, func, or_, select, true
+from sqlalchemy import Engine, and_, case, func, literal, or_, select, true
 
 from core.session import validate_session_id
 from db.models import ERROR_ROLLUP_TABLES, RequestLog, rollup_table_for
@@ -236,18 +236,116 @@ def log_page(
     ``older_than``, or those just newer than ``newer_than`` (the ``limit`` closest to it)."""
     log = RequestLog.__table__
     limit = max(0, min(int(limit), RECENT_LIMIT_MAX))
-    conds = _row_conds(since, until, filters, rows, log)
+    ascending = newer_than is not None
+    cursor_conds = []
     if older_than is not None:
-        conds.append(_older(older_than, log))
+        cursor_conds.append(_older(older_than, log))
+        until = min(until, older_than[0])
     if newer_than is not None:
-        conds.append(_newer(newer_than, log))
-        order = (log.c.ts.asc(), log.c.id.asc())
-    else:
-        order = (log.c.ts.desc(), log.c.id.desc())
-    q = select(log.c.id, *(log.c[c] for c in RECENT_LOG_COLUMNS)).where(*conds).order_by(*order).limit(limit)
+        cursor_conds.append(_newer(newer_than, log))
+        since = max(since, newer_than[0])
+    order = (log.c.ts.asc(), log.c.id.asc()) if ascending else (log.c.ts.desc(), log.c.id.desc())
+    cols = (log.c.id, *(log.c[c] for c in RECENT_LOG_COLUMNS))
+    r = rows or NO_ROW_FILTERS
+    out: list[dict] = []
     with engine.connect() as conn:
-        out = [dict(r) for r in conn.execute(q).mappings().all()]
-    return out[::-1] if newer_than is not None else out
+        if filters is None or not filters.active or r.keys or r.session_id is not None or limit == 0:
+            # No dimension filter: the ts index or the failed rows' indexes yield matching rows as
+            # they are walked. A key or a session has an index of its own.
+            batches: Iterator[list[tuple[float, float, bool]]] = iter([[(since, until, False)]])
+        else:
+            batches = _match_ranges(conn, since, until, filters, r, ascending)
+        for batch in batches:
+            # One query per batch: its ranges read together, in the page's order, up to the page.
+            low, high = min(a for a, _, _ in batch), max(b for _, b, _ in batch)
+            conds = [*_row_conds(low, high, filters, rows, log), *cursor_conds]
+            if len(batch) > 1:
+                conds.append(or_(*(and_(log.c.ts >= a, log.c.ts < b if x else log.c.ts <= b) for a, b, x in batch)))
+            elif batch[0][2]:
+                conds.append(log.c.ts < high)  # the range ends before ``high``
+            q = select(*cols).where(*conds).order_by(*order).limit(limit - len(out))
+            out += [dict(row) for row in conn.execute(q).mappings().all()]
+            if len(out) >= limit:
+                break
+    return out[::-1] if ascending else out
+
+
+GUIDE_FIRST_SPAN_S = 3600  # the rollup minutes a guided page read looks at first
+
+
+def _match_ranges(
+    conn, since: float, until: float, filters: MonitorFilters, rows: RowFilters, ascending: bool
+) -> Iterator[list[tuple[float, float, bool]]]:
+    """Parts of ``[since, until]`` that hold rows passing the filters, nearest the page's start
+    first, as batches of ``(start, end, end_exclusive)`` read one query each: the partial minute
+    at that edge, then the runs of whole minutes that the rollups say hold matches (they carry the
+    dimensions, the status and the error class), a batch per span of rollups looked at, then the
+    partial minute at the far edge.
+
+    The raw log has no index on the dimensions, so a page read of a filter that matches a few rows
+    of a busy window would walk every row of the window (or of an error class) between them; read
+    this way it walks only the minutes that hold matches. The caller stops when its page is full,
+    so a dense match reads the nearest minutes only."""
+    lo, hi = split_minutes(since, until)
+    edges = raw_ranges(since, until, lo, hi)
+    if lo >= hi:
+        yield edges
+        return
+    low_edge = [e for e in edges if e[0] < lo]  # [since, lo) when since is inside a minute
+    high_edge = [e for e in edges if e[0] >= hi]  # [hi, until]
+    near, far = (low_edge, high_edge) if ascending else (high_edge, low_edge)
+    if near:
+        yield near
+    t, what = _guide_table(rows)
+    conds = [t.c.minute >= lo, t.c.minute < hi, *dimension_filter(filters, t)]
+    if rows.error_classes:
+        conds.append(t.c.error_class.in_(rows.error_classes))
+    # Nearest hour first, then spans four times longer: a dense match is served from the first
+    # hour's few rollup rows; a sparse one reads the window's rollup rows once, a few spans at a time.
+    bound, span = (lo if ascending else hi), GUIDE_FIRST_SPAN_S
+    while bound < hi if ascending else bound > lo:
+        a, b = (bound, min(hi, bound + span)) if ascending else (max(lo, bound - span), bound)
+        q = (
+            select(t.c.minute)
+            .where(*conds, t.c.minute >= a, t.c.minute < b)
+            .group_by(t.c.minute)
+            .having(func.sum(what) > 0)
+            .order_by(t.c.minute.asc() if ascending else t.c.minute.desc())
+        )
+        runs = _runs([int(m) for m in conn.execute(q).scalars()], ascending)
+        if runs:
+            yield [(float(x), float(y), True) for x, y in runs]
+        bound, span = (b if ascending else a), span * 4
+    if far:
+        yield far
+
+
+def _guide_table(rows: RowFilters):
+    """The per-minute rollup that counts the rows ``rows`` lets through, and the sum to read."""
+    if rows.error_classes:
+        t = ERROR_ROLLUP_TABLES[60].__table__
+        return t, t.c.attempts if rows.status != "ok" else literal(0)
+    t = rollup_table_for(60)
+    if rows.status == "error":
+        return t, t.c.errors
+    if rows.status == "ok":
+        return t, t.c.attempts - t.c.errors
+    return t, t.c.attempts
+
+
+def _runs(minutes: list[int], ascending: bool) -> list[tuple[int, int]]:
+    """Whole minutes (sorted in read order) as ``[start, end)`` runs of adjacent minutes, in read
+    order: one range read per run instead of one per minute."""
+    out: list[list[int]] = []
+    for m in minutes:
+        if out and (m == out[-1][1] if ascending else m + 60 == out[-1][0]):
+            if ascending:
+                out[-1][1] = m + 60
+            else:
+                out[-1][0] = m
+        else:
+            out.append([m, m + 60])
+    return [(a, b) for a, b in out]
 
 
 def count_log_rows(

@@ -19,7 +19,6 @@ from app.display.fmt import ago, ratio_pct, when
 from app.display.safe_text import inert
 from app.guardrail import guardrail_defaults
 from core.faults import effective_faults
-from db.canary import get_state
 from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.state import CanaryPageState
@@ -52,7 +51,7 @@ def note(area: str) -> None:
 
 settings = resources.settings()
 engine = resources.engine()
-current = get_state(engine)  # uncached: this page must show exactly what Apply is locked on
+current = resources.current_canary()  # uncached: this page must show exactly what Apply is locked on
 if state.seen_version is None or PCT_KEY not in st.session_state:
     # Opening the page (its widgets were not on screen in the previous run) is what "loaded" means
     # for the optimistic lock: Apply is refused if the ratio moves on after this point.
@@ -112,6 +111,13 @@ def on_quick(action: str) -> None:
     after_write(canary_form.apply_ratio(engine, percent, reason, expected_version=state.seen_version, actor=who))
 
 
+def load_current(now_state) -> None:
+    """The header's Load button: the stored value into the inputs, then the whole page drawn again
+    (a button inside the refreshing header would rerun only the header)."""
+    after_write(canary_form.Outcome(True, "Loaded the current value.", now_state))
+    st.rerun(scope="app")
+
+
 st.title("Canary control")
 
 
@@ -120,7 +126,7 @@ def header() -> None:
     """The ratio as stored now, re-read every refresh (a change by the guardrail or another operator
     shows without a reload); when it moved since the page loaded, Apply is locked on the old
     version and says so."""
-    now_state = get_state(engine) if st.session_state.get("_canary_header_ran") else current
+    now_state = resources.current_canary() if st.session_state.get("_canary_header_ran") else current
     st.session_state["_canary_header_ran"] = True
     m1, m2 = st.columns([1, 3], vertical_alignment="center")
     m1.metric("Current canary ratio", ratio_pct(now_state.ratio))
@@ -133,8 +139,10 @@ def header() -> None:
     if now_state.version != state.seen_version and now_state.version != current.version:
         st.warning(
             f"The ratio changed since this page loaded (now {ratio_pct(now_state.ratio)} by "
-            f"{inert(now_state.updated_by)}); Apply will be refused until you reload the value."
+            f"{inert(now_state.updated_by)}); Apply will be refused, and the charts and audit trail below "
+            "show the page as it loaded, until you load the current value."
         )
+        st.button("Load the current value", key="canary_header_load", on_click=load_current, args=(now_state,))
 
 
 st.session_state["_canary_header_ran"] = False  # a full run draws the header from the read above

@@ -130,7 +130,16 @@ def live_figures() -> None:
         breakers=resources.breakers(),
         figures=figures,
     )
-    st.dataframe(pd.DataFrame(status_rows(statuses, OVERVIEW_WINDOW_S)), hide_index=True, width="stretch")
+    st.dataframe(
+        pd.DataFrame(status_rows(statuses, OVERVIEW_WINDOW_S)),
+        hide_index=True,
+        width="stretch",
+        # The breaker's state and since when is what an incident is read by: never cut to "half-oper".
+        column_config={
+            "breaker": st.column_config.TextColumn(width="large"),
+            "state": st.column_config.TextColumn(width="medium"),
+        },
+    )
     if settings.routes:
         st.subheader("Routes")
         st.caption(

@@ -83,15 +83,14 @@ def database_label(url: str) -> str:
 # -- cached queries ------------------------------------------------------------------------------
 
 
-@st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)
-def canary_state(key: tuple[str, str]):
+def current_canary():
+    """The global canary as stored now, for everything that shows the ratio (the sidebar, the
+    Overview, the Canary page). A one-row read, never cached: each live part that shows the ratio
+    reads it at its own refresh, so no part keeps showing a ratio another part has moved past (a
+    cached read let the sidebar say 25 % for seconds after the page said 0 %)."""
     from db.canary import get_state
 
     return get_state(engine())
-
-
-def current_canary():
-    return canary_state(_config_key())
 
 
 @st.cache_data(ttl=QUERY_TTL_S, show_spinner=False)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, assert_no_exception, open_page, screenshot, start_server, stop_server
+from conftest import REPO, assert_no_exception, open_page, rerun, screenshot, start_server, stop_server
 from playwright.sync_api import expect
 from sqlalchemy import create_engine
 
@@ -81,6 +81,14 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         expect(canary_header).to_contain_text("0 %", timeout=10_000)
         expect(canary_tab.get_by_test_id("stMain")).to_contain_text("The ratio changed since this page loaded (now 0 %")
         screenshot(canary_tab, "drill-1b-canary-page-followed")
+        # One click from the warning loads the stored value and draws the whole page again.
+        with rerun(canary_tab):
+            canary_tab.get_by_role("button", name="Load the current value").first.click()
+        expect(canary_tab.get_by_label("Canary ratio (%)", exact=True)).to_have_value("0.0")
+        expect(canary_tab.get_by_test_id("stMain")).not_to_contain_text("The ratio changed since this page loaded")
+        # The other tab's sidebar follows too (it read a ratio cached for 3 s, and after a reload
+        # said 25 % beside a header saying 0 %).
+        expect(canary_tab.get_by_test_id("stSidebar").get_by_test_id("stMetricValue").first).to_have_text("0 %")
         # The load process dies with its breaker open (cooldown 15 s); the primary recovers.
         os.kill(loadgen.pid, signal.SIGKILL)
         loadgen.wait(timeout=30)
@@ -98,6 +106,9 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         expect(sidebar.get_by_test_id("stMetricValue").first).to_have_text("0 %")
         assert_no_exception(page)
         screenshot(page, "drill-3-recovered")
+    except AssertionError:
+        screenshot(page, "drill-failed")  # what the operator's tab showed when the drill failed
+        raise
     finally:
         if loadgen is not None and loadgen.poll() is None:
             loadgen.kill()

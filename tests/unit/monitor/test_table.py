@@ -196,6 +196,18 @@ def test_the_count_is_bounded(engine):
     assert raw_log.count_log_rows(engine, **WINDOW, cap=10) == 11
 
 
+def test_a_key_filter_is_counted_to_a_lower_cap(engine, monkeypatch):
+    """No rollup carries the gateway key, so its count walks the key's rows: it stops at
+    RAW_COUNT_CAP, below the rollup-counted filters' cap, and the page says "more than"."""
+    monkeypatch.setattr("app.monitor.table.RAW_COUNT_CAP", 8)
+    insert_batch(engine, [rec(T0 + k, rid=f"k{k:03d}", key_name="team-a") for k in range(25)])
+    keyed = m.request_page(engine, **WINDOW, rows=m.RowFilters(keys=("team-a",)), page_size=5)
+    assert keyed.total_capped and keyed.total == 8 and "of more than 8 matching" in keyed.caption
+    assert ids(keyed) == [f"k{k:03d}" for k in range(24, 19, -1)]
+    plain = m.request_page(engine, **WINDOW, page_size=5)  # counted from the rollups: exact
+    assert plain.total == 25 and not plain.total_capped
+
+
 def test_the_failed_rows_filter_reads_the_partial_index(sqlite_url):
     from sqlalchemy.dialects import sqlite
 

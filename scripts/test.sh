@@ -74,6 +74,11 @@ for t in "${tiers[@]}"; do
       -m "integration or postgres" -n 2 --dist worksteal "$@" ;;
     # In one process: Playwright's sync API keeps an asyncio loop running in its worker's main
     # thread, and two Streamlit servers with two Chromiums at once on two cores made waits flaky.
+    # Two xdist workers would need the shared servers' tests kept on one worker, in file order;
+    # `--dist loadgroup` cannot do that with the pinned pytest 9 and pytest-xdist 3.8 (xdist tags a
+    # group onto `item._nodeid`, which pytest 9 no longer reads), so it spreads them test by test:
+    # every shared server started twice and their tests' order lost (tried at load 30: 5 of the
+    # first 27 tests failed).
     e2e) tier e2e .venv/bin/python -m pytest tests/e2e "$@" ;;
   esac
 done

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+# Suites left out of a run that names none: long, or needing nginx and peers' virtualenvs.
+LONG = ("scale", "prune-sqlite", "upstream-clients", "streams", "stream-cpu", "stream-path", "stream-floor", "rollouts")
 SUITES = {
     "router": "benchmarks.router_bench",
     "ingest": "benchmarks.ingest_bench",
@@ -41,6 +43,8 @@ SUITES = {
     "upstream-clients": "benchmarks.upstream_clients_bench",
     "streams": "benchmarks.streams_bench",
     "stream-cpu": "benchmarks.stream_cpu_bench",
+    "stream-path": "benchmarks.stream_path_bench",
+    "stream-floor": "benchmarks.stream_floor_bench",
     "rollouts": "benchmarks.rollouts_bench",
 }
 ALIASES = {"kvcache": "kv"}
@@ -50,7 +54,19 @@ RESULTS = Path(__file__).parent / "results.json"
 def main(argv: list[str]) -> int:
     # The scale suite fills tens of millions of rows (tens of minutes): run it by name only.
     chosen = [ALIASES.get(n, n) for n in argv] or [
-        n for n in SUITES if n not in ("scale", "prune-sqlite", "upstream-clients", "streams", "stream-cpu", "rollouts")
+        n
+        for n in SUITES
+        if n
+        not in (
+            "scale",
+            "prune-sqlite",
+            "upstream-clients",
+            "streams",
+            "stream-cpu",
+            "stream-path",
+            "stream-floor",
+            "rollouts",
+        )
     ]
     unknown = [n for n in chosen if n not in SUITES]
     if unknown:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +31,9 @@ C = int(os.environ.get("BENCH_STREAM_CPU_C", "500"))
 K = int(os.environ.get("BENCH_STREAM_CPU_K", "2"))
 ROUNDS = int(os.environ.get("BENCH_STREAM_CPU_ROUNDS", "3"))
 BASELINE = os.environ.get("BENCH_STREAM_CPU_BASELINE", "")
+# A directory: each round of ``ours`` is also recorded by py-spy (``PY_SPY`` or ``py-spy`` on PATH),
+# collapsed stacks per round, for where a chunk's time goes.
+PROFILE = os.environ.get("BENCH_STREAM_CPU_PROFILE", "")
 
 
 async def _connection(host: str, port: int, key: str, done: list[int]) -> None:
@@ -62,6 +67,21 @@ async def _drive(url: str, key: str) -> int:
     return done[0]
 
 
+def _profile(pid: int, label: str) -> subprocess.Popen:
+    out = Path(PROFILE) / f"{label}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("BENCH_STREAM_CPU_PROFILER") == "perf":  # CPU time by native symbol, kernel included
+        pids = ",".join(str(p) for p in _family(pid))
+        cmd = ["perf", "record", "-e", "cpu-clock", "-F", "1000", "-g", "-p", pids, "-o", str(out.with_suffix(".data"))]
+    else:  # py-spy: Python frames, but wall time of threads it thinks busy (a loaded machine skews it)
+        spy = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
+        extra = os.environ.get("BENCH_STREAM_CPU_PYSPY_ARGS", "").split()
+        cmd = [spy, "record", "--pid", str(pid), "--rate", "250", "--format", "raw", "--output", str(out), *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the work begins
+    return proc
+
+
 def run() -> list[dict]:
     why = nginx_upstream.available()
     if why:
@@ -83,8 +103,12 @@ def run() -> list[dict]:
                     for pid in _family(other.pid):  # type: ignore[attr-defined]
                         os.kill(pid, signal.SIGSTOP)
                 pids = _family(proc.pid)  # type: ignore[attr-defined]
+                spy = _profile(proc.pid, f"{name}-round{rnd + 1}") if PROFILE else None  # type: ignore[attr-defined]
                 cpu0, t0 = _cpu_s(pids), time.monotonic()
                 streams = asyncio.run(_drive(url, key))
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(timeout=30)
                 time.sleep(0.3)  # the last requests' log writes
                 cpu = _cpu_s(pids) - cpu0
                 for other in others:

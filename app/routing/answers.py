@@ -13,10 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from app.routing.errors import BadResponse
 from app.routing.policy import AttemptDeadline
-from app.routing.result import Usage
+from app.routing.result import Deferred, Usage
 from core import fastjson
+from core.quality import AnswerQuality
 
 #: Upstream response headers the caller gets back (rate-limit state, upstream processing time).
 PASSED_HEADERS = frozenset({"openai-processing-ms", "retry-after", "retry-after-ms"})
@@ -36,6 +39,21 @@ class Answer:
     usage: Usage
     tool_calls: int
     headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StreamedAnswer:
+    """A stream's answer: its quality judged at its end; its assembled body (None for APIs other
+    than chat) and its text computed when first read, by whoever reads them (the server forwards
+    the chunks and reads neither unless it stores answers)."""
+
+    body: Deferred[dict[str, Any] | None]
+    text: Deferred[str]
+    finish_reason: str | None
+    usage: Usage
+    tool_calls: int
+    headers: dict[str, str]
+    quality: AnswerQuality
 
 
 def _int(v: object) -> int:
@@ -233,9 +251,8 @@ class StreamAccount:
         self.started = started  # when the caller's request started (TTFT is what the caller waited)
         self.t0 = t0  # when this attempt started
         self.clock = clock
-        # Text of choice 0 (chat, completions) or output text (responses); a chunk passed on unparsed
-        # (:meth:`pass_raw`) is kept as its bytes and read only when the text is asked for.
-        self.pieces: list[str | bytes] = []
+        # Text of choice 0 (chat, completions) or output text (responses), joined when read.
+        self.pieces: list[str] = []
         self._model_json = fastjson.dumps(model)
         self.pending: list[dict] = []
         self.released = 0
@@ -289,9 +306,9 @@ class StreamAccount:
         names are matched as raw bytes: inside a JSON string every quote is escaped, so a quoted
         name can only be a key (or a value equal to it, which sends the chunk the slow way); a
         ``\\u`` escape anywhere, which could spell a key differently, sends it the slow way too.
-        The chunk must be one UTF-8 JSON object; its text is read from the kept bytes when asked
-        for (:meth:`text`), where a chunk that is not JSON fails the stream as any malformed chunk
-        does."""
+        The chunk must be one UTF-8 JSON object that orjson reads (anything else goes the slow way,
+        where the standard parser says what is wrong); it is read for its text, and one that is not
+        a chunk of this API fails the stream before it is handed on, as a parsed one does."""
         if self.ttft_ms is None or self.pending or self.api == "responses":
             return None
         if data[:1] != b"{" or data[-1:] != b"}" or b"\\u" in data:
@@ -303,15 +320,17 @@ class StreamAccount:
             if key in data and data.count(key) != data.count(null):
                 return None
         try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
+            chunk = orjson.loads(data)  # UTF-8 and JSON, or the parser of the slow path says what is wrong
+        except orjson.JSONDecodeError:
             return None
+        text = self._passed_text(chunk)
         if b'"model"' in data:
             rewritten = self._rewrite_model(data)
             if rewritten is None:
                 return None
             data = rewritten
-        self.pieces.append(data)
+        if text:
+            self.pieces.append(text)
         self.released += 1
         if b'"content":""' not in data:  # an output chunk, for the time between chunks
             self.last_out = self.clock()
@@ -335,19 +354,18 @@ class StreamAccount:
         return data[:start] + self._model_json + data[end + 1 :]
 
     def text(self) -> str:
-        """The text so far (choice 0, or the Responses output text); :class:`BadResponse` when a
-        chunk passed on unparsed is not a chunk."""
-        return "".join(p if isinstance(p, str) else self._raw_text(p) for p in self.pieces)
+        """The text so far (choice 0, or the Responses output text)."""
+        if len(self.pieces) != 1:
+            self.pieces[:] = ["".join(self.pieces)] if self.pieces else []
+        return self.pieces[0] if self.pieces else ""
 
-    def _raw_text(self, data: bytes) -> str:
-        try:
-            chunk = fastjson.loads(data)
-        except ValueError as exc:
-            raise BadResponse(f"malformed stream chunk from upstream: {exc}") from None
+    def _passed_text(self, chunk: object) -> str:
+        """The text a chunk passed on unparsed adds to choice 0; :class:`BadResponse` (before it is
+        handed on) when it is not a chunk."""
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
-        out = []
+        out = ""
         for choice in choices:
             if choice.get("index", 0) != 0:
                 continue
@@ -359,8 +377,8 @@ class StreamAccount:
             if text is not None and not isinstance(text, str):
                 raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
             if text:
-                out.append(text)
-        return "".join(out)
+                out += text
+        return out
 
     def _chunk(self, chunk: dict) -> bool:
         choices = chunk.get("choices")
@@ -460,12 +478,15 @@ class StreamAccount:
     def tool_calls(self) -> int:
         return len(self.calls) if isinstance(self.calls, set) else self.calls
 
-    def assembled(self) -> dict[str, Any] | None:
+    def assembled(self, *, with_text: bool = True) -> dict[str, Any] | None:
         """Choice 0 of a chat stream as one ``chat.completion`` body (text, tool calls, finish,
-        usage), as the SDK's stream helpers assemble it; None for the other APIs."""
+        usage), as the SDK's stream helpers assemble it; None for the other APIs. ``with_text``
+        False leaves ``content`` None without reading the text: the quality checks read no content
+        unless the request asked for a response schema."""
         if self.api != "chat":
             return None
-        message: dict[str, Any] = {"role": "assistant", "content": self.text() or None, "refusal": None}
+        content = (self.text() or None) if with_text else None
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
         if self.tool_parts:
             message["tool_calls"] = [self.tool_parts[i] for i in sorted(self.tool_parts)]
         u = self.usage or Usage()

@@ -37,12 +37,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from app import catalog
 from app.config import ProviderConfig, Settings, lookup
 from app.routing import routes as routes_mod
-from app.routing.answers import Answer, StreamAccount, Truncated, read_answer, responses_finish
+from app.routing.answers import Answer, StreamAccount, StreamedAnswer, Truncated, read_answer, responses_finish
 from app.routing.breaker import BreakerPolicy, BreakerSnapshot, CircuitBreaker, State
 from app.routing.bridge import EventBridge, NotBridgeable, PassThrough, chat_request, response_body
 from app.routing.canary import PlanSide, Side, assign_side
@@ -60,14 +60,14 @@ from app.routing.policy import (
     next_step,
     wants_retry,
 )
-from app.routing.result import AttemptInfo, ChatResult, Usage
+from app.routing.result import AttemptInfo, ChatResult, Deferred, Usage
 from app.routing.retry import Backoff, attempt_timeout_s
 from app.routing.substitution import Policy, SubstitutionRefused, chat_offers, decide, model_on
 from core.errors import InvalidRequest
 from core.ids import IdSource
 from core.messages import estimate_tokens
 from core.quality import NONE as NO_QUALITY
-from core.quality import AnswerQuality, chat_quality
+from core.quality import AnswerQuality, chat_quality, requested_schema
 from core.records import AttemptRecord
 from core.session import session_header_value, validate_session_id
 from core.text import clean, storable
@@ -1175,11 +1175,10 @@ class RoutingCore:
         plan: Plan,
         attempt: Attempt,
         started: float,
-        answer: Answer,
+        answer: Answer | StreamedAnswer,
         *,
         ttft_ms: float | None = None,
         attempt_ttft_ms: float | None = None,
-        refused: bool = False,
         chunk_gap_ms: float | None = None,
     ) -> ChatResult:
         """Record the successful attempt and build the caller's result."""
@@ -1187,9 +1186,15 @@ class RoutingCore:
         cost = catalog.cost_usd(attempt.priced_as, usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens)
         if attempt.target is not None and answer.headers:
             self.route_table.learn_limits(attempt.target.deployment, self.clock(), answer.headers)
-        text = answer.text
+        if isinstance(answer, StreamedAnswer):
+            quality = answer.quality
+        else:
+            quality = chat_quality(answer.body, plan.body) if plan.api == "chat" else NO_QUALITY
         # The answer is stored only with store_prompts, cleaned like the prompt (keys scrubbed).
-        stored = clean(text, PROMPT_STORE_LIMIT, self.secret_values) if self.settings.telemetry.store_prompts else None
+        stored = None
+        if self.settings.telemetry.store_prompts:
+            text = answer.text() if isinstance(answer, StreamedAnswer) else answer.text
+            stored = clean(text, PROMPT_STORE_LIMIT, self.secret_values)
         self.record(
             plan,
             attempt,
@@ -1201,14 +1206,18 @@ class RoutingCore:
             answer=stored,
             finish_reason=answer.finish_reason,
             tool_calls=answer.tool_calls,
-            quality=chat_quality(answer.body, plan.body, refused=refused) if plan.api == "chat" else NO_QUALITY,
+            quality=quality,
             chunk_gap_ms=chunk_gap_ms,
         )
-        if plan.api == "responses" and not attempt.bridged:  # a bridged answer holds no conversation
-            rid = answer.body.get("id")
+        if plan.api == "responses" and not attempt.bridged and isinstance(answer, Answer):
+            rid = answer.body.get("id")  # a bridged answer holds no conversation; a stream's was remembered
             self.remember_response(rid if isinstance(rid, str) else None, attempt.provider)
+        if isinstance(answer, StreamedAnswer):  # read when the result's text or raw is (ChatResult)
+            text_of, raw_of = cast(str, answer.text), cast("dict | None", answer.body)
+        else:
+            text_of, raw_of = answer.text, (answer.body or None)
         return ChatResult(
-            text=text,
+            text=text_of,
             provider=attempt.provider,
             model=attempt.model,
             requested_model=plan.requested_model,
@@ -1227,7 +1236,7 @@ class RoutingCore:
             attempt_log=list(plan.infos),
             api=plan.api,
             tool_call_count=answer.tool_calls,
-            raw=answer.body if answer.body else None,
+            raw=raw_of,
             upstream_headers=answer.headers,
         )
 
@@ -1272,9 +1281,17 @@ class RoutingCore:
     ) -> ChatResult:
         if plan.api == "responses" and not attempt.bridged:
             self.remember_response(acc.response_id, attempt.provider)
-        body = acc.assembled() or {}
-        answer = Answer(body, acc.text(), acc.finish, acc.usage or Usage(), acc.tool_calls, dict(headers))
+        # The text and the assembled answer are read only by whoever asks for them (the server
+        # forwards the chunks and never does, unless it stores answers).
+        quality = NO_QUALITY
+        if plan.api == "chat":
+            schema = requested_schema(plan.body) is not None
+            quality = chat_quality(acc.assembled(with_text=schema) or {}, plan.body, refused=acc.refused)
+        answer = StreamedAnswer(
+            Deferred(acc.assembled), Deferred(acc.text), acc.finish, acc.usage or Usage(),
+            acc.tool_calls, dict(headers), quality,
+        )  # fmt: skip
         return self.succeed(
             plan, attempt, started, answer, ttft_ms=acc.ttft_ms, attempt_ttft_ms=acc.attempt_ttft_ms,
-            refused=acc.refused, chunk_gap_ms=acc.chunk_gap_ms,
+            chunk_gap_ms=acc.chunk_gap_ms,
         )  # fmt: skip

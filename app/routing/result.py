@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from core.errors import UpstreamError
+
+T = TypeVar("T")
 
 #: ``sdk_view(api, raw)``: an answer's JSON as the SDK's model of it; set by :mod:`app.routing.io.sdk`.
 sdk_view: Callable[[str, dict], Any] | None = None
@@ -47,9 +49,53 @@ class AttemptInfo:
     retry_after_s: float | None = None  # the upstream's Retry-After, when it sent one
 
 
+class Deferred(Generic[T]):
+    """A value computed when first read (a stream's text and assembled answer: the server forwards
+    the chunks and never reads either unless it stores the answer)."""
+
+    __slots__ = ("_compute",)
+
+    def __init__(self, compute: Callable[[], T]):
+        self._compute = compute
+
+    def __call__(self) -> T:
+        return self._compute()
+
+
+class _Resolved(Generic[T]):
+    """A dataclass field that takes a value or a :class:`Deferred` one, computed on first read."""
+
+    def __init__(self, default: Any = AttributeError, name: str = ""):
+        self._default = default
+        self._slot = "_" + name  # given where the dataclass sets the descriptor itself (``field()``)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = "_" + name
+
+    def __get__(self, obj: Any, owner: Any = None) -> T:
+        if obj is None:  # the dataclass asks for the field's default
+            if self._default is AttributeError:
+                raise AttributeError(self._slot)
+            return self._default
+        value = obj.__dict__[self._slot]
+        if isinstance(value, Deferred):
+            value = value()
+            obj.__dict__[self._slot] = value
+        return value
+
+    def __set__(self, obj: Any, value: T | Deferred[T]) -> None:
+        if isinstance(value, _Resolved):  # a default given through ``field()`` arrives as the descriptor
+            value = value._default
+        obj.__dict__[self._slot] = value
+
+
 @dataclass(frozen=True)
 class ChatResult:
-    text: str
+    # ``text`` and ``raw`` take a value or a :class:`Deferred` one (typed as the value they read as).
+    if TYPE_CHECKING:
+        text: str
+    else:
+        text: _Resolved[str] = _Resolved()
     provider: str
     model: str
     requested_model: str
@@ -70,7 +116,10 @@ class ChatResult:
     tool_call_count: int = 0
     #: The upstream's whole answer (JSON), ``model`` set to the routed model; for a chat stream, choice 0
     #: assembled from its chunks (text, tool calls, finish, usage); None for other streams.
-    raw: dict | None = field(default=None, repr=False, compare=False)
+    if TYPE_CHECKING:
+        raw: dict | None = field(default=None, repr=False, compare=False)
+    else:
+        raw: _Resolved[dict | None] = field(default=_Resolved(None, "raw"), repr=False, compare=False)
     #: The upstream's rate-limit and processing-time headers, passed on by the server.
     upstream_headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 

@@ -366,31 +366,38 @@ class AsyncRoutingClient:
                     stream = await self._send(plan, attempt, deadline)
                     holder.upstream_headers = passed_headers(stream.response.headers)
                     feed = core.feed(plan, attempt)
-                    raw = isinstance(stream, UpstreamStream) and isinstance(feed, PassThrough)
+                    upstream = stream if isinstance(stream, UpstreamStream) else None
+                    raw = upstream is not None and isinstance(feed, PassThrough)
                     async with stream:
-                        reads = stream.reads() if isinstance(stream, UpstreamStream) else _one_by_one(stream)
+                        next_read = (upstream.reads() if upstream is not None else _one_by_one(stream)).__anext__
                         watch = deadlines.ReadWatch(deadline)
+                        pass_raw, take, feed_take = acc.pass_raw, acc.take, feed.take
                         try:
                             while True:
+                                watch.begin()
                                 try:
-                                    async with watch.read():
-                                        events = await reads.__anext__()
-                                except StopAsyncIteration:
+                                    events = await next_read()
+                                except StopAsyncIteration as end:
+                                    await watch.settle(end)
                                     out = []
                                     break
+                                except BaseException as exc:
+                                    await watch.settle(exc)
+                                    raise
+                                if not watch.ended():
+                                    await watch.settle(None)
                                 out = []
                                 for event in events:
-                                    if raw:
-                                        passed = acc.pass_raw(event.data) if event.event is None else None
-                                        if passed is not None:
-                                            out.append(passed)
-                                            continue
-                                        event = stream.decode(event)
-                                    elif isinstance(stream, UpstreamStream):
-                                        event = stream.decode(event)
-                                    for chunk in feed.take(event):
-                                        out += acc.take(chunk, deadline)
-                                if isinstance(stream, UpstreamStream) and stream.done:
+                                    if upstream is not None:
+                                        if raw and event.event is None:
+                                            passed = pass_raw(event.data)
+                                            if passed is not None:
+                                                out.append(passed)
+                                                continue
+                                        event = upstream.decode(event)
+                                    for chunk in feed_take(event):
+                                        out += take(chunk, deadline)
+                                if upstream is not None and upstream.done:
                                     break  # the read that ended the stream is handed on with its result
                                 if out:
                                     yield out

@@ -142,13 +142,28 @@ class ReadWatch:
     def read(self) -> _Read:
         return _Read(self)
 
+    def begin(self) -> None:
+        """A read starts now (what ``async with read()`` does on entry)."""
+        self._start()
+
+    def ended(self) -> bool:
+        """The read gave its value: True when that is all there is to it (the usual case), False
+        when the timer fired at the same instant and :meth:`settle` must take its cancellation back."""
+        self._reading = False
+        return not self._expired
+
+    async def settle(self, exc: BaseException | None) -> None:
+        """What ``async with read()`` does on exit: after a failed read (``exc``), or after
+        :meth:`ended` said False."""
+        await self._end(exc)
+
     def close(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
     def _start(self) -> None:
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
         assert task is not None
         self._task = task  # the task reading now (a stream may be read by another than its opener's)
         left = max(self._deadline.time_left(self._deadline.clock(), body=True), 0.001)

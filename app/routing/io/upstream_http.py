@@ -194,11 +194,13 @@ class UpstreamStream:
         and nothing more is read."""
         splitter = SSESplitter()
         body = self._call.body
-        reader = body.response.body_reader
+        read_chunk = body.response.body_reader.read_chunk
+        plain, count, feed = not body.stages, body.budget.count, splitter.feed
         try:
-            while (chunk := await reader.read_chunk()) is not None:
-                for piece in body.decoded(chunk.to_bytes()):
-                    events = splitter.feed(piece)
+            while (chunk := await read_chunk()) is not None:
+                data = chunk.to_bytes()
+                for piece in (count(data),) if plain else body.decoded(data):
+                    events = feed(piece)
                     for i, sse in enumerate(events):
                         if sse.data.startswith(b"[DONE]"):
                             self.done = True

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from app.routing.answers import StreamAccount, chunk_text
 from app.routing.errors import BadResponse
 from app.routing.policy import AttemptDeadline
+from core import fastjson
 
 ROUTED = "gpt-4.1"
 
@@ -138,18 +139,41 @@ def test_a_key_name_inside_the_text_does_not_stop_a_chunk_nor_change_its_text() 
     assert acc.text() == "a" + text
 
 
-def test_a_passed_chunk_that_is_not_json_fails_when_its_text_is_read() -> None:
+def test_a_chunk_that_is_not_json_goes_the_slow_way_where_it_fails() -> None:
     acc = _started()
-    assert acc.pass_raw(b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],}') is not None
-    with pytest.raises(BadResponse, match="malformed stream chunk"):
-        acc.text()
+    bad = b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":null}],}'
+    assert acc.pass_raw(bad) is None
+    with pytest.raises(ValueError):
+        fastjson.loads(bad)  # what the slow path reads it with
+    assert acc.text() == "a"
 
 
-def test_a_passed_chunk_whose_content_is_not_text_fails_when_read() -> None:
+def test_a_chunk_whose_content_is_not_text_fails_before_it_is_handed_on() -> None:
     acc = _started()
-    assert acc.pass_raw(_compact(_chunk("x")).replace(b'"content":"x"', b'"content":5')) is not None
     with pytest.raises(BadResponse, match="content is int"):
-        acc.text()
+        acc.pass_raw(_compact(_chunk("x")).replace(b'"content":"x"', b'"content":5'))
+    assert acc.text() == "a"
+
+
+def test_a_json_value_that_is_not_a_chunk_fails_before_it_is_handed_on() -> None:
+    acc = _started()
+    with pytest.raises(BadResponse, match="malformed stream chunk"):
+        acc.pass_raw(b'{"choices":{"index":0},"finish_reason":null}')
+
+
+def test_a_number_orjson_refuses_goes_the_slow_way() -> None:
+    acc = _started()
+    assert acc.pass_raw(b'{"choices":[{"index":0,"delta":{"content":"x"},"logprob":NaN}]}') is None
+    assert acc.pass_raw(b'{"choices":[{"index":0,"delta":{"content":"x"},"logprob":1e400}]}') is None
+
+
+def test_the_text_is_joined_once_and_grows_with_the_stream() -> None:
+    acc = _started()
+    assert acc.pass_raw(_compact(_chunk("b"))) is not None
+    assert acc.text() == "ab"
+    assert acc.pieces == ["ab"]
+    assert acc.pass_raw(_compact(_chunk("c"))) is not None
+    assert acc.text() == "abc"
 
 
 def test_completions_chunks_pass_and_responses_events_never_do() -> None:

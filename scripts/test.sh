@@ -74,6 +74,13 @@ for t in "${tiers[@]}"; do
       -m "integration or postgres" -n 2 --dist worksteal "$@" ;;
     # In one process: Playwright's sync API keeps an asyncio loop running in its worker's main
     # thread, and two Streamlit servers with two Chromiums at once on two cores made waits flaky.
+    # Two xdist workers need the shared servers' tests kept on one worker, in file order: `--dist
+    # loadgroup` cannot do that with the pinned pytest 9 and pytest-xdist 3.8 (xdist tags a group onto
+    # `item._nodeid`, which pytest 9 no longer reads; it spread them test by test, every shared server
+    # started twice, and 5 of the first 27 tests failed at load 30). tests/e2e/conftest.py's own
+    # scheduler does keep them together under `-n 2`, but it stays off: tried once at load 17-30, 46
+    # of 49 passed in 1,959 s (one process: 49 in 1,873 s at load 12-19), the three failures the
+    # real-time drills' waits (incident, overview banner, the incident server's failure count).
     e2e) tier e2e .venv/bin/python -m pytest tests/e2e "$@" ;;
   esac
 done

@@ -49,10 +49,44 @@ def pytest_configure(config):
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
+# The files whose tests use the session-scoped servers below. Under ``-n 2`` (pytest-xdist) their
+# tests run on one worker, in file order, as the servers' state assumes; every other file runs on
+# whichever worker is free, with the server of its own it starts. A test of another file asking for a
+# shared server is refused at collection, so this list stays true.
+SHARED_SERVERS = {"server", "fresh_server", "accounts_server", "gated_server", "incident_server"}
+SHARED_FILES = {
+    "test_browser.py",
+    "test_layout_and_theme.py",
+    "test_monitor_find_failures.py",
+    "test_monitor_incident.py",
+    "test_operator_truth.py",
+    "test_playground_tools.py",
+    "test_session_cookie.py",
+}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        if Path(str(item.fspath)).parent == Path(__file__).parent:
+        path = Path(str(item.fspath))
+        if path.parent == Path(__file__).parent:
             item.add_marker(pytest.mark.e2e)
+            shared = SHARED_SERVERS & set(getattr(item, "fixturenames", ()))
+            if shared and path.name not in SHARED_FILES:
+                raise pytest.UsageError(f"{item.nodeid} uses {sorted(shared)}: add {path.name} to SHARED_FILES")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Work units for ``-n 2``: every test of ``SHARED_FILES`` in one, each other file in one of its
+    own. (``--dist loadgroup`` cannot do this with pytest 9: the group it tags onto a test's id is
+    lost.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedServers(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "shared servers" if Path(path).name in SHARED_FILES else path
+
+    return SharedServers(config, log)
 
 
 def free_port() -> int:

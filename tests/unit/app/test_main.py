@@ -68,11 +68,26 @@ CLI_CASES = [
     ],
     (["canary", "set", "--reason", "r", "--", "-inf"], "ratio must be a number from 0 to 1"),
     (["prune", "--rollup-days", "inf"], "--rollup-days must be a number above 0"),
+    (["prune", "--days", "0"], "--days must be a number above 0"),
+    (["prune", "--days", "10", "--rollup-days", "5"], "--rollup-days must be at least --days"),
+    (["prune", "--rollup-days", "90", "--rollup-5m-days", "30"], "--rollup-5m-days must be at least --rollup-days"),
+    (["prune", "--rollup-5m-days", "400", "--rollup-1h-days", "100"], "--rollup-1h-days must be at least"),
+    (["prune", "--rollup-1h-days", "nan"], "--rollup-1h-days must be a number above 0"),
+    # serve refuses its options before it reads anything or binds a port
+    *[
+        (["serve", "--port", "0", "--graceful-s", raw], "--graceful-s must be a whole number from 0 to 3600")
+        for raw in ["nan", "-1", "1e400", "3601", "ten"]
+    ],
+    *[
+        (["serve", "--workers", raw], "--workers must be a whole number from 1 to 64")
+        for raw in ["0", "65", "two", "1e400"]
+    ],
     *[
         (["loadgen", "--rps", raw, "--quiet"], "--rps must be a number above 0 and at most 1000")
         for raw in ["0", "nan", "1e9"]
     ],
     (["loadgen", "--duration", "nan", "--quiet"], "--duration must be a number above 0"),
+    (["loadgen", "--duration", "-1", "--quiet"], "--duration must be a number above 0"),
     (["loadgen", "--seed", "1.5", "--quiet"], "--seed must be a whole number from 0"),
     (["simulate", "--port", "99999"], "--port must be a whole number from 0 to 65535"),
     *[

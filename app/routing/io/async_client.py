@@ -30,26 +30,28 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 import httpx2
 import openai
 
 from app.config import ProviderNotConfigured
-from app.routing.answers import StreamAccount, chunk_text, passed_headers
+from app.routing.answers import chunk_text, passed_headers
 from app.routing.bridge import PassThrough
 from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import BadResponse, ClientClosedError, Failure
+from app.routing.errors import ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import AsyncBodyLimitTransport
-from app.routing.io.client import RoutingClient
 from app.routing.io.pool import ProviderPool
 from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
 from app.routing.io.upstream_http import HttpUpstream, UpstreamStream
 from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 from core import fastjson
+
+if TYPE_CHECKING:
+    from app.routing.io.client import RoutingClient
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,6 @@ class AsyncChatStream(StreamState):
     def __init__(self, plan: Plan):
         super().__init__(plan)
         self._gen: AsyncGenerator[list[dict | bytes], None] | None = None
-        self.account: StreamAccount | None = None  # the attempt streaming now
 
     def batches(self) -> AsyncGenerator[list[dict | bytes], None]:
         """Per read of the upstream, the chunks to hand on, in order: a chunk the gateway read as
@@ -130,14 +131,6 @@ class AsyncChatStream(StreamState):
             text = chunk_text(self.api, chunk)
             if text:
                 yield text
-
-    def delivered_text(self) -> str:
-        """The text of the attempt streaming now, as far as it was handed on (for what a cut
-        stream cost); empty when it cannot be read."""
-        try:
-            return self.account.text() if self.account is not None else ""
-        except BadResponse:
-            return ""
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._texts()
@@ -342,7 +335,7 @@ class AsyncRoutingClient:
             steps.close()
             core.commit(plan)
 
-    async def _run_stream(self, plan: Plan, holder: AsyncChatStream) -> AsyncGenerator[list[dict | bytes], None]:
+    async def _run_stream(self, plan: Plan, holder: StreamState) -> AsyncGenerator[list[dict | bytes], None]:
         """:meth:`RoutingClient._run_stream` with async I/O, a batch per read of the upstream:
         every read waits at most until the first-token deadline (before the first output), the
         idle gap and the request's deadline; a passed deadline is an ordinary timeout to the

@@ -1,26 +1,26 @@
-"""AsyncRoutingClient: the async driver of the one routing policy.
+"""AsyncRoutingClient: the driver of the one routing policy, the server's on its event loop and
+the sync :class:`~app.routing.io.client.RoutingClient`'s through a blocking portal
+(:mod:`app.routing.io.portal`).
 
 It owns only the I/O: the upstream HTTP clients, ``await`` for the backoff, ``asyncio`` deadlines
-and cancellation. Everything else is the :class:`~app.routing.core.RoutingCore` it shares with the
-sync :class:`RoutingClient` it is built from: planning (canary split, intent rules, substitution),
-the retry/fallback decision loop (:meth:`RoutingCore.attempts`, a generator that yields the backoff
-to its driver instead of sleeping), the circuit breakers, failure classification, the attempt
-records and the telemetry hand-off. A request routed here is logged exactly as the sync client logs
-it.
+and cancellation. Everything else is the :class:`~app.routing.core.RoutingCore` of the sync client
+it is built from: planning (canary split, intent rules, substitution), the retry/fallback decision
+loop (:meth:`RoutingCore.attempts`, a generator that yields the backoff to its driver instead of
+sleeping), the circuit breakers, failure classification, the attempt records and the telemetry
+hand-off. A request is logged the same whichever caller routed it.
 
-Deadlines are the sync driver's :class:`~app.routing.io.deadline.AttemptDeadline`, enforced with
-``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a
-stream must send its headers and first text by the first-token deadline, then each chunk within the
-idle gap, all by the request deadline. A passed deadline is an ordinary ``httpx2`` timeout to the
-classifier. Cancellation (a server's client went away) cancels the upstream request: httpx closes
-the connection of a cancelled request, the attempt is logged as ``cancelled`` and the records are
-committed. Streams (:meth:`AsyncRoutingClient.chat_stream`) share the chunk handling, the
-broken-stream rule (no fallback once text was delivered) and the records with the sync driver.
+Deadlines (:mod:`app.routing.io.deadline`, the one mechanism): a non-streamed attempt ends at its
+budget (capped by the request deadline) under ``asyncio.timeout``; a stream must send its headers
+and first text by the first-token deadline, then each chunk within the idle gap, all by the
+request deadline (:class:`~app.routing.io.deadline.ReadWatch`). A passed deadline is an ordinary
+``httpx2`` timeout to the classifier. Cancellation (a server's client went away, a sync caller
+stopped reading) cancels the upstream request: its connection is closed, the attempt is logged as
+``cancelled`` and the records are committed. A stream that delivered text never falls back.
 
-Transports: a provider the sync client reaches through a (sync) transport of its own (the built-in
-simulator, a test's mock) is reached here through that same transport run in a worker thread
-(:class:`ThreadedTransport`), so the simulator's latency sleeps never block the event loop; other
-providers use ``httpx2.AsyncHTTPTransport``.
+Transports: real upstreams are reached with :class:`~app.routing.io.upstream_http.HttpUpstream`;
+a provider the sync client was handed a (sync) transport for (the built-in simulator, a test's
+mock) through that same transport run in a worker thread (:class:`ThreadedTransport`), so the
+simulator's latency sleeps never block the event loop, under the SDK's ``post``.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 import httpx2
 import openai
 
-from app.config import ProviderNotConfigured
+from app.config import ProviderNotConfigured, Settings
 from app.routing.answers import chunk_text, passed_headers
 from app.routing.bridge import PassThrough
-from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
+from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, RoutingCore, StreamState, Wait
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import AsyncBodyLimitTransport
@@ -49,9 +49,6 @@ from app.routing.io.upstream_http import HttpUpstream, UpstreamStream
 from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 from core import fastjson
-
-if TYPE_CHECKING:
-    from app.routing.io.client import RoutingClient
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +143,19 @@ class AsyncChatStream(StreamState):
         await self.aclose()
 
 
+class RoutingOwner(Protocol):
+    """What the driver is built from (a :class:`~app.routing.io.client.RoutingClient`): the
+    routing core and settings it routes with, the sync transports it was handed, and whether it
+    was closed."""
+
+    core: RoutingCore
+    settings: Settings
+    transports: dict[str, httpx2.BaseTransport]
+
+    @property
+    def closed(self) -> bool: ...
+
+
 class AsyncRoutingClient:
     """``await AsyncRoutingClient(client).chat(messages, ...)``: the routing of ``client`` (a
     :class:`RoutingClient`), with async I/O. ``aclose()`` closes only the async HTTP clients; the
@@ -155,7 +165,7 @@ class AsyncRoutingClient:
 
     def __init__(
         self,
-        client: RoutingClient,
+        client: RoutingOwner,
         *,
         transports: Mapping[str, httpx2.AsyncBaseTransport] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -336,7 +346,7 @@ class AsyncRoutingClient:
             core.commit(plan)
 
     async def _run_stream(self, plan: Plan, holder: StreamState) -> AsyncGenerator[list[dict | bytes], None]:
-        """:meth:`RoutingClient._run_stream` with async I/O, a batch per read of the upstream:
+        """A stream's attempts, writing its state into ``holder``, a batch per read of the upstream:
         every read waits at most until the first-token deadline (before the first output), the
         idle gap and the request's deadline; a passed deadline is an ordinary timeout to the
         classifier. From a real upstream (:class:`UpstreamStream`) the events stay bytes until

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -56,22 +58,72 @@ __all__ = ["AsyncChatStream", "AsyncRoutingClient", "ThreadedTransport"]
 
 
 class _ThreadedStream(httpx2.AsyncByteStream):
-    """A sync response body read chunk by chunk in a worker thread."""
+    """A sync response body read to its end in a thread of its own and handed to the loop as it
+    comes: what arrived since the loop's last read is one piece. A body of many small chunks (the
+    simulator's stream: a chunk per token) so costs the loop a wake-up per read, not a thread
+    hop per chunk; a paced body still reaches the loop chunk by chunk, as each arrives.
+    ``aclose()`` stops the reading at the next chunk (the thread closes the body)."""
 
     def __init__(self, inner: httpx2.SyncByteStream):
         self._inner = inner
-        self._it = iter(inner)
+        self._pieces: deque[bytes] = deque()
+        self._done = False
+        self._error: BaseException | None = None
+        self._stop = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _produce(self) -> None:
+        try:
+            for chunk in self._inner:
+                if self._stop:
+                    break
+                self._pieces.append(chunk)
+                self._wake()
+        except BaseException as exc:  # noqa: BLE001 - raised on the loop, by the reader
+            self._error = exc
+        finally:
+            self._done = True
+            try:
+                self._inner.close()
+            finally:
+                self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(_resolve, waiter)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        done = object()
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._produce, name="upstream-body", daemon=True).start()
+        pieces = self._pieces
         while True:
-            chunk = await anyio.to_thread.run_sync(next, self._it, done)
-            if chunk is done:
+            if pieces:
+                parts = [pieces.popleft() for _ in range(len(pieces))]
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                continue
+            if self._done:
+                if pieces:
+                    continue
+                if self._error is not None:
+                    raise self._error
                 return
-            yield chunk  # type: ignore[misc]  # not the sentinel
+            waiter = self._waiter = self._loop.create_future()
+            if pieces or self._done:  # arrived while the waiter was being set: no wake-up comes
+                self._waiter = None
+                continue
+            await waiter
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._inner.close)
+        self._stop = True
+        if self._loop is None:  # never read: no thread holds the body
+            await anyio.to_thread.run_sync(self._inner.close)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class ThreadedTransport(httpx2.AsyncBaseTransport):

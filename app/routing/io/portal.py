@@ -36,6 +36,7 @@ import logging
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
@@ -205,9 +206,8 @@ class Portal:
         iterator) and waits, at most :data:`CLOSE_WAIT_S`, for it to end."""
         self._check_thread()
         loop = self.loop()
-        items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        handoff = _Handoff(loop)
         credit = _Window(window)
-        ended = threading.Event()
         give_back = max(window // 2, 1)
 
         async def pump() -> None:
@@ -218,27 +218,27 @@ class Portal:
                     try:
                         item = await it.__anext__()
                     except StopAsyncIteration:
-                        items.put((_END, None))
+                        handoff.put(_END, None)
                         return
-                    items.put((_ITEM, item))
+                    handoff.put(_ITEM, item)
             except asyncio.CancelledError:
-                items.put((_ERROR, ClientClosedError("the stream was cancelled")))
+                handoff.put(_ERROR, ClientClosedError("the stream was cancelled"))
                 raise
             except BaseException as exc:  # noqa: BLE001 - handed to the reader, raised there
-                items.put((_ERROR, exc))
+                handoff.put(_ERROR, exc)
             finally:
                 try:
                     aclose = getattr(it, "aclose", None)
                     if aclose is not None:
                         await aclose()
                 finally:
-                    ended.set()
+                    handoff.ended.set()
 
         future = asyncio.run_coroutine_threadsafe(pump(), loop)
         taken = 0
         try:
             while True:
-                kind, value = items.get()
+                kind, value = handoff.get()
                 if kind == _ITEM:
                     taken += 1
                     if taken >= give_back:
@@ -250,10 +250,46 @@ class Portal:
                 else:
                     raise value
         finally:
-            if not ended.is_set():
+            if not handoff.ended.is_set():
                 future.cancel()
                 if not self.in_loop_thread():
-                    ended.wait(CLOSE_WAIT_S)
+                    handoff.ended.wait(CLOSE_WAIT_S)
+
+
+class _Handoff:
+    """Items from the loop to one sync reader. The loop appends; the reader is woken once per
+    turn of the loop that appended anything (not per item), and only when it is waiting."""
+
+    __slots__ = ("_flushing", "_items", "_loop", "_signal", "_waiting", "ended")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._items: deque[tuple[int, Any]] = deque()
+        self._signal: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._waiting = False
+        self._flushing = False
+        self.ended = threading.Event()
+
+    def put(self, kind: int, value: Any) -> None:  # on the loop
+        self._items.append((kind, value))
+        if not self._flushing:
+            self._flushing = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:  # on the loop
+        self._flushing = False
+        if self._waiting:
+            self._waiting = False
+            self._signal.put(None)
+
+    def get(self) -> tuple[int, Any]:  # in the reader's thread
+        items = self._items
+        while not items:
+            self._waiting = True
+            if items:  # appended while the flag was being set: a wake-up may or may not come
+                break
+            self._signal.get()  # a stale wake-up returns at once; the loop looks again
+        return items.popleft()
 
 
 async def _awaited(aclose: Callable[[], Awaitable[None]]) -> None:

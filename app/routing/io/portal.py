@@ -146,6 +146,7 @@ class Portal:
         self._loop = None
         self._thread = None
         self._closers = {}
+        self._generation += 1  # what was built on the parent's loop is not to be used, nor closed, here
 
     def on_close(self, owner: object, aclose: Callable[[], Awaitable[None]]) -> None:
         """Run ``aclose()`` on the loop when the portal closes (at exit), unless

@@ -10,6 +10,7 @@ loopback chaos upstream, fallback ``direct`` the instant simulator.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from app.routing import AllRoutesFailed, RoutingClient, StreamBrokenError
@@ -117,8 +119,12 @@ def test_exceptions_reach_the_sync_caller_with_their_classes(router, up):
 
 
 def test_a_forked_child_routes_through_a_loop_of_its_own(router, up):
-    up.set_default(ok(OK_TEXT), provider="chaos")
-    client = router()
+    """The portal's loop and the driver are built again in the child. Its providers here are
+    in-process (a transport, the simulator): pyreqwest refuses to build a client in a child forked
+    after its runtime started, so a child that reaches real upstreams must be forked before the
+    parent's first request (as ``serve --workers`` does) or started with ``spawn``."""
+    answer = completion_body(OK_TEXT)
+    client = router(transports={"chaos": httpx2.MockTransport(lambda request: _answer(request, answer))})
     assert client.chat(HI).text == OK_TEXT  # the parent's loop and driver exist before the fork
     generation = PORTAL.generation
     read, write = os.pipe()
@@ -142,6 +148,33 @@ def test_a_forked_child_routes_through_a_loop_of_its_own(router, up):
     assert said == f"{OK_TEXT}|{OK_TEXT}|True"
     assert client.chat(HI).text == OK_TEXT  # the parent's loop is untouched
     assert PORTAL.generation == generation
+
+
+def completion_body(text: str) -> dict:
+    return {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4.1",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+    }
+
+
+def _answer(request: httpx2.Request, body: dict) -> httpx2.Response:
+    if not json.loads(request.content).get("stream"):
+        return httpx2.Response(200, json=body)
+    text = body["choices"][0]["message"]["content"]
+    chunks = [
+        {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1", "choices": [c]}
+        for c in (
+            {"index": 0, "delta": {"content": text}, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": "stop"},
+        )
+    ]
+    chunks.append({**chunks[0], "choices": [], "usage": body["usage"]})
+    sse = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+    return httpx2.Response(200, content=sse, headers={"content-type": "text/event-stream"})
 
 
 def test_a_process_that_exits_without_closing_its_client_exits_cleanly(up, tmp_path):

@@ -1,7 +1,7 @@
 """How one provider is reached on the network: its proxy and its TLS trust, resolved once from the
-provider's config and the environment, and handed to both HTTP stacks (the sync driver's httpx2
-transport, :func:`app.routing.io.client.httpx_transport`, and the server's pyreqwest client) so the
-two reach an upstream the same way. Plain data: it imports neither.
+provider's config and the environment, and handed to the HTTP client that reaches real upstreams
+(the async driver's pyreqwest client, which the sync client runs too). Plain data: it imports no
+HTTP client.
 
 Proxies follow curl, requests and httpx: ``HTTPS_PROXY`` for an ``https://`` upstream,
 ``HTTP_PROXY`` for an ``http://`` one, ``ALL_PROXY`` for either (upper or lower case), and
@@ -13,7 +13,6 @@ proxies off for it. The proxy is resolved here, not by either library, so an err
 from __future__ import annotations
 
 import os
-import ssl
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,18 +44,6 @@ class NetConf:
         if self.client_key:
             return Path(self.client_key).read_bytes()
         return self.identity_pem()
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """For httpx2: the system's trust plus ``ca_bundle``, and the client certificate; None
-        when neither is set (httpx2's own default)."""
-        if not self.ca_bundle and not self.client_cert:
-            return None
-        ctx = ssl.create_default_context()
-        if self.ca_bundle:
-            ctx.load_verify_locations(cafile=self.ca_bundle)
-        if self.client_cert:
-            ctx.load_cert_chain(self.client_cert, self.client_key)
-        return ctx
 
     def describe_proxy(self) -> str:
         """``proxy http://host:3128 (from HTTPS_PROXY)``, with any password hidden."""

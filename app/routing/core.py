@@ -253,7 +253,8 @@ class NoProvider(InvalidRequest):
 class StreamState:
     """What a stream's caller can know while it runs (both drivers' streams): the request's id,
     intent and side, the attempt being streamed right now (the server names it in its response
-    headers), the upstream's passed headers, and ``result`` once the stream has ended."""
+    headers) and its account, the upstream's passed headers, and ``result`` once the stream has
+    ended. The async driver writes it as the stream runs; the sync client's stream is one too."""
 
     def __init__(self, plan: Plan):
         self.result: ChatResult | None = None
@@ -267,10 +268,19 @@ class StreamState:
         self.priced_as: str | None = None  # the catalog model the attempt is priced as
         self.attempts = 0
         self.upstream_headers: dict[str, str] = {}
+        self.account: StreamAccount | None = None  # the attempt streaming now
 
     def attempting(self, attempt: Attempt, number: int) -> None:
         self.provider, self.model, self.attempts = attempt.provider, attempt.model, number
         self.priced_as = attempt.priced_as
+
+    def delivered_text(self) -> str:
+        """The text of the attempt streaming now, as far as it was handed on (for what a cut
+        stream cost); empty when it cannot be read."""
+        try:
+            return self.account.text() if self.account is not None else ""
+        except BadResponse:
+            return ""
 
 
 # ------------------------------------------------------------------------------------- the core

@@ -1,26 +1,26 @@
-"""AsyncRoutingClient: the async driver of the one routing policy.
+"""AsyncRoutingClient: the driver of the one routing policy, the server's on its event loop and
+the sync :class:`~app.routing.io.client.RoutingClient`'s through a blocking portal
+(:mod:`app.routing.io.portal`).
 
 It owns only the I/O: the upstream HTTP clients, ``await`` for the backoff, ``asyncio`` deadlines
-and cancellation. Everything else is the :class:`~app.routing.core.RoutingCore` it shares with the
-sync :class:`RoutingClient` it is built from: planning (canary split, intent rules, substitution),
-the retry/fallback decision loop (:meth:`RoutingCore.attempts`, a generator that yields the backoff
-to its driver instead of sleeping), the circuit breakers, failure classification, the attempt
-records and the telemetry hand-off. A request routed here is logged exactly as the sync client logs
-it.
+and cancellation. Everything else is the :class:`~app.routing.core.RoutingCore` of the sync client
+it is built from: planning (canary split, intent rules, substitution), the retry/fallback decision
+loop (:meth:`RoutingCore.attempts`, a generator that yields the backoff to its driver instead of
+sleeping), the circuit breakers, failure classification, the attempt records and the telemetry
+hand-off. A request is logged the same whichever caller routed it.
 
-Deadlines are the sync driver's :class:`~app.routing.io.deadline.AttemptDeadline`, enforced with
-``asyncio.timeout``: a non-streamed attempt ends at its budget (capped by the request deadline); a
-stream must send its headers and first text by the first-token deadline, then each chunk within the
-idle gap, all by the request deadline. A passed deadline is an ordinary ``httpx2`` timeout to the
-classifier. Cancellation (a server's client went away) cancels the upstream request: httpx closes
-the connection of a cancelled request, the attempt is logged as ``cancelled`` and the records are
-committed. Streams (:meth:`AsyncRoutingClient.chat_stream`) share the chunk handling, the
-broken-stream rule (no fallback once text was delivered) and the records with the sync driver.
+Deadlines (:mod:`app.routing.io.deadline`, the one mechanism): a non-streamed attempt ends at its
+budget (capped by the request deadline) under ``asyncio.timeout``; a stream must send its headers
+and first text by the first-token deadline, then each chunk within the idle gap, all by the
+request deadline (:class:`~app.routing.io.deadline.ReadWatch`). A passed deadline is an ordinary
+``httpx2`` timeout to the classifier. Cancellation (a server's client went away, a sync caller
+stopped reading) cancels the upstream request: its connection is closed, the attempt is logged as
+``cancelled`` and the records are committed. A stream that delivered text never falls back.
 
-Transports: a provider the sync client reaches through a (sync) transport of its own (the built-in
-simulator, a test's mock) is reached here through that same transport run in a worker thread
-(:class:`ThreadedTransport`), so the simulator's latency sleeps never block the event loop; other
-providers use ``httpx2.AsyncHTTPTransport``.
+Transports: real upstreams are reached with :class:`~app.routing.io.upstream_http.HttpUpstream`;
+a provider the sync client was handed a (sync) transport for (the built-in simulator, a test's
+mock) through that same transport run in a worker thread (:class:`ThreadedTransport`), so the
+simulator's latency sleeps never block the event loop, under the SDK's ``post``.
 """
 
 from __future__ import annotations
@@ -28,22 +28,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 import httpx2
 import openai
 
-from app.config import ProviderNotConfigured
-from app.routing.answers import StreamAccount, chunk_text, passed_headers
+from app.config import ProviderNotConfigured, Settings
+from app.routing.answers import chunk_text, passed_headers
 from app.routing.bridge import PassThrough
-from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, StreamState, Wait
-from app.routing.errors import BadResponse, ClientClosedError, Failure
+from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, RoutingCore, StreamState, Wait
+from app.routing.errors import ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
 from app.routing.io.body_limit import AsyncBodyLimitTransport
-from app.routing.io.client import RoutingClient
 from app.routing.io.pool import ProviderPool
 from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
 from app.routing.io.upstream_http import HttpUpstream, UpstreamStream
@@ -57,22 +58,72 @@ __all__ = ["AsyncChatStream", "AsyncRoutingClient", "ThreadedTransport"]
 
 
 class _ThreadedStream(httpx2.AsyncByteStream):
-    """A sync response body read chunk by chunk in a worker thread."""
+    """A sync response body read to its end in a thread of its own and handed to the loop as it
+    comes: what arrived since the loop's last read is one piece. A body of many small chunks (the
+    simulator's stream: a chunk per token) so costs the loop a wake-up per read, not a thread
+    hop per chunk; a paced body still reaches the loop chunk by chunk, as each arrives.
+    ``aclose()`` stops the reading at the next chunk (the thread closes the body)."""
 
     def __init__(self, inner: httpx2.SyncByteStream):
         self._inner = inner
-        self._it = iter(inner)
+        self._pieces: deque[bytes] = deque()
+        self._done = False
+        self._error: BaseException | None = None
+        self._stop = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _produce(self) -> None:
+        try:
+            for chunk in self._inner:
+                if self._stop:
+                    break
+                self._pieces.append(chunk)
+                self._wake()
+        except BaseException as exc:  # noqa: BLE001 - raised on the loop, by the reader
+            self._error = exc
+        finally:
+            self._done = True
+            try:
+                self._inner.close()
+            finally:
+                self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(_resolve, waiter)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        done = object()
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._produce, name="upstream-body", daemon=True).start()
+        pieces = self._pieces
         while True:
-            chunk = await anyio.to_thread.run_sync(next, self._it, done)
-            if chunk is done:
+            if pieces:
+                parts = [pieces.popleft() for _ in range(len(pieces))]
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                continue
+            if self._done:
+                if pieces:
+                    continue
+                if self._error is not None:
+                    raise self._error
                 return
-            yield chunk  # type: ignore[misc]  # not the sentinel
+            waiter = self._waiter = self._loop.create_future()
+            if pieces or self._done:  # arrived while the waiter was being set: no wake-up comes
+                self._waiter = None
+                continue
+            await waiter
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self._inner.close)
+        self._stop = True
+        if self._loop is None:  # never read: no thread holds the body
+            await anyio.to_thread.run_sync(self._inner.close)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class ThreadedTransport(httpx2.AsyncBaseTransport):
@@ -106,7 +157,6 @@ class AsyncChatStream(StreamState):
     def __init__(self, plan: Plan):
         super().__init__(plan)
         self._gen: AsyncGenerator[list[dict | bytes], None] | None = None
-        self.account: StreamAccount | None = None  # the attempt streaming now
 
     def batches(self) -> AsyncGenerator[list[dict | bytes], None]:
         """Per read of the upstream, the chunks to hand on, in order: a chunk the gateway read as
@@ -131,14 +181,6 @@ class AsyncChatStream(StreamState):
             if text:
                 yield text
 
-    def delivered_text(self) -> str:
-        """The text of the attempt streaming now, as far as it was handed on (for what a cut
-        stream cost); empty when it cannot be read."""
-        try:
-            return self.account.text() if self.account is not None else ""
-        except BadResponse:
-            return ""
-
     def __aiter__(self) -> AsyncIterator[str]:
         return self._texts()
 
@@ -153,6 +195,19 @@ class AsyncChatStream(StreamState):
         await self.aclose()
 
 
+class RoutingOwner(Protocol):
+    """What the driver is built from (a :class:`~app.routing.io.client.RoutingClient`): the
+    routing core and settings it routes with, the sync transports it was handed, and whether it
+    was closed."""
+
+    core: RoutingCore
+    settings: Settings
+    transports: dict[str, httpx2.BaseTransport]
+
+    @property
+    def closed(self) -> bool: ...
+
+
 class AsyncRoutingClient:
     """``await AsyncRoutingClient(client).chat(messages, ...)``: the routing of ``client`` (a
     :class:`RoutingClient`), with async I/O. ``aclose()`` closes only the async HTTP clients; the
@@ -162,7 +217,7 @@ class AsyncRoutingClient:
 
     def __init__(
         self,
-        client: RoutingClient,
+        client: RoutingOwner,
         *,
         transports: Mapping[str, httpx2.AsyncBaseTransport] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -342,8 +397,8 @@ class AsyncRoutingClient:
             steps.close()
             core.commit(plan)
 
-    async def _run_stream(self, plan: Plan, holder: AsyncChatStream) -> AsyncGenerator[list[dict | bytes], None]:
-        """:meth:`RoutingClient._run_stream` with async I/O, a batch per read of the upstream:
+    async def _run_stream(self, plan: Plan, holder: StreamState) -> AsyncGenerator[list[dict | bytes], None]:
+        """A stream's attempts, writing its state into ``holder``, a batch per read of the upstream:
         every read waits at most until the first-token deadline (before the first output), the
         idle gap and the request's deadline; a passed deadline is an ordinary timeout to the
         classifier. From a real upstream (:class:`UpstreamStream`) the events stay bytes until

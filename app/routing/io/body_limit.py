@@ -3,7 +3,10 @@
 An upstream (or something pretending to be one) can answer with a body of any size: a 5 GB "chat
 completion", or a stream that never stops sending. Without a bound the gateway buffers a
 non-streamed body whole and keeps a stream's text for its result, so one such answer could take the
-process's memory, and every request in it, down. Both drivers wrap each provider's transport:
+process's memory, and every request in it, down. Every reader of an upstream body applies one
+counting rule (:class:`Budget`): the async driver's HTTP client for real upstreams, and
+:class:`AsyncBodyLimitTransport` around the SDK's transport for the rest (the sync client runs the
+async driver):
 
 - a response whose ``Content-Length`` is over the limit is refused before a byte of it is read; one
   within it is left alone (the HTTP parser reads no more than the declared length), so the usual
@@ -18,7 +21,7 @@ broken stream), and the connection is closed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import httpx2
 
@@ -42,7 +45,7 @@ def too_large(limit: int, seen: int | None = None) -> ResponseTooLarge:
 
 class Budget:
     """One response's bytes counted against the limit as they arrive: the one counting rule of
-    every reader of a body (both transports here, and the async driver's HTTP client, which counts
+    every reader of a body (the transport here, and the async driver's HTTP client, which counts
     decoded bytes)."""
 
     __slots__ = ("limit", "total")
@@ -67,20 +70,6 @@ class Budget:
         return declared is not None
 
 
-class _LimitedStream(httpx2.SyncByteStream):
-    def __init__(self, inner: httpx2.SyncByteStream, limit: int):
-        self._inner = inner
-        self._limit = limit
-
-    def __iter__(self) -> Iterator[bytes]:
-        budget = Budget(self._limit)
-        for chunk in self._inner:
-            yield budget.count(chunk)
-
-    def close(self) -> None:
-        self._inner.close()
-
-
 class _AsyncLimitedStream(httpx2.AsyncByteStream):
     def __init__(self, inner: httpx2.AsyncByteStream, limit: int):
         self._inner = inner
@@ -93,30 +82,6 @@ class _AsyncLimitedStream(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-class BodyLimitTransport(httpx2.BaseTransport):
-    """Wraps a provider's (sync) transport: at most ``limit`` bytes of response body."""
-
-    def __init__(self, inner: httpx2.BaseTransport, limit: int):
-        self.inner = inner
-        self.limit = limit
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = self.inner.handle_request(request)
-        try:
-            if Budget(self.limit).refuse_declared(response.headers):
-                return response
-        except ResponseTooLarge:
-            response.close()
-            raise
-        stream = response.stream
-        if isinstance(stream, httpx2.SyncByteStream):
-            response.stream = _LimitedStream(stream, self.limit)
-        return response
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class AsyncBodyLimitTransport(httpx2.AsyncBaseTransport):

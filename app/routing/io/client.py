@@ -3,14 +3,18 @@ Responses API, embeddings or legacy completions), the canary split, intent routi
 fallback, cache hints, streaming, cost and telemetry out.
 
 Every decision is :class:`app.routing.core.RoutingCore`'s (planning, the retry/fallback loop, the
-records, reading answers and stream chunks); this module performs only the I/O: an
-``openai.OpenAI`` client per provider with the SDK's own retries off (``max_retries=0``), on an
-``httpx2.Client`` with the transport it was handed (:func:`app.gateway.build_gateway` hands it the
-built-in simulator's mock transport for ``sim://`` providers, or a test's transport), the network
-otherwise; ``time.sleep`` for the backoff; deadlines enforced at the transport
-(:mod:`app.routing.io.deadline`). The request path does no database I/O: the canary ratio is the last
-value the gateway's background refresher loaded, and the attempt records go to the telemetry
-writer in one hand-off.
+records, reading answers and stream chunks). The I/O is the async driver's
+(:class:`~app.routing.io.async_client.AsyncRoutingClient`, the one the server routes with), run
+through a blocking portal (:mod:`app.routing.io.portal`): one event loop in a background thread,
+shared by every sync client of the process. So there is one send path, one response-size limit and
+one deadline mechanism. A request is planned in the caller's thread (invalid input raises there,
+before any I/O) and sent on the loop; a stream is pumped on the loop into a queue the caller reads
+from. The request path does no database I/O: the canary ratio is the last value the gateway's
+background refresher loaded, and the attempt records go to the telemetry writer in one hand-off.
+
+``transports`` are sync ``httpx2`` transports (the built-in simulator's mock transport for
+``sim://`` providers, or a test's), which the async driver runs in worker threads; a provider
+without one is reached over the network.
 
 Transparent: the caller's parameters are sent as given (``client.chat(messages, tools=[...],
 response_format=..., seed=1)``) and the upstream's whole answer is kept
@@ -20,41 +24,39 @@ chunk objects.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, overload
 
 import httpx2
-import openai
 from sqlalchemy import Engine
 
 from app.config import Settings, load_settings
-from app.netconf import NetConf
-from app.routing.answers import StreamAccount, chunk_text, passed_headers
+from app.routing.answers import chunk_text
 from app.routing.breaker import BreakerSnapshot, State
 from app.routing.core import (
     DEFAULT_OPTIONS,
     MAX_SESSION_ID,
-    Attempt,
-    NoRoute,
     Plan,
     RatioSource,
     RoutingCore,
     StreamState,
     TelemetrySink,
-    Wait,
     upstream_base_url,
 )
-from app.routing.errors import ClientClosedError, Failure
+from app.routing.errors import ClientClosedError
 from app.routing.inputs import VALID_ROLES, validate_messages
-from app.routing.io import deadline as deadlines
-from app.routing.io.body_limit import BodyLimitTransport
+from app.routing.io.async_client import AsyncRoutingClient
 from app.routing.io.classify import classify
-from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
+from app.routing.io.portal import PORTAL
+from app.routing.io.sdk import sdk_chunk
 from app.routing.options import RouteOptions
-from app.routing.result import AllRoutesFailed, ChatResult
+from app.routing.result import ChatResult
+from core import fastjson
 
 __all__ = [
     "MAX_SESSION_ID",
@@ -67,17 +69,6 @@ __all__ = [
 ]
 
 
-def httpx_transport(net: NetConf) -> httpx2.HTTPTransport:
-    """A provider's network transport for the sync driver, with its proxy and TLS settings."""
-    kwargs: dict = {}
-    ctx = net.ssl_context()
-    if ctx is not None:
-        kwargs["verify"] = ctx
-    if net.proxy:
-        kwargs["proxy"] = httpx2.Proxy(net.proxy)
-    return httpx2.HTTPTransport(**kwargs)
-
-
 class _Closable(Protocol):
     engine: Engine
 
@@ -86,22 +77,35 @@ class _Closable(Protocol):
 
 class ChatStream(StreamState):
     """Iterate for text (choice 0); or ``chunks()`` for the SDK's chunk objects (tool-call deltas,
-    every choice, the usage chunk), or ``events()`` for the upstream's chunks as JSON. One of the
-    three, once. Afterwards ``.result`` holds the :class:`ChatResult`."""
+    every choice, the usage chunk), ``events()`` for the upstream's chunks as JSON, or
+    ``batches()`` for what each read of the upstream brought. One of these, once. Afterwards
+    ``.result`` holds the :class:`ChatResult`. Leaving the loop early, or ``close()``, cancels the
+    upstream stream and logs the attempt as ``cancelled``.
 
-    def __init__(self, gen_factory: Callable[[ChatStream], Generator[dict, None, None]], plan: Plan):
+    The async driver runs the stream on the portal's loop and writes this object's state as it
+    goes; the batches come through a queue (:meth:`Portal.iterate`), a few reads ahead of the
+    reader at most."""
+
+    def __init__(self, plan: Plan, run: Callable[[ChatStream], Generator[list[dict | bytes], None, None]]):
         super().__init__(plan)
-        self._gen = gen_factory(self)
+        self._batches = run(self)
+
+    def batches(self) -> Generator[list[dict | bytes], None, None]:
+        """Per read of the upstream, the chunks to hand on (as :meth:`AsyncChatStream.batches`)."""
+        return self._batches
 
     def events(self) -> Iterator[dict]:
-        return self._gen
+        with contextlib.closing(self._batches):
+            for batch in self._batches:
+                for chunk in batch:
+                    yield chunk if isinstance(chunk, dict) else fastjson.loads(chunk)
 
     def chunks(self) -> Iterator[Any]:
-        for chunk in self._gen:
+        for chunk in self.events():
             yield sdk_chunk(self.api, chunk)
 
     def _texts(self) -> Iterator[str]:
-        for chunk in self._gen:
+        for chunk in self.events():
             text = chunk_text(self.api, chunk)
             if text:
                 yield text
@@ -110,7 +114,7 @@ class ChatStream(StreamState):
         return self._texts()
 
     def close(self) -> None:
-        self._gen.close()
+        self._batches.close()
 
 
 class RoutingClient:
@@ -156,9 +160,10 @@ class RoutingClient:
         self._reload = reload
         self._sleep = sleep
         self.transports: dict[str, httpx2.BaseTransport] = dict(transports or {})
-        self._clients: dict[str, openai.OpenAI] = {}
-        self._http_clients: list[httpx2.Client] = []
-        self._clients_lock = threading.Lock()
+        self._portal = PORTAL
+        self._driver: AsyncRoutingClient | None = None
+        self._driver_generation = 0  # the portal loop the driver was built on
+        self._driver_lock = threading.Lock()
         self._gateway: _Closable | None = None
         self._closed = False
 
@@ -278,9 +283,10 @@ class RoutingClient:
         if self._closed:
             raise ClientClosedError("this RoutingClient is closed: build a new one (RoutingClient.from_config())")
         plan = self.core.plan(api, {k: v for k, v in body.items() if v is not None}, options)
+        driver = self.driver()
         if options.stream:
-            return ChatStream(lambda s: self._run_stream(plan, s), plan)
-        return self._run(plan)
+            return ChatStream(plan, lambda holder: self._portal.iterate(lambda: driver._run_stream(plan, holder)))
+        return self._portal.call(driver._run(plan))
 
     def refresh(self) -> None:
         """Re-read the canary ratio and fault settings now instead of within ``ratio_refresh_s``
@@ -302,12 +308,16 @@ class RoutingClient:
         self.close_http()
 
     def close_http(self) -> None:
+        """Close the async driver's HTTP clients (on the portal's loop)."""
         self._closed = True
-        with self._clients_lock:
-            for hc in self._http_clients:
-                hc.close()
-            self._http_clients.clear()
-            self._clients.clear()
+        with self._driver_lock:
+            driver, self._driver = self._driver, None
+        if driver is None or self._driver_generation != self._portal.generation:
+            return  # none, or built on a loop this process does not have (before a fork)
+        self._portal.discard(self)
+        closing = self._portal.submit(driver.aclose())
+        if not self._portal.in_loop_thread():  # there it runs once the caller returns to the loop
+            closing.result()
 
     def __enter__(self) -> RoutingClient:
         return self
@@ -316,113 +326,33 @@ class RoutingClient:
         self.close()
 
     # -- I/O -----------------------------------------------------------------------------------
-    def _client(self, name: str) -> openai.OpenAI:
-        with self._clients_lock:
-            client = self._clients.get(name)
-            if client is not None:
-                return client
+    def driver(self) -> AsyncRoutingClient:
+        """The async driver that does this client's I/O, on the portal's loop: built at the first
+        request (and again in a forked child, whose loop is another)."""
+        driver = self._driver
+        if driver is not None and self._driver_generation == self._portal.generation:
+            return driver
+        with self._driver_lock:
             if self._closed:
                 raise ClientClosedError("this RoutingClient is closed")
-            sdk = sdk_settings(self.settings, name, self.core.env, self.core.secrets)  # ProviderNotConfigured if unset
-            # Deadlines and the response size limit are enforced at the transport (see
-            # app.routing.io.deadline and app.routing.io.body_limit).
-            inner = BodyLimitTransport(
-                self.transports.get(name) or httpx_transport(self.settings.providers[name].net()),
-                self.settings.retry.max_response_bytes,
-            )
-            transport = deadlines.DeadlineTransport(inner)
-            http_client = httpx2.Client(transport=transport, follow_redirects=False)
-            client = openai.OpenAI(**sdk, http_client=http_client)
-            self._http_clients.append(http_client)
-            self._clients[name] = client
-            return client
+            if self._driver is None or self._driver_generation != self._portal.generation:
+                self._driver = self._portal.call(self._new_driver())
+                self._driver_generation = self._portal.generation
+                self._portal.on_close(self, self._driver.aclose)
+            return self._driver
 
-    def _advance(self, steps: Generator[Attempt | Wait, Failure | None, None], outcome: Failure | None) -> Attempt:
-        """Send ``outcome`` to the decision loop, sleeping through its waits, until it names the
-        next attempt (or raises :class:`NoRoute`)."""
-        step = steps.send(outcome)
-        while isinstance(step, Wait):
-            self._sleep(step.seconds)
-            step = steps.send(None)
-        return step
+    async def _new_driver(self) -> AsyncRoutingClient:
+        # Built on the loop: the HTTP clients it makes belong to the loop that uses them.
+        return AsyncRoutingClient(self, sleep=_awaitable(self._sleep))
 
-    def _send(self, plan: Plan, attempt: Attempt, deadline: deadlines.AttemptDeadline) -> Any:
-        """The request through the SDK's ``client.post`` (its error mapping, auth and SSE parsing;
-        not its model construction): the raw response, or for a stream the SDK's stream of JSON
-        chunks."""
-        client = self._client(attempt.provider)
-        req = self.core.request(plan, attempt)
-        options = sdk_options(req)
-        token = deadlines.activate(deadline)
-        try:
-            if plan.stream:
-                return client.post(
-                    req.path,
-                    body=req.body,
-                    options=options,
-                    cast_to=object,
-                    stream=True,
-                    stream_cls=openai.Stream[object],
-                )
-            return client.post(req.path, body=req.body, options=options, cast_to=httpx2.Response)
-        finally:
-            deadlines.deactivate(token)
 
-    def _run(self, plan: Plan) -> ChatResult:
-        core = self.core
-        started = core.start(plan)
-        steps = core.attempts(plan)
-        try:
-            attempt = self._advance(steps, None)
-            while True:
-                attempt = attempt.begin(core.wall(), core.clock())
-                try:
-                    response = self._send(plan, attempt, core.deadline(plan, attempt))
-                    answer = core.read(plan, attempt, response.content, response.headers)
-                except Exception as exc:  # noqa: BLE001 - failed() re-raises what is not an upstream fault
-                    attempt = self._advance(steps, core.failed(plan, attempt, exc))
-                    continue
-                return core.succeed(plan, attempt, started, answer)
-        except NoRoute as stop:
-            core.no_route(plan, stop)
-            raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
-        finally:
-            steps.close()
-            core.commit(plan)
+def _awaitable(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
+    """The backoff wait on the loop: ``asyncio.sleep`` for ``time.sleep``; an injected one (a
+    test's recorder) is called as it is."""
+    if sleep is time.sleep:
+        return asyncio.sleep
 
-    def _run_stream(self, plan: Plan, holder: ChatStream) -> Generator[dict, None, None]:
-        core = self.core
-        started = core.start(plan)
-        steps = core.attempts(plan)
-        try:
-            attempt = self._advance(steps, None)
-            while True:
-                attempt = attempt.begin(core.wall(), core.clock())
-                holder.attempting(attempt, len(plan.records) + 1)
-                acc: StreamAccount = core.stream_account(plan, attempt, started)
-                try:
-                    deadline = core.deadline(plan, attempt)
-                    stream = self._send(plan, attempt, deadline)
-                    holder.upstream_headers = passed_headers(stream.response.headers)
-                    feed = core.feed(plan, attempt)
-                    with stream:
-                        for chunk in stream:
-                            for event in feed.take(chunk):
-                                yield from acc.take(event, deadline)
-                    for event in feed.end():
-                        yield from acc.take(event, deadline)
-                    yield from acc.check_finished()
-                except GeneratorExit:
-                    core.stream_cancelled(plan, attempt, acc, "the caller stopped reading the stream")
-                    raise
-                except Exception as exc:  # noqa: BLE001 - stream_failed() re-raises what is not an upstream fault
-                    attempt = self._advance(steps, core.stream_failed(plan, attempt, acc, exc))
-                    continue
-                holder.result = core.stream_succeeded(plan, attempt, started, acc, holder.upstream_headers)
-                return
-        except NoRoute as stop:
-            core.no_route(plan, stop)
-            raise AllRoutesFailed(plan.request_id, plan.infos, str(stop)) from None
-        finally:
-            steps.close()
-            core.commit(plan)
+    async def call(seconds: float) -> None:
+        sleep(seconds)
+
+    return call

@@ -1,46 +1,29 @@
-"""Deadlines enforced at the transport: an attempt ends when its time is up, however the upstream
-trickles or stalls.
+"""How the async driver enforces an attempt's deadlines, on the event loop.
 
-A per-read timeout alone (what the SDK's ``timeout`` is) never bounds an upstream that sends one
-byte every second. :class:`DeadlineTransport` wraps each provider's transport and, for a request
-sent while an :class:`AttemptDeadline` is current (a context variable the router sets around the
-send), does three things:
+A per-read timeout alone (what an HTTP client's ``timeout`` is) never bounds an upstream that sends
+one byte every second, so the deadline is the driver's, on the loop's clock: a non-streamed
+attempt, and a stream up to its response headers, run under one ``asyncio.timeout`` of the time
+left; each read of a stream's body is bounded by a :class:`ReadWatch`. A passed deadline raises
+:class:`DeadlineExceeded` (an ``httpx2.ReadTimeout``, so the classifier sees an ordinary timeout)
+naming the deadline that passed (the attempt's, the first token's, the idle gap's or the
+request's). The sync client runs the same driver (:mod:`app.routing.io.portal`), so this is the
+one deadline mechanism.
 
-- caps the connect/write/pool/read timeouts of the request at the time left, so a hang before the
-  response headers ends at the deadline;
-- after the headers, caps the body's read timeout again (streams: also at the first-token deadline
-  and the idle gap between chunks), so a body that stalls ends there too;
-- checks the clock after every body chunk and raises :class:`DeadlineExceeded` (an
-  ``httpx2.ReadTimeout``, so the SDK and the router see an ordinary timeout) once the deadline or
-  the first-token deadline has passed, which is what ends a trickle.
-
-Bound: connect + headers end by the deadline; a body read that starts before the deadline waits at
-most the read timeout set when the headers arrived (itself at most the time then left), so a body
-that stalls after sending part of itself ends at most that long after the deadline.
-
-The deadline is captured when the request is sent, so a stream read later from another thread
-(the server's workers) keeps its own.
-
-The async driver bounds each read of a stream with a :class:`ReadWatch`: one timer per stream
-rather than one per read (a chunk comes every few tens of milliseconds, a timer's set-up and
-cancel cost more than the rest of a chunk's accounting). The timer fires at the earliest time a
-read could be overdue; a read that began since then moves it on instead of failing, and time the
-caller spends not reading (backpressure) never counts.
+:class:`ReadWatch` is one timer per stream rather than one per read (a chunk comes every few tens
+of milliseconds, a timer's set-up and cancel cost more than the rest of a chunk's accounting). The
+timer fires at the earliest time a read could be overdue; a read that began since then moves it on
+instead of failing, and time the caller spends not reading (backpressure) never counts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
-from collections.abc import Iterator
 
 import httpx2
 
 from app.routing.policy import AttemptDeadline
 
-__all__ = ["AttemptDeadline", "DeadlineExceeded", "DeadlineTransport", "ReadWatch", "activate", "check", "deactivate"]
-
-_current: contextvars.ContextVar[AttemptDeadline | None] = contextvars.ContextVar("gateway_deadline", default=None)
+__all__ = ["AttemptDeadline", "DeadlineExceeded", "ReadWatch", "check"]
 
 
 class DeadlineExceeded(httpx2.ReadTimeout):
@@ -52,68 +35,6 @@ def check(deadline: AttemptDeadline, request: httpx2.Request | None = None) -> N
     why = deadline.overdue(deadline.clock())
     if why is not None:
         raise DeadlineExceeded(why, request=request)
-
-
-def current() -> AttemptDeadline | None:
-    return _current.get()
-
-
-def activate(deadline: AttemptDeadline | None) -> contextvars.Token[AttemptDeadline | None]:
-    return _current.set(deadline)
-
-
-def deactivate(token: contextvars.Token[AttemptDeadline | None]) -> None:
-    _current.reset(token)
-
-
-def _cap(request: httpx2.Request, seconds: float, keys: tuple[str, ...]) -> None:
-    timeout = request.extensions.get("timeout")
-    if not isinstance(timeout, dict):
-        timeout = {}
-        request.extensions["timeout"] = timeout
-    seconds = max(seconds, 0.001)
-    for key in keys:
-        value = timeout.get(key)
-        timeout[key] = seconds if value is None else min(value, seconds)
-
-
-class _DeadlineStream(httpx2.SyncByteStream):
-    def __init__(self, inner: httpx2.SyncByteStream, deadline: AttemptDeadline, request: httpx2.Request):
-        self._inner = inner
-        self._deadline = deadline
-        self._request = request
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._inner:
-            check(self._deadline, self._request)
-            yield chunk
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class DeadlineTransport(httpx2.BaseTransport):
-    """Wraps a provider's transport; a no-op for requests sent with no deadline current."""
-
-    def __init__(self, inner: httpx2.BaseTransport):
-        self.inner = inner
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        deadline = _current.get()
-        if deadline is None:
-            return self.inner.handle_request(request)
-        check(deadline, request)
-        _cap(request, deadline.time_left(deadline.clock()), ("connect", "read", "write", "pool"))
-        response = self.inner.handle_request(request)
-        # The body is read after this returns: its reads get what is left now.
-        _cap(request, deadline.time_left(deadline.clock(), body=True), ("read",))
-        stream = response.stream
-        if isinstance(stream, httpx2.SyncByteStream) and not isinstance(stream, httpx2.ByteStream):  # not in memory
-            response.stream = _DeadlineStream(stream, deadline, request)
-        return response
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 SLACK_S = 0.005  # how much later than its deadline a read may be cut

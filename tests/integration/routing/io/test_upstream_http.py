@@ -26,7 +26,6 @@ import pytest
 from app import netconf
 from app.routing.errors import BadResponse
 from app.routing.io.body_limit import ResponseTooLarge
-from app.routing.io.client import httpx_transport
 from app.routing.io.upstream_http import BACKSTOP_S, KEEPALIVE_S, HttpUpstream, UpstreamAnswer, UpstreamStream
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes, int], Awaitable[None]]
@@ -726,21 +725,6 @@ def test_https_through_a_proxy_is_a_connect_tunnel(pki: dict[str, Path]) -> None
             assert proxy.seen == [b"CONNECT localhost:%d HTTP/1.1" % srv.port]
 
     run(main())
-
-
-def test_the_sync_drivers_transport_takes_the_same_proxy_and_ca(pki: dict[str, Path]) -> None:
-    async def serve() -> None:
-        async with Server(echo_who(), _server_ctx(pki)) as srv, ForwardProxy() as proxy:
-            net = netconf.resolve(srv.url, ca_bundle=str(pki["ca.pem"]), environ={"HTTPS_PROXY": proxy.url})
-
-            def sync_call() -> bytes:
-                with httpx2.Client(transport=httpx_transport(net)) as c:
-                    return c.post(srv.url + "/chat/completions", content=b'{"who":"S"}').content
-
-            assert await asyncio.to_thread(sync_call) == b'{"who":"S"}'
-            assert proxy.seen and proxy.seen[0].startswith(b"CONNECT localhost:")
-
-    run(serve())
 
 
 # -- exit ------------------------------------------------------------------------------------------

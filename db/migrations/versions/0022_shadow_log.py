@@ -37,7 +37,7 @@ def upgrade() -> None:
         sa.Column("tool_calls", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("cost_usd", sa.Float(), nullable=False, server_default="0"),
         sa.Column("finish_reason", sa.String(32), nullable=True),
-        sa.Column("refused", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("refused", sa.Boolean(), nullable=False, server_default=sa.text("false")),
         sa.Column("tool_json_bad", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("schema_bad", sa.Boolean(), nullable=True),
     )

@@ -68,23 +68,27 @@ class Phase:
 
 
 class _Sink:
-    """The mirror client's telemetry: each worker thread's records of its current copy."""
+    """The mirror client's telemetry: the records of each copy in flight, by the token the copy's
+    requests carry as their key name (the routing client may log them from another thread)."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._records: dict[str, list[AttemptRecord]] = {}
 
-    def begin(self) -> None:
-        self._local.records = []
+    def begin(self, token: str) -> None:
+        with self._lock:
+            self._records[token] = []
 
-    def take(self) -> list[AttemptRecord]:
-        got = getattr(self._local, "records", [])
-        self._local.records = []
-        return got
+    def take(self, token: str) -> list[AttemptRecord]:
+        with self._lock:
+            return self._records.pop(token, [])
 
     def submit_many(self, records: Sequence[AttemptRecord]) -> None:
-        if not hasattr(self._local, "records"):
-            self._local.records = []
-        self._local.records.extend(records)
+        with self._lock:
+            for r in records:
+                kept = self._records.get(r.key_name or "")
+                if kept is not None:
+                    kept.append(r)
 
     def flush(self) -> None:
         return None
@@ -184,13 +188,14 @@ class Shadower:
         phase = self.phase
         if phase is None or phase.rollout_id != rollout_id:
             return  # the phase ended while the copy waited
-        self._sink.begin()
-        options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False)
+        token = f"shadow-copy-{request_id}"
+        self._sink.begin(token)
+        options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token)
         try:
             self.client.request(api, body, options)
         except Exception as exc:  # noqa: BLE001 - the candidate's failure is what the log records
             log.debug("shadow: the candidate failed a mirrored request: %s", exc)
-        records = self._sink.take()
+        records = self._sink.take(token)
         if not records:
             return
         final = records[-1]

@@ -185,11 +185,25 @@ class Portal:
         return asyncio.run_coroutine_threadsafe(coro, self.loop())
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its value (or its exception, as raised)."""
+        """Run ``coro`` on the loop and wait for its value (or its exception, as raised). An
+        exception in the caller while it waits (``KeyboardInterrupt``, a signal's ``SystemExit``)
+        cancels the coroutine and waits for it to end (at most :data:`CLOSE_WAIT_S`), so what it
+        does on cancellation (the attempt logged as cancelled) happens before the caller goes on
+        to shut the process down."""
+        ended = threading.Event()
+
+        async def run() -> T:
+            try:
+                return await coro
+            finally:
+                ended.set()
+
+        wrapped = run()
         try:
             self._check_thread()
-            future = self.submit(coro)
+            future = self.submit(wrapped)
         except BaseException:
+            wrapped.close()
             coro.close()
             raise
         try:
@@ -197,7 +211,8 @@ class Portal:
         except concurrent.futures.CancelledError:
             raise ClientClosedError("the routing portal's event loop stopped during the call") from None
         except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt while waiting: the coroutine is cancelled too
+            future.cancel()
+            ended.wait(CLOSE_WAIT_S)
             raise
 
     def iterate(self, make: Callable[[], AsyncIterator[T]], window: int = WINDOW) -> Generator[T, None, None]:

@@ -169,7 +169,9 @@ def _rows(db: str) -> list[tuple]:
     """(request_id, attempt, final, status, http_status) of every logged attempt; [] before the schema."""
     conn = sqlite3.connect(db, timeout=30)
     try:
-        return conn.execute("select request_id, attempt, final, status, http_status from request_log").fetchall()
+        return conn.execute(
+            "select request_id, attempt, final, status, http_status, error_class from request_log order by attempt"
+        ).fetchall()
     except sqlite3.OperationalError:  # the table does not exist yet
         return []
     finally:
@@ -231,8 +233,13 @@ latency_scale = 0
     assert err.strip().splitlines() == [f"interrupted by {signal.Signals(sig).name}"]
     assert "Traceback" not in err and out == ""
     rows = _rows(db)
-    assert [(r[1], r[3], r[4]) for r in rows] == [(1, "error", 500)]  # the failed attempt is logged
-    assert rows[0][2]  # and closes its request: nothing was answered after it
+    # The failed attempt is logged, and so is the one the signal cut (the upstream had it), as the
+    # request's last: nothing was answered after it.
+    assert [(r[1], r[3], r[4], r[5]) for r in rows] == [
+        (1, "error", 500, "server_error"),
+        (2, "error", None, "cancelled"),
+    ]
+    assert not rows[0][2] and rows[1][2]
 
 
 # -- loadgen -----------------------------------------------------------------------------------------

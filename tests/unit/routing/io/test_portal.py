@@ -182,3 +182,31 @@ def test_a_reader_waiting_when_the_loop_stops_gets_client_closed(portal):
     threading.Timer(0.05, portal.close).start()
     with pytest.raises(ClientClosedError):
         next(it)
+
+
+def test_an_interrupt_while_waiting_cancels_the_call_and_waits_for_its_cleanup(portal):
+    """Ctrl-C (or a signal's exit) in the caller: the coroutine is cancelled and what it does on
+    cancellation (logging the attempt) has finished before the interrupt goes on to shut down."""
+    import signal
+
+    cleaned = threading.Event()
+
+    async def attempt() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.05)  # the cancelled attempt's own work, on the loop
+            cleaned.set()
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            portal.call(attempt())
+        assert cleaned.is_set()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

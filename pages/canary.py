@@ -30,10 +30,23 @@ state = CanaryPageState.get()
 who = auth.actor()
 
 
+def ratio_keys() -> tuple[str, str]:
+    """The ratio inputs' widget keys (number field, slider). A value the page puts in them (the
+    stored ratio loaded, a write's result) goes into new widgets under new keys: until the browser
+    draws the new value it sends the old one with every fragment refresh, and a later run would
+    take that stale value over the one put there (the field kept 25 % after "Load the current
+    value" loaded 0 %)."""
+    n = state.ratio_generation
+    return (PCT_KEY, SLIDER_KEY) if n == 0 else (f"{PCT_KEY}.{n}", f"{SLIDER_KEY}.{n}")
+
+
 def show_ratio(ratio: float) -> None:
     value = canary_form.input_percent(ratio)
-    st.session_state[PCT_KEY] = value
-    st.session_state[SLIDER_KEY] = value
+    if ratio_keys()[0] in st.session_state:
+        state.ratio_generation += 1
+    pct_key, slider_key = ratio_keys()
+    st.session_state[pct_key] = value
+    st.session_state[slider_key] = value
     state.errors.pop("ratio", None)
 
 
@@ -52,7 +65,7 @@ def note(area: str) -> None:
 settings = resources.settings()
 engine = resources.engine()
 current = resources.current_canary()  # uncached: this page must show exactly what Apply is locked on
-if state.seen_version is None or PCT_KEY not in st.session_state:
+if state.seen_version is None or ratio_keys()[0] not in st.session_state:
     # Opening the page (its widgets were not on screen in the previous run) is what "loaded" means
     # for the optimistic lock: Apply is refused if the ratio moves on after this point.
     state.seen_version = current.version
@@ -79,16 +92,17 @@ def after_write(outcome: canary_form.Outcome) -> None:
 def on_number() -> None:
     """Check the typed value at once: a valid one moves the slider, another is refused in place."""
     try:
-        ratio = canary_form.parse_percent(st.session_state[PCT_KEY])
+        ratio = canary_form.parse_percent(st.session_state[ratio_keys()[0]])
     except ValueError as exc:
         state.errors["ratio"] = f"{exc}. Nothing will be written until it is fixed."
         return
     state.errors.pop("ratio", None)
-    st.session_state[SLIDER_KEY] = canary_form.input_percent(ratio)
+    st.session_state[ratio_keys()[1]] = canary_form.input_percent(ratio)
 
 
 def on_slider() -> None:
-    st.session_state[PCT_KEY] = float(st.session_state[SLIDER_KEY])
+    pct_key, slider_key = ratio_keys()
+    st.session_state[pct_key] = float(st.session_state[slider_key])
     state.errors.pop("ratio", None)
 
 
@@ -96,7 +110,7 @@ def on_apply() -> None:
     after_write(
         canary_form.apply_ratio(
             engine,
-            st.session_state[PCT_KEY],
+            st.session_state[ratio_keys()[0]],
             st.session_state[REASON_KEY],
             expected_version=state.seen_version,
             actor=who,
@@ -174,7 +188,7 @@ with form_col:
     st.number_input(
         "Canary ratio (%)",
         value=None,  # an emptied field is None, refused: never read as 0 % (the default would be)
-        key=PCT_KEY,
+        key=ratio_keys()[0],
         step=0.1,
         format="%.1f",
         on_change=on_number,
@@ -187,7 +201,7 @@ with form_col:
         min_value=0.0,
         max_value=100.0,
         step=0.1,
-        key=SLIDER_KEY,
+        key=ratio_keys()[1],
         on_change=on_slider,
         label_visibility="collapsed",
         format="%.1f %%",
@@ -201,7 +215,7 @@ with form_col:
         disabled=read_only,
     )
     field_error("reason")
-    typed = canary_form.preview_ratio(st.session_state.get(PCT_KEY), current.ratio)
+    typed = canary_form.preview_ratio(st.session_state.get(ratio_keys()[0]), current.ratio)
     if typed is not None:
         shown = resources.ratio_preview(typed)
         with st.expander(f"Before you apply: what {ratio_pct(typed)} would do", expanded=True):

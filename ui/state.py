@@ -78,6 +78,7 @@ class CanaryPageState(_PageState):
     errors: dict[str, str] = field(default_factory=dict)
     notes: dict[str, tuple[str, str]] = field(default_factory=dict)  # area -> (kind, message), shown once
     pending_rollout: tuple[int, str] | None = None  # (rollout id, verb) awaiting confirmation
+    ratio_generation: int = 0  # bumped when the page puts a value in the ratio inputs (new widget keys)
 
 
 @dataclass

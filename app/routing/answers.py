@@ -9,7 +9,7 @@ model routed to.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -365,20 +365,7 @@ class StreamAccount:
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
             raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
-        out = ""
-        for choice in choices:
-            if choice.get("index", 0) != 0:
-                continue
-            if self.api == "completions":
-                text = choice.get("text")
-            else:
-                delta = choice.get("delta")
-                text = delta.get("content") if isinstance(delta, dict) else None
-            if text is not None and not isinstance(text, str):
-                raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
-            if text:
-                out += text
-        return out
+        return choice0_text(self.api, choices)
 
     def _chunk(self, chunk: dict) -> bool:
         choices = chunk.get("choices")
@@ -531,19 +518,33 @@ _SLOW_KEYS = (b'"tool_calls"', b'"function_call"', b'"audio"', b'"error"')
 _NULL_KEYS = tuple((b'"%s"' % k, b'"%s":null' % k) for k in (b"finish_reason", b"usage", b"refusal"))
 
 
-def chunk_text(api: str, chunk: Mapping) -> str:
-    """The text a chunk adds to choice 0 (the library's plain-text view of a stream)."""
-    if api == "responses":
-        return chunk["delta"] if chunk.get("type") == "response.output_text.delta" else ""
-    out = []
-    for choice in chunk.get("choices") or ():
+def choice0_text(api: str, choices: Iterable[Mapping]) -> str:
+    """The text a chunk's choices add to choice 0 (``text`` for completions, ``delta.content`` for
+    chat); :class:`BadResponse` when a delta is not an object or a text is not a string, however the
+    chunk was read."""
+    out = ""
+    for choice in choices:
         if choice.get("index", 0) != 0:
             continue
         if api == "completions":
             text = choice.get("text")
         else:
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            if delta is None:
+                continue
+            if not isinstance(delta, Mapping):
+                raise BadResponse(f"malformed stream chunk from upstream: delta is {type(delta).__name__}")
             text = delta.get("content")
         if isinstance(text, str):
-            out.append(text)
-    return "".join(out)
+            out += text
+        elif text is not None:
+            raise BadResponse(f"malformed stream chunk from upstream: content is {type(text).__name__}")
+    return out
+
+
+def chunk_text(api: str, chunk: Mapping) -> str:
+    """The text a chunk adds to choice 0 (the library's plain-text view of a stream; its chunks
+    passed the stream's accounting, so their shape is checked already)."""
+    if api == "responses":
+        return chunk["delta"] if chunk.get("type") == "response.output_text.delta" else ""
+    return choice0_text(api, chunk.get("choices") or ())

@@ -155,6 +155,19 @@ def test_a_chunk_whose_content_is_not_text_fails_before_it_is_handed_on() -> Non
     assert acc.text() == "a"
 
 
+@pytest.mark.parametrize("delta", [b"5", b'"x"', b"[]"])
+def test_a_delta_that_is_not_an_object_fails_the_same_whether_passed_or_parsed(delta: bytes) -> None:
+    raw = _compact(_chunk("x")).replace(b'{"content":"x"}', delta)
+    assert raw != _compact(_chunk("x"))
+    passed = _started()
+    with pytest.raises(BadResponse, match="delta is"):
+        passed.pass_raw(raw)
+    parsed = _started()
+    with pytest.raises(BadResponse, match="delta is"):
+        parsed.take(json.loads(raw), _deadline())
+    assert passed.text() == parsed.text() == "a"
+
+
 def test_a_json_value_that_is_not_a_chunk_fails_before_it_is_handed_on() -> None:
     acc = _started()
     with pytest.raises(BadResponse, match="malformed stream chunk"):

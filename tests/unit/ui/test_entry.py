@@ -95,6 +95,20 @@ def texts(at: AppTest) -> str:
     return "\n".join(parts)
 
 
+def ratio_field(at: AppTest):
+    """The Canary page's ratio field, by its label: its key changes each time the page puts a value
+    in it."""
+    matches = [w for w in at.number_input if w.label == "Canary ratio (%)"]
+    assert len(matches) == 1, f"ratio fields: {[w.key for w in matches]}"
+    return matches[0]
+
+
+def ratio_slider(at: AppTest):
+    matches = [w for w in at.slider if w.label == "Canary ratio slider"]
+    assert len(matches) == 1, f"ratio sliders: {[w.key for w in matches]}"
+    return matches[0]
+
+
 def button(at: AppTest, label: str):
     matches = [b for b in at.button if b.label == label]
     assert matches, f"no button {label!r}; have {[b.label for b in at.button]}"
@@ -153,7 +167,7 @@ def test_password_gate_on_every_page_and_actor_recorded(env, monkeypatch, via):
     at.button[0].click().run()
     assert not at.exception and at.title[0].value == "Overview"
     at.switch_page("../pages/canary.py").run()
-    at.number_input(key="canary_pct").set_value(30.0)
+    ratio_field(at).set_value(30.0)
     at.text_input(key="canary_reason").set_value("gated change")
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "dashboard"
@@ -486,12 +500,12 @@ def test_playground_unknown_model_is_a_clear_message(env, monkeypatch):
 
 def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
     at = open_app("../pages/canary.py")
-    assert at.number_input(key="canary_pct").label == "Canary ratio (%)"
-    assert at.number_input(key="canary_pct").value == 10.0 and at.slider(key="canary_pct_slider").value == 10.0
-    at.number_input(key="canary_pct").set_value(25.0).run()
-    assert at.slider(key="canary_pct_slider").value == 25.0
-    at.slider(key="canary_pct_slider").set_value(37.5).run()
-    assert at.number_input(key="canary_pct").value == 37.5
+    assert ratio_field(at).label == "Canary ratio (%)"
+    assert ratio_field(at).value == 10.0 and ratio_slider(at).value == 10.0
+    ratio_field(at).set_value(25.0).run()
+    assert ratio_slider(at).value == 25.0
+    ratio_slider(at).set_value(37.5).run()
+    assert ratio_field(at).value == 37.5
     at.text_input(key="canary_reason").set_value("error rate flat for an hour")
     button(at, "Apply").click().run()
     assert not at.exception
@@ -525,7 +539,7 @@ def test_canary_apply_writes_audits_and_keeps_slider_in_step(any_env):
 def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, message):
     at = open_app("../pages/canary.py")
     before = get_state(engine())
-    at.number_input(key="canary_pct").set_value(value)
+    ratio_field(at).set_value(value)
     at.text_input(key="canary_reason").set_value(reason)
     button(at, "Apply").click().run()
     assert not at.exception
@@ -535,7 +549,7 @@ def test_canary_bad_input_is_refused_and_nothing_written(env, value, reason, mes
     # The message sits in the form column, right under the field it is about, not in the page notices.
     column = at.columns[2]  # m1, m2, then the form column
     assert any(message in shown(e.value) for e in column.error)
-    assert (at.number_input(key="canary_pct") if reason else at.text_input(key="canary_reason")) is not None
+    assert (ratio_field(at) if reason else at.text_input(key="canary_reason")) is not None
 
 
 def _add_account(name: str, role: str, password: str = "correct horse 1") -> None:
@@ -567,7 +581,7 @@ def test_canary_actor_is_the_signed_in_account(env):
     )
     assert not [w for w in at.sidebar.text_input if w.label == "Your name"]  # nothing to type a name into
     at.switch_page("../pages/canary.py").run()
-    at.number_input(key="canary_pct").set_value(5.0)
+    ratio_field(at).set_value(5.0)
     at.text_input(key="canary_reason").set_value("narrow")
     button(at, "Apply").click().run()
     assert get_state(engine()).updated_by == "carol"
@@ -579,7 +593,7 @@ def test_a_viewer_sees_the_canary_page_with_every_control_disabled(env):
     at.switch_page("../pages/canary.py").run()
     assert not at.exception
     assert any("viewer role" in shown(i.value) for i in at.info)
-    assert at.number_input(key="canary_pct").disabled and at.text_input(key="canary_reason").disabled
+    assert ratio_field(at).disabled and at.text_input(key="canary_reason").disabled
     for label in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail", "Save faults", "Clear"):
         assert button(at, label).disabled, label
     assert all(w.disabled for w in at.text_input if w.key not in ("sign_in_name", "sign_in_password"))
@@ -599,7 +613,7 @@ def test_sign_in_delay_grows_and_is_shown(env):
 def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
     at = open_app("../pages/canary.py")
     set_ratio(engine(), 0.4, expected_version=None, actor="bob", reason="other tab")
-    at.number_input(key="canary_pct").set_value(90.0)
+    ratio_field(at).set_value(90.0)
     at.text_input(key="canary_reason").set_value("mine")
     button(at, "Apply").click().run()
     assert not at.exception
@@ -607,8 +621,8 @@ def test_canary_stale_apply_is_refused_saying_who_changed_it(env):
     assert "Refused" in err and "bob" in err and "40 %" in err
     assert get_state(engine()).ratio == 0.4 and len(audit_log(engine())) == 1
     # The page re-locked on the current version and shows its value; a second Apply goes through.
-    assert at.number_input(key="canary_pct").value == 40.0
-    at.number_input(key="canary_pct").set_value(90.0)
+    assert ratio_field(at).value == 40.0
+    ratio_field(at).set_value(90.0)
     at.text_input(key="canary_reason").set_value("mine, after checking")
     button(at, "Apply").click().run()
     assert get_state(engine()).ratio == 0.9
@@ -762,7 +776,7 @@ def test_canary_previews_a_typed_ratio_from_the_last_hour_before_apply(env):
     insert_batch(engine(), rows)
     at = open_app("../pages/canary.py")
     assert not [e for e in at.expander if "Before you apply" in e.label]  # nothing typed yet
-    at.number_input(key="canary_pct").set_value(0.0).run()
+    ratio_field(at).set_value(0.0).run()
     assert not at.exception
     (box,) = [e for e in at.expander if "Before you apply" in e.label]
     assert "what 0 % would do" in box.label

@@ -73,7 +73,8 @@ def test_the_whole_incident_on_the_overview(tmp_path, new_page):
         # The guardrail (in the load process) rolls the canary back; the open page follows it:
         # the sidebar and the page's ratio in step, no reload.
         expect(sidebar.get_by_test_id("stMetricValue").first).to_have_text("0 %", timeout=60_000)
-        expect(main.get_by_test_id("stMetricValue").first).to_have_text("0 %", timeout=10_000)
+        main_ratio = main.get_by_test_id("stMetric").filter(has_text="Canary ratio").get_by_test_id("stMetricValue")
+        expect(main_ratio).to_have_text("0 %", timeout=10_000)
         banner = main.get_by_test_id("stAlert").filter(has_text="holysheep: incident since")
         expect(banner).to_contain_text("breaker open", timeout=30_000)
         expect(banner).to_contain_text("Guardrail: rolled back at", timeout=10_000)

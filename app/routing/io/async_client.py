@@ -17,10 +17,12 @@ request deadline (:class:`~app.routing.io.deadline.ReadWatch`). A passed deadlin
 stopped reading) cancels the upstream request: its connection is closed, the attempt is logged as
 ``cancelled`` and the records are committed. A stream that delivered text never falls back.
 
-Transports: real upstreams are reached with :class:`~app.routing.io.upstream_http.HttpUpstream`;
-a provider the sync client was handed a (sync) transport for (the built-in simulator, a test's
-mock) through that same transport run in a worker thread (:class:`ThreadedTransport`), so the
-simulator's latency sleeps never block the event loop, under the SDK's ``post``.
+Upstreams (:mod:`app.routing.io.upstream_http`, the one send path): real upstreams are reached
+with :class:`~app.routing.io.upstream_http.HttpUpstream`; a provider the client was handed a
+transport for (the built-in simulator, a test's mock) with
+:class:`~app.routing.io.upstream_http.TransportUpstream`, the same requests, size limit, decoding
+and stream reading over that transport. A sync transport runs in a worker thread
+(:class:`ThreadedTransport`), so the simulator's latency sleeps never block the event loop.
 """
 
 from __future__ import annotations
@@ -44,10 +46,9 @@ from app.routing.bridge import PassThrough
 from app.routing.core import DEFAULT_OPTIONS, Attempt, NoRoute, Plan, RoutingCore, StreamState, Wait
 from app.routing.errors import ClientClosedError, Failure
 from app.routing.io import deadline as deadlines
-from app.routing.io.body_limit import AsyncBodyLimitTransport
 from app.routing.io.pool import ProviderPool
-from app.routing.io.sdk import sdk_chunk, sdk_options, sdk_settings
-from app.routing.io.upstream_http import HttpUpstream, UpstreamStream
+from app.routing.io.sdk import sdk_chunk, sdk_settings
+from app.routing.io.upstream_http import HttpUpstream, TransportUpstream, UpstreamAnswer, UpstreamStream
 from app.routing.options import RouteOptions
 from app.routing.result import AllRoutesFailed, ChatResult
 from core import fastjson
@@ -227,7 +228,6 @@ class AsyncRoutingClient:
         self.settings = client.settings
         self._sleep = sleep
         self._transports = dict(transports or {})
-        self._clients: dict[str, openai.AsyncOpenAI] = {}
         self._http_clients: list[httpx2.AsyncClient] = []
         self._upstreams: dict[str, HttpUpstream] = {}
         self.pools = {
@@ -238,7 +238,7 @@ class AsyncRoutingClient:
             if not p.is_simulated and name not in self._transports and name not in client.transports:
                 # Built now, not by a request's attempt: loading a trust store must not spend its budget.
                 with contextlib.suppress(ProviderNotConfigured):
-                    self._client(name)
+                    self._upstream(name)
 
     async def __aenter__(self) -> AsyncRoutingClient:
         return self
@@ -250,7 +250,6 @@ class AsyncRoutingClient:
         self._closed = True
         clients, self._http_clients = self._http_clients, []
         upstreams, self._upstreams = list(self._upstreams.values()), {}
-        self._clients.clear()
         for http_client in clients:
             await http_client.aclose()
         for upstream in upstreams:
@@ -292,35 +291,39 @@ class AsyncRoutingClient:
         return self.core.plan(api, body, options)
 
     # -- I/O -----------------------------------------------------------------------------------
-    def _client(self, name: str) -> openai.AsyncOpenAI:
-        """The provider's SDK client: it sends to the simulator and to injected transports, and
-        builds the status errors of :class:`HttpUpstream`, which sends to real upstreams."""
-        client = self._clients.get(name)
-        if client is not None:
-            return client
+    def _upstream(self, name: str) -> HttpUpstream:
+        """The provider's upstream, built on first use: :class:`HttpUpstream` over the network, or
+        :class:`TransportUpstream` through the transport the client was handed (the simulator, a
+        test's mock). Either way the one send path: the same request, limit and reading."""
+        upstream = self._upstreams.get(name)
+        if upstream is not None:
+            return upstream
         if self.closed:
             raise ClientClosedError("this AsyncRoutingClient is closed")
         sdk = sdk_settings(self.settings, name, self.core.env, self.core.secrets)  # ProviderNotConfigured if unset
+        # The SDK client gives the requests its headers and builds the status errors; it never sends.
+        http_client = httpx2.AsyncClient(transport=_NEVER_SENDS, follow_redirects=False)
+        client = openai.AsyncOpenAI(**sdk, http_client=http_client)
+        self._http_clients.append(http_client)
+        limit = self.settings.retry.max_response_bytes
         transport = self._transports.get(name)
         if transport is None:
             sync_transport = self.sync.transports.get(name)
-            transport = ThreadedTransport(sync_transport) if sync_transport is not None else httpx2.AsyncHTTPTransport()
-        transport = AsyncBodyLimitTransport(transport, self.settings.retry.max_response_bytes)
-        http_client = httpx2.AsyncClient(transport=transport, follow_redirects=False)
-        client = openai.AsyncOpenAI(**sdk, http_client=http_client)
-        self._http_clients.append(http_client)
-        self._clients[name] = client
-        if name not in self._transports and name not in self.sync.transports:
+            transport = ThreadedTransport(sync_transport) if sync_transport is not None else None
+        if transport is not None:
+            upstream = TransportUpstream(sdk["base_url"], sdk=client, transport=transport, max_response_bytes=limit)
+        else:
             p = self.settings.providers[name]
-            self._upstreams[name] = HttpUpstream(
+            upstream = HttpUpstream(
                 sdk["base_url"],
                 sdk=client,
-                max_response_bytes=self.settings.retry.max_response_bytes,
+                max_response_bytes=limit,
                 net=p.net(),
                 connect_timeout_s=p.timeout_s,
                 max_idle=p.max_connections,
             )
-        return client
+        self._upstreams[name] = upstream
+        return upstream
 
     async def _take_slot(self, plan: Plan, attempt: Attempt) -> None:
         """A connection slot of the attempt's provider, waiting at most its ``pool_timeout_s`` and
@@ -345,29 +348,18 @@ class AsyncRoutingClient:
             step = steps.send(None)
         return step
 
-    async def _send(self, plan: Plan, attempt: Attempt, deadline: deadlines.AttemptDeadline) -> Any:
-        """The SDK call, under the attempt's deadline (non-streamed: the whole answer, raw;
+    async def _send(
+        self, plan: Plan, attempt: Attempt, deadline: deadlines.AttemptDeadline
+    ) -> UpstreamAnswer | UpstreamStream:
+        """The request sent, under the attempt's deadline (non-streamed: the whole answer;
         streamed: until the response headers, at most the first-token deadline)."""
-        client = self._client(attempt.provider)
+        upstream = self._upstream(attempt.provider)
         req = self.core.request(plan, attempt)
-        upstream = self._upstreams.get(attempt.provider)
         try:
             async with _timeout(deadline.time_left(deadline.clock())):
-                if upstream is not None:
-                    return await upstream.post(
-                        req.path, req.body, headers=req.headers, timeout_s=req.timeout, stream=plan.stream
-                    )
-                options = sdk_options(req)
-                if plan.stream:
-                    return await client.post(
-                        req.path,
-                        body=req.body,
-                        options=options,
-                        cast_to=object,
-                        stream=True,
-                        stream_cls=openai.AsyncStream[object],
-                    )
-                return await client.post(req.path, body=req.body, options=options, cast_to=httpx2.Response)
+                return await upstream.post(
+                    req.path, req.body, headers=req.headers, timeout_s=req.timeout, stream=plan.stream
+                )
         except TimeoutError:
             raise deadlines.DeadlineExceeded("the attempt's deadline passed") from None
 
@@ -382,6 +374,7 @@ class AsyncRoutingClient:
                 try:
                     async with self._slot(plan, attempt):
                         response = await self._send(plan, attempt, core.deadline(plan, attempt))
+                    assert isinstance(response, UpstreamAnswer)
                     answer = core.read(plan, attempt, response.content, response.headers)
                 except asyncio.CancelledError:
                     core.record(plan, attempt, failure=core.cancelled("the caller went away"))
@@ -419,12 +412,13 @@ class AsyncRoutingClient:
                     await self._take_slot(plan, attempt)
                     held = True
                     stream = await self._send(plan, attempt, deadline)
-                    holder.upstream_headers = passed_headers(stream.response.headers)
+                    assert isinstance(stream, UpstreamStream)
+                    holder.upstream_headers = passed_headers(stream.headers)
                     feed = core.feed(plan, attempt)
-                    upstream = stream if isinstance(stream, UpstreamStream) else None
-                    raw = upstream is not None and isinstance(feed, PassThrough)
+                    raw = isinstance(feed, PassThrough)
                     async with stream:
-                        next_read = (upstream.reads() if upstream is not None else _one_by_one(stream)).__anext__
+                        next_read = stream.reads().__anext__
+                        decode = stream.decode
                         watch = deadlines.ReadWatch(deadline)
                         pass_raw, take, feed_take = acc.pass_raw, acc.take, feed.take
                         try:
@@ -442,17 +436,15 @@ class AsyncRoutingClient:
                                 if not watch.ended():
                                     await watch.settle(None)
                                 out = []
-                                for event in events:
-                                    if upstream is not None:
-                                        if raw and event.event is None:
-                                            passed = pass_raw(event.data)
-                                            if passed is not None:
-                                                out.append(passed)
-                                                continue
-                                        event = upstream.decode(event)
-                                    for chunk in feed_take(event):
+                                for sse in events:
+                                    if raw and sse.event is None:
+                                        passed = pass_raw(sse.data)
+                                        if passed is not None:
+                                            out.append(passed)
+                                            continue
+                                    for chunk in feed_take(decode(sse)):
                                         out += take(chunk, deadline)
-                                if upstream is not None and upstream.done:
+                                if stream.done:
                                     break  # the read that ended the stream is handed on with its result
                                 if out:
                                     yield out
@@ -487,10 +479,11 @@ class AsyncRoutingClient:
             core.commit(plan)
 
 
-async def _one_by_one(stream: Any) -> AsyncIterator[list[Any]]:
-    """An SDK stream's chunks (already JSON objects), one read each."""
-    async for chunk in stream:
-        yield [chunk]
+def _never_sends(request: httpx2.Request) -> httpx2.Response:
+    raise AssertionError(f"the SDK client sent {request.url}: every request goes through the provider's upstream")
+
+
+_NEVER_SENDS = httpx2.MockTransport(_never_sends)
 
 
 def _timeout(seconds: float) -> asyncio.Timeout:

@@ -50,7 +50,7 @@ from app.routing.io.body_limit import Budget
 from app.routing.sse import SSEEvent, SSESplitter
 from core import fastjson
 
-__all__ = ["KEEPALIVE_S", "HttpUpstream", "UpstreamAnswer", "UpstreamStream"]
+__all__ = ["KEEPALIVE_S", "HttpUpstream", "TransportUpstream", "UpstreamAnswer", "UpstreamStream"]
 
 # Idle pooled connections are dropped after this: below the 5 s idle limit of uvicorn, vLLM and
 # Node's http server, so a request never races the server's close of an idle connection.
@@ -321,11 +321,11 @@ class HttpUpstream:
         headers["Accept-Encoding"] = ACCEPT_ENCODING
         headers["Authorization"] = f"Bearer {sdk.api_key}"  # the SDK adds it per request (bearer_auth)
         self._headers = headers
-        self._client = self._build(connect_timeout_s, max_idle)
         self._drains: set[asyncio.Task] = set()
-        _live.add(self)
+        self._client: Any = self._build(connect_timeout_s, max_idle)
 
-    def _build(self, connect_timeout_s: float, max_idle: int) -> Client:
+    def _build(self, connect_timeout_s: float, max_idle: int) -> Any:  # a pyreqwest Client here
+        _live.add(self)
         b = (
             ClientBuilder()
             .follow_redirects(False)
@@ -351,6 +351,21 @@ class HttpUpstream:
         if cert:
             b = b.identity_pem(key + b"\n" + cert if key and key != cert else cert)
         return b.build()
+
+    async def _open(self, url: str, content: bytes, headers: Mapping[str, str] | None, timeout_s: float, stream: bool):
+        """The request sent and its answer's head read: ``(context, response)``, the context's
+        ``__aexit__`` ending the request."""
+        builder = self._client.post(url).body_bytes(content)
+        if headers:
+            builder = builder.headers(dict(headers))
+        # Every request carries its attempt's timeout: the bound of one that was cancelled before
+        # its answer's head (see the module's docstring). A stream's reads are timed by the driver;
+        # the backstop fires a little after the driver's own deadline, which names what passed.
+        builder = builder.timeout(timedelta(seconds=timeout_s + BACKSTOP_S))
+        if stream:
+            builder = builder.streamed_read_buffer_limit(0)  # each chunk handed on as it comes
+        context = builder.build_streamed()
+        return context, await context.__aenter__()
 
     async def aclose(self) -> None:
         for task in list(self._drains):
@@ -389,19 +404,9 @@ class HttpUpstream:
     ) -> UpstreamAnswer | UpstreamStream:
         url = f"{self.base_url}/{path.lstrip('/')}"
         content = body if isinstance(body, bytes) else fastjson.dumps(body)
-        builder = self._client.post(url).body_bytes(content)
-        if headers:
-            builder = builder.headers(dict(headers))
-        # Every request carries its attempt's timeout: the bound of one that was cancelled before
-        # its answer's head (see the module's docstring). A stream's reads are timed by the driver;
-        # the backstop fires a little after the driver's own deadline, which names what passed.
-        builder = builder.timeout(timedelta(seconds=timeout_s + BACKSTOP_S))
-        if stream:
-            builder = builder.streamed_read_buffer_limit(0)  # each chunk handed on as it comes
         call: _Call | None = None
         try:
-            context = builder.build_streamed()
-            response = await context.__aenter__()
+            context, response = await self._open(url, content, headers, timeout_s, stream)
             try:
                 call = _Call(context, response, self.max_response_bytes)
             except BaseException:  # a coding refused by name: the answer is dropped with its connection
@@ -434,6 +439,91 @@ class HttpUpstream:
         return self._sdk._make_status_error_from_response(rebuilt)
 
 
+# -- transports --------------------------------------------------------------------------------
+class TransportUpstream(HttpUpstream):
+    """One provider reached through an ``httpx2`` transport instead of the network: the built-in
+    simulator, a test's mock. Only the bytes come from the transport: the request (headers, body,
+    timeout), the size limit, the decoding, the stream's splitting into events and the failures
+    are :class:`HttpUpstream`'s, so what the simulator answers is read as a real upstream's is."""
+
+    def __init__(
+        self, base_url: str, *, sdk: openai.AsyncOpenAI, transport: httpx2.AsyncBaseTransport, max_response_bytes: int
+    ):
+        self._transport = transport
+        super().__init__(base_url, sdk=sdk, max_response_bytes=max_response_bytes)
+
+    def _build(self, connect_timeout_s: float, max_idle: int) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=self._transport, follow_redirects=False, headers=self._headers)
+
+    async def _open(self, url: str, content: bytes, headers: Mapping[str, str] | None, timeout_s: float, stream: bool):
+        # The attempt's own timeout, no backstop: a transport holds no request the driver cannot cancel.
+        request = self._client.build_request("POST", url, content=content, headers=headers, timeout=timeout_s)
+        response = _TransportResponse(await self._client.send(request, stream=True))
+        return response, response
+
+    async def aclose(self) -> None:
+        for task in list(self._drains):
+            task.cancel()
+        await self._client.aclose()
+
+
+class _Piece(bytes):
+    """A piece of a transport's body, as pyreqwest hands one on."""
+
+    __slots__ = ()
+
+    def to_bytes(self) -> bytes:
+        return self
+
+
+class _TransportHeaders:
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers: httpx2.Headers):
+        self._headers = headers
+
+    def getall(self, name: str) -> list[str]:
+        return self._headers.get_list(name)
+
+    def items(self) -> list[tuple[str, str]]:
+        return self._headers.multi_items()
+
+
+async def _one(content: bytes) -> AsyncIterator[bytes]:
+    yield content
+
+
+class _TransportResponse:
+    """A transport's streamed ``httpx2.Response`` with the surface of pyreqwest's that this module
+    reads (``status``, ``headers``, ``body_reader.read_chunk()``), and its own request context:
+    ``__aexit__`` closes it. The body is read raw: its codings are undone by :class:`_Body`."""
+
+    __slots__ = ("_chunks", "_response", "body_reader", "headers", "status")
+
+    def __init__(self, response: httpx2.Response):
+        self._response = response
+        self.status = response.status_code
+        self.body_reader = self
+        if response.is_stream_consumed:
+            # Built with its body in hand (a mock's ``Response(content=...)``): httpx2 read and
+            # decoded it then, so it is handed on as it is, with no coding left to undo.
+            self._chunks = _one(response.content)
+            headers = httpx2.Headers([(k, v) for k, v in response.headers.multi_items() if k != "content-encoding"])
+        else:
+            self._chunks = response.aiter_raw()
+            headers = response.headers
+        self.headers = _TransportHeaders(headers)
+
+    async def read_chunk(self) -> _Piece | None:
+        try:
+            return _Piece(await self._chunks.__anext__())
+        except StopAsyncIteration:
+            return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._response.aclose()
+
+
 @atexit.register
 def _close_all() -> None:
     """Clients still alive when the interpreter ends are closed and let go of first: a pyreqwest
@@ -443,7 +533,7 @@ def _close_all() -> None:
             asyncio.run(_closing(upstream._client))
         except Exception:  # closed or not, it is let go of below
             log.debug("closing an upstream client at exit failed", exc_info=True)
-        upstream._client = None  # type: ignore[assignment]
+        upstream._client = None
     _live.clear()
     gc.collect()
 

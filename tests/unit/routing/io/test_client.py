@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import httpx2
+import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from sqlalchemy import create_engine, inspect, text
 from app.routing import AllRoutesFailed, RouteOptions, RoutingClient, StreamBrokenError
 from app.routing.io.async_client import AsyncRoutingClient
 from app.routing.io.client import VALID_ROLES
+from app.routing.io.sdk import sdk_settings
 from db.canary import set_ratio
 from tests.configs import two_providers
 from tests.support.examples import examples
@@ -389,7 +391,9 @@ def test_both_drivers_send_what_create_sends(routed_sdk_request, stream, chat, p
             else:
                 assert (await driver.chat(MESSAGES, MODEL, **chat)).text
             ours_async = sent(seen[-1])
-            sdk = driver._client("holysheep")
+            # The SDK's own client, over the same transport: what ``create`` sends for the same call.
+            kw = sdk_settings(client.settings, "holysheep", client.core.env, client.core.secrets)
+            sdk = openai.AsyncOpenAI(**kw, http_client=httpx2.AsyncClient(transport=client.transports["holysheep"]))
             more = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
             got = await sdk.chat.completions.create(
                 model=MODEL, messages=MESSAGES, extra_headers=extra, **params, **more

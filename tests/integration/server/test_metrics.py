@@ -19,7 +19,7 @@ from tests.integration.server.test_asgi import Server
 from tests.support import paths
 from tests.support import serve_process as sp
 from tests.support.chaos_upstream import ChaosUpstream, ok, server_error
-from tests.unit.server.test_asgi import GOOD, echo_handler, make_app
+from tests.support.echo_app import GOOD, echo_handler, make_app
 
 REPO = paths.REPO
 

@@ -21,7 +21,8 @@ from app.server.auth import THROTTLED, FailedKeyThrottle, KeyAuthenticator
 from app.server.metrics import GatewayMetrics
 from db.engine import DbTimeouts, create_db_engine
 from db.keys import KeyRecord
-from tests.unit.server.test_asgi import echo_handler, make_app, raw
+from tests.support.echo_app import echo_handler, make_app
+from tests.unit.server.test_asgi import raw
 
 REC = KeyRecord(
     id=1,

@@ -4,63 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 
-from sqlalchemy import func, select
-
 from app.gateway import build_gateway
-from db.models import RequestLog, RequestRollup
 from tests.support import paths
+from tests.support.small_log import QUEUE, WAIT_S, assert_logged_exactly_once, serve, toml
 
 REPO = paths.REPO
-
-
-WAIT_S = 30.0  # bound on waiting for background work; never a timing assertion
-
-
-QUEUE, BATCH = 100, 50
-
-
-SMALL_LOG = f"""
-[telemetry]
-queue_size = {QUEUE}
-batch_size = {BATCH}
-flush_interval_s = 0.05
-
-[database]
-lock_timeout_s = 0.2
-
-[simulator]
-latency_scale = 0
-seed = 3
-"""
-
-
-MESSAGES = [{"role": "user", "content": "hello"}]
-
-
-def toml() -> str:
-    return (REPO / "gateway.toml").read_text() + SMALL_LOG
-
-
-def assert_logged_exactly_once(engine, served: list[str]) -> None:
-    """Every answered request has exactly one final row, no (request, attempt) twice, and the
-    rollups count exactly the rows."""
-    with engine.connect() as conn:
-        rows = conn.execute(select(RequestLog.request_id, RequestLog.attempt, RequestLog.final)).all()
-        attempts, requests = conn.execute(
-            select(
-                func.coalesce(func.sum(RequestRollup.attempts), 0), func.coalesce(func.sum(RequestRollup.requests), 0)
-            )
-        ).one()
-    pairs = [(r[0], r[1]) for r in rows]
-    assert len(pairs) == len(set(pairs)), "duplicate (request_id, attempt) rows"
-    finals = sorted(r[0] for r in rows if r[2])
-    assert finals == sorted(served)
-    assert (attempts, requests) == (len(rows), len(finals))
-
-
-def serve(gw, n: int, out: list[str]) -> None:
-    for _ in range(n):
-        out.append(gw.client.chat(MESSAGES, model="auto").request_id)
 
 
 def test_sqlite_exclusive_lock_requests_keep_being_served_and_nothing_is_lost(settings_factory, sqlite_url) -> None:

@@ -14,6 +14,7 @@ from app.rollout.driver import RolloutDriver
 from app.routing.rollout import inconclusive_after
 from core.faults import FaultSettings
 from core.rollout import check_plan
+from core.units import run_limits
 from db import canary, rollouts
 from db.faults import set_faults
 
@@ -45,8 +46,13 @@ def _traffic(client, n: int) -> None:
 
 
 def _drivers(client, n: int = 2) -> tuple[list[RolloutDriver], list[dict]]:
+    """Controllers whose clock reads a little after the traffic: every request has its own session,
+    and a session's run is judged once it has been idle (:func:`core.units.run_limits`)."""
     events: list[dict] = []
-    return [RolloutDriver(client.engine, notify=events.append, holder=f"p{i}") for i in range(n)], events
+    idle_s, _ = run_limits(BAKE_S)
+    later = lambda: time.time() + idle_s + 0.5  # noqa: E731
+    return [RolloutDriver(client.engine, notify=events.append, holder=f"p{i}", wall_clock=later)
+            for i in range(n)], events  # fmt: skip
 
 
 def test_two_controllers_step_a_healthy_rollout_exactly_once(client_factory, sqlite_url) -> None:

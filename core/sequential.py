@@ -31,19 +31,19 @@ leans against the candidate, or steps on, keeps it). The premise holds when each
 the candidate with probability ``share`` on its own (a random draw per request) and the candidate's
 rate is at most ``theta0`` times the baseline's at every moment; the baseline's rate may drift.
 
-**Units larger than a request** (:meth:`RateRatioTest.observe` with ``weight``): the same statistic
-read as a bet on experimental units. A unit (a sticky session's run of requests, :mod:`core.units`)
-is on the candidate with a known probability ``share`` given everything before it, and has an
-outcome ``y`` in [0, 1]: its share of requests with the event. Its factor is ``1 + y (q1/q0 - 1)``
-on the candidate and ``1 + y ((1 - q1)/(1 - q0) - 1)`` on the baseline, i.e. ``1 + lambda y (A /
-share - theta0 (1 - A) / (1 - share))`` with ``lambda = share (1 - share) (theta1 - theta0) /
-(theta0 (share theta1 + 1 - share))``: never negative, and of expectation ``1 + lambda (mu_c -
-theta0 mu_b)``, where ``mu_c`` and ``mu_b`` are the unit's expected outcome on each arm. Under the
-null ``mu_c <= theta0 mu_b`` (for each unit, given everything before it) each factor has mean at
-most 1, the statistic is again a non-negative supermartingale and Ville's inequality gives the same
-``P(ever rejects) <= alpha``. Nothing is assumed about the requests *inside* a unit: a session's
-requests may be as correlated as they like, because the unit counts once. With ``y = 1`` for a
-request with the event (and no factor for one without) this is exactly the per-event test above.
+**Units larger than a request**: the same statistic read as a bet on experimental units. A unit (a
+sticky session's run of requests, :mod:`core.units`) is on the candidate with a known probability
+``share`` given everything before it; a unit in which the event happened at least once is observed
+as one event at that share, a unit without it is not observed. For alternative ``theta1`` the factor
+of a unit is ``1 + lambda (A / share - theta0 (1 - A) / (1 - share))`` when it had the event and 1
+when not, with ``lambda = share (1 - share) (theta1 - theta0) / (theta0 (share theta1 + 1 - share))``
+(the likelihood-ratio factors above, rewritten), so its expectation given the past is ``1 + lambda
+(P_c - theta0 P_b)``, where ``P_c`` and ``P_b`` are the chances that the unit has the event on each
+arm. Under the null ``P_c <= theta0 P_b`` for every unit (given everything before it) each factor
+has mean at most 1, the statistic is again a non-negative supermartingale and Ville's inequality
+gives the same ``P(ever rejects) <= alpha``. Nothing is assumed about the requests *inside* a unit:
+a session's requests may be as correlated as they like, because the unit counts once. A request
+without a session is a unit of one request, and the test is the per-request one.
 
 - *Sticky sessions* break the per-request premise (a request of a session already on the candidate
   goes there with probability 1), so the analysis never feeds a session's requests as separate
@@ -94,24 +94,19 @@ class RateRatioTest:
         self.candidate_events = 0
         self.max_lr = 1.0
 
-    def observe(self, candidate: bool, share: float, weight: float = 1.0) -> None:
+    def observe(self, candidate: bool, share: float) -> None:
         """One event: whether it was the candidate's, and the candidate's traffic share ``share``
-        (0..1) in force when its request was routed. A share of 0 or 1 says nothing (every event is
-        one arm's) and is skipped, as is a share that is not a number.
-
-        ``weight``: a unit's outcome ``y`` in (0, 1] (its share of requests with the event) when the
-        unit is a session's run of requests; ``share`` is then the probability that the unit is on
-        the candidate given everything seen before it (see the module's docstring). A weight that
-        is not a number in (0, 1] says nothing and is skipped."""
-        if not (0.0 < share < 1.0) or not (0.0 < weight <= 1.0):  # also refuses nan
+        (0..1) in force when its request was routed (for a unit, the probability that the unit is
+        the candidate's given everything seen before it). A share of 0 or 1 says nothing (every
+        event is one arm's) and is skipped, as is a share that is not a number."""
+        if not (0.0 < share < 1.0):  # also refuses nan
             return
         self.events += 1
         self.candidate_events += bool(candidate)
         q0 = _q(share, self.theta0)
         for i, theta in enumerate(self._thetas):
             q1 = _q(share, theta)
-            ratio = q1 / q0 if candidate else (1.0 - q1) / (1.0 - q0)
-            self._log_lr[i] += math.log(ratio) if weight == 1.0 else math.log1p(weight * (ratio - 1.0))
+            self._log_lr[i] += math.log(q1 / q0) if candidate else math.log((1.0 - q1) / (1.0 - q0))
         self.max_lr = max(self.max_lr, self.lr)
 
     @property

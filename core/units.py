@@ -25,8 +25,10 @@ candidate's with probability ``(clip(w, lo, hi) - lo) / (hi - lo)``:
 - a baseline session's first run after a step from ``w`` to ``w'``: ``(w' - w) / (1 - w)``. The
   sessions a step moves to the candidate are a fresh draw, and they count.
 
-Each unit's outcome for a signal is its share of requests with the event (in [0, 1]), fed to
-:meth:`core.sequential.RateRatioTest.observe` as its ``weight``. The premise of the guarantee is that
+A unit in which a signal's event happened at least once is one event of that signal, at the unit's
+probability (:meth:`core.sequential.RateRatioTest.observe`): a session that hits the same error ten
+times is one session with the error, which is what the null compares (the chance that a unit sees
+the event, candidate against baseline). The premise of the guarantee is that
 whether and when a session sends requests does not depend on its arm beyond the rates under test; a
 run's end is fixed by the clock and the session's own timing, never by its events. A unit that says
 nothing still counts its requests and events in the arms' rates (which are descriptive).
@@ -74,9 +76,9 @@ class Unit:
     def informative(self) -> bool:
         return self.share is not None and 0.0 < self.share < 1.0
 
-    def outcome(self, signal: str) -> float:
-        """The unit's share of requests with ``signal``'s event."""
-        return self.events.get(signal, 0) / self.requests if self.requests else 0.0
+    def had(self, signal: str) -> bool:
+        """Whether ``signal``'s event happened in the unit (at least once)."""
+        return self.events.get(signal, 0) > 0
 
 
 @dataclass(slots=True)

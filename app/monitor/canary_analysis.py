@@ -23,9 +23,9 @@ trail. Signals (one per final request):
 
 **Units, not requests.** Routing is sticky per session, so a session's requests are one draw, not
 many. The tests count experimental units (:mod:`core.units`): a request without a session is a
-unit of its own; a session's run of requests on one arm at one weight is one unit, fed to the test
-once with its share of requests having the event and with the probability that it is on the
-candidate given what was seen of that session before (a session's later runs at the same weight
+unit of its own; a session's run of requests on one arm at one weight is one unit, one event for
+each signal whose event it had at least once, at the probability that it is on the candidate
+given what was seen of that session before (a session's later runs at the same weight
 say nothing; a baseline session moved by a step is a fresh draw). A run ends when its session is
 idle for a quarter of the bake time (at most 60 s) or a bake time after it started; it is judged
 then. Which requests carry a session mirrors routing: in the global canary an empty session id
@@ -190,8 +190,8 @@ class _Tally:
         self.judged[arm] += 1
         if self.step_since is not None and u.started >= self.step_since:
             self.step[arm] += 1
-        for signal in u.events:
-            self.tests[signal].observe(u.candidate, u.share, u.outcome(signal))
+        for signal in u.events:  # the signals whose event the unit had
+            self.tests[signal].observe(u.candidate, u.share)
 
     def analysis(
         self, scope: str, since: float, until: float, alpha: float, min_samples: int, limits: dict

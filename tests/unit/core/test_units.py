@@ -23,7 +23,7 @@ def _tracker(**kw) -> UnitTracker:
 def test_a_request_without_a_session_is_a_unit_of_its_own() -> None:
     t = _tracker()
     [u] = t.add(None, 1.0, True, 0.25, ["failed"])
-    assert u == Unit(True, 0.25, 1.0, 1, {"failed": 1}) and u.informative and u.outcome("failed") == 1.0
+    assert u == Unit(True, 0.25, 1.0, 1, {"failed": 1}) and u.informative and u.had("failed") and not u.had("empty")
     assert t.open_runs == 0 and t.close(1e9) == []
 
 
@@ -34,7 +34,7 @@ def test_a_session_counts_once_per_weight_and_again_only_when_a_step_could_move_
         assert t.add("s", ts, False, 0.1, ["failed"] if ts == 1.0 else []) == []
     [first] = t.close(20.0)  # idle for more than 10 s
     assert (first.candidate, first.share, first.requests) == (False, 0.1, 3)
-    assert first.outcome("failed") == pytest.approx(1 / 3)
+    assert first.had("failed") and first.events == {"failed": 1}
     # Back at the same weight, still on the baseline: nothing new can be learnt from it.
     t.add("s", 30.0, False, 0.1, [])
     [again] = t.close(50.0)
@@ -139,8 +139,9 @@ def _verdicts(seed: int, **kw) -> tuple[bool, bool]:
         if n % 10 == 0:
             done += units.close(clock)
         for u in done:
-            if u.informative and u.events:
-                per_unit.observe(u.candidate, u.share, u.outcome("failed"))
+            if u.informative and u.had("failed"):
+                assert u.share is not None
+                per_unit.observe(u.candidate, u.share)
     return per_request.rejected, per_unit.rejected
 
 

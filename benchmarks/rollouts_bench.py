@@ -3,9 +3,9 @@ test (:class:`core.sequential.RateRatioTest`).
 
 Seeded rollouts over synthetic traffic with known distributions. Each rollout walks the default
 steps ``[1, 5, 10, 25, 50, 100]`` %; a step bakes ``BENCH_ROLLOUT_STEP_REQUESTS`` requests (default:
-the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held until the candidate has
-had ``MIN_SAMPLES`` (50) of its own. Every request goes to the
-candidate with the step's weight; each metric is a count of events:
+the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held until each arm has had
+``MIN_SAMPLES`` (50) units judged in it, and paused as inconclusive when it still lacks them
+:func:`app.routing.rollout.inconclusive_after` its start. Each metric is a count of events:
 
 - provider errors, refusals, truncations, broken tool-call JSON, schema violations: each request has
   the event with its arm's probability;
@@ -13,16 +13,23 @@ candidate with the step's weight; each metric is a count of events:
   rollout from a baseline-only warm-up (a candidate whose distribution is no worse has at most 5 %
   of its requests above it, so "not worse" keeps its meaning as a rate).
 
-The analysis reads after every event (as often as one may look); a metric's test rejects at
-``alpha / len(SIGNALS)``: the real controller splits alpha over every signal of
-:mod:`app.monitor.canary_analysis` (Bonferroni), of which these eight are simulated, so the overall
-false-abort probability is at most ``alpha`` = 0.05. Reported:
+The analysis is the real one's: requests go through :class:`core.units.UnitTracker` (a request
+without a session is its own unit; a sticky session's run is one), and the tests
+(:class:`core.sequential.RateRatioTest`) are read after every unit judged (as often as one may
+look). A metric's test rejects at its share of ``alpha``: the real controller splits alpha over
+every signal of :mod:`app.monitor.canary_analysis` (Bonferroni), of which these eight are simulated,
+so the overall false-abort probability is at most ``alpha`` = 0.05. Reported:
 
 - the false-abort rate of a healthy candidate over ``BENCH_ROLLOUT_HEALTHY`` (default 1,000)
-  rollouts, with its 95 % Wilson interval; budget: the interval's lower end at most alpha (the rate
-  itself is expected well under alpha: Ville's bound is not tight);
+  rollouts of per-request draws, with its 95 % Wilson interval; budget: at most alpha;
+- the same with sticky sessions (``SESSION_MIXES``, ``BENCH_ROLLOUT_STICKY`` rollouts each, default
+  200): under the controller's rules (with how many paused as inconclusive), and walked through every
+  step whatever its samples (as if each pause were promoted by hand: the longest reading, which the
+  guarantee covers too); budget: at most alpha;
 - for each regression, over ``BENCH_ROLLOUT_REGRESSED`` (default 200) rollouts: the share caught
-  before the weight passes 25 % (budget 95 %), and the median candidate requests until abort;
+  before the weight passes 25 % (budget 95 %), and the median candidate requests until abort; then
+  the same regressions on traffic of many short sessions (``SHORT_SESSIONS``; no budget: a step
+  needs 50 *sessions* on the candidate, which at 1 % takes longer, so some pause instead);
 - today's guardrail on the same traffic (abort when more than 20 % of the candidate's attempts in the
   last 5 minutes failed, once there are 20): what it catches of each regression, side by side.
 """
@@ -50,6 +57,9 @@ REGRESSED = int(os.environ.get("BENCH_ROLLOUT_REGRESSED", "200"))
 STICKY = int(os.environ.get("BENCH_ROLLOUT_STICKY", "200"))
 #: Session mixes of a healthy candidate's traffic: (sessions open at a time, mean requests a session).
 SESSION_MIXES = ((200, 20.0), (20, 50.0), (5, 200.0))
+#: Many short sessions (1,000 open, 2 requests each on average): the regressions again.
+SHORT_SESSIONS = (1000, 2.0)
+SHORT_REGRESSED = int(os.environ.get("BENCH_ROLLOUT_SHORT_REGRESSED", str(REGRESSED)))
 PAIRS = 3000  # mirrored requests in a simulated shadow phase
 MIN_SAMPLES = DEFAULT_MIN_SAMPLES
 ALPHA = 0.05
@@ -373,6 +383,24 @@ def run() -> list[dict]:
                     f"median {statistics.median(until) if until else 'n/a'} candidate requests to abort; "
                     f"guardrail caught {guard / REGRESSED:.0%}; aborted on {by_metric}; paused {paused}"
                 ),
+            }
+        )
+    k_open, mean_len = SHORT_SESSIONS
+    for i, (name, arm) in enumerate(SCENARIOS.items()):
+        outs = [rollout(arm, 3_000_000 * (i + 1) + seed, sessions=SHORT_SESSIONS) for seed in range(SHORT_REGRESSED)]
+        early = sum(o.aborted_at is not None and o.aborted_at <= 0.25 for o in outs)
+        held = sum(o.paused_at is not None and o.paused_at <= 0.25 for o in outs)
+        lo_r, hi_r = wilson(early, SHORT_REGRESSED)
+        rows.append(
+            {
+                "name": f"rollouts: {name}, {k_open} sessions open of {mean_len:g} requests: caught by 25 %",
+                "value": round(early / SHORT_REGRESSED, 3),
+                "unit": "share",
+                "budget": None,
+                "ok": True,
+                "n": SHORT_REGRESSED,
+                "spread": f"95 % interval {lo_r:.3f}-{hi_r:.3f}; paused as inconclusive by 25 % {held}; stopped "
+                f"before passing 25 % (aborted or paused) {(early + held) / SHORT_REGRESSED:.0%}",
             }
         )
     rows.append(

@@ -24,10 +24,14 @@ def _state(server, rollout_id: int) -> str:
 
 
 def _until(server, rollout_id: int, wanted: str, seed: int) -> None:
-    """Traffic from another process until the rollout reaches ``wanted`` (bounded)."""
+    """Traffic from another process until the rollout reaches ``wanted`` (bounded). Each round is
+    a new seed, so new sessions: the analysis counts a session once however many requests it sends,
+    and one seed's two dozen sessions alone are too few samples for a step."""
+    rounds = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def reached() -> bool:
-        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(seed), "--quiet", timeout=120)
+        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(next(rounds)), "--quiet",
+                       timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
         return _state(server, rollout_id) == wanted
 

@@ -96,6 +96,29 @@ def test_a_step_without_samples_pauses_as_inconclusive(client_factory, sqlite_ur
     assert [e["event"] for e in events] == ["rollout.pause"]
 
 
+def test_a_few_long_sessions_are_too_few_samples_however_many_requests(client_factory, sqlite_url) -> None:
+    # 240 requests, 50 % on each arm, but from 4 sessions (each sticks to its side): 4 units, far
+    # from the 20 a step needs on each arm. Counted request by request, the step would pass.
+    from app.routing import AllRoutesFailed
+
+    from app.routing.canary import session_point
+
+    ids = [f"long-{i}-\u00e9\U0001f642" for i in range(4)]
+    assert sorted(session_point(s) < 0.5 for s in ids) == [False, False, True, True]  # two on each arm
+    client = _client(client_factory, sqlite_url)
+    r = _start(client, ago=inconclusive_after(BAKE_S) + 1)
+    for i in range(240):
+        try:
+            client.chat(MSG, session_id=ids[i % 4])
+        except AllRoutesFailed:
+            pass
+    client.flush()
+    [driver], _ = _drivers(client, 1)
+    [action] = driver.tick()
+    assert action.kind == "pause" and "inconclusive" in action.reason and "units" in action.reason, action.reason
+    assert rollouts.get(client.engine, r.id).state == "paused"  # type: ignore[union-attr]
+
+
 def test_a_guardrail_rollback_aborts_the_rollout(client_factory, sqlite_url) -> None:
     client = _client(client_factory, sqlite_url)
     r = _start(client)

@@ -100,7 +100,6 @@ def test_a_few_long_sessions_are_too_few_samples_however_many_requests(client_fa
     # 240 requests, 50 % on each arm, but from 4 sessions (each sticks to its side): 4 units, far
     # from the 20 a step needs on each arm. Counted request by request, the step would pass.
     from app.routing import AllRoutesFailed
-
     from app.routing.canary import session_point
 
     ids = [f"long-{i}-\u00e9\U0001f642" for i in range(4)]

@@ -208,11 +208,13 @@ def cmd_canary_analyze(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"scope": result.scope, "verdict": result.verdict, "candidate_requests":
                           result.candidate_requests, "baseline_requests": result.baseline_requests,
+                          "candidate_units": result.candidate_units, "baseline_units": result.baseline_units,
                           "alpha": result.alpha, "signals": result.rows()}))  # fmt: skip
         return 0
     print(
         f"{result.scope} canary, last {float(minutes):g} min: {result.candidate_requests} candidate and "
-        f"{result.baseline_requests} baseline requests; verdict {result.verdict} (alpha {result.alpha:g} over "
+        f"{result.baseline_requests} baseline requests ({result.candidate_units} and {result.baseline_units} units: "
+        f"a session counts once); verdict {result.verdict} (alpha {result.alpha:g} over "
         f"{len(result.signals)} signals, always valid)"
     )
     for s in result.signals:
@@ -247,8 +249,9 @@ def _rollout_json(r, reading=None) -> dict:
         a = reading.analysis
         out["analysis"] = {
             "verdict": a.verdict, "candidate_requests": a.candidate_requests, "baseline_requests": a.baseline_requests,
-            "step_candidate_requests": reading.evidence.step_candidate,
-            "step_baseline_requests": reading.evidence.step_baseline, "alpha": a.alpha, "metrics": a.rows(),
+            "candidate_units": a.candidate_units, "baseline_units": a.baseline_units,
+            "step_candidate_units": reading.evidence.step_candidate,
+            "step_baseline_units": reading.evidence.step_baseline, "alpha": a.alpha, "metrics": a.rows(),
         }  # fmt: skip
     return out
 
@@ -298,7 +301,8 @@ def cmd_rollout_status(args: argparse.Namespace) -> int:
         print(f"  last: {r.last_reason}")
         print(
             f"  step {now - r.step_started_at:.0f} s old: {e.step_candidate} candidate / {e.step_baseline} baseline "
-            f"requests; since start {a.candidate_requests} / {a.baseline_requests}; verdict {a.verdict}"
+            f"units; since start {a.candidate_units} / {a.baseline_units} units, {a.candidate_requests} / "
+            f"{a.baseline_requests} requests; verdict {a.verdict}"
         )
         for s in a.signals:
             rate = lambda v: "-" if v is None else f"{v:.2%}"  # noqa: E731

@@ -3,9 +3,9 @@ test (:class:`core.sequential.RateRatioTest`).
 
 Seeded rollouts over synthetic traffic with known distributions. Each rollout walks the default
 steps ``[1, 5, 10, 25, 50, 100]`` %; a step bakes ``BENCH_ROLLOUT_STEP_REQUESTS`` requests (default:
-the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held until the candidate has
-had ``MIN_SAMPLES`` (50) of its own. Every request goes to the
-candidate with the step's weight; each metric is a count of events:
+the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held until each arm has had
+``MIN_SAMPLES`` (50) units judged in it, and paused as inconclusive when it still lacks them
+:func:`app.routing.rollout.inconclusive_after` its start. Each metric is a count of events:
 
 - provider errors, refusals, truncations, broken tool-call JSON, schema violations: each request has
   the event with its arm's probability;
@@ -13,16 +13,23 @@ candidate with the step's weight; each metric is a count of events:
   rollout from a baseline-only warm-up (a candidate whose distribution is no worse has at most 5 %
   of its requests above it, so "not worse" keeps its meaning as a rate).
 
-The analysis reads after every event (as often as one may look); a metric's test rejects at
-``alpha / len(SIGNALS)``: the real controller splits alpha over every signal of
-:mod:`app.monitor.canary_analysis` (Bonferroni), of which these eight are simulated, so the overall
-false-abort probability is at most ``alpha`` = 0.05. Reported:
+The analysis is the real one's: requests go through :class:`core.units.UnitTracker` (a request
+without a session is its own unit; a sticky session's run is one), and the tests
+(:class:`core.sequential.RateRatioTest`) are read after every unit judged (as often as one may
+look). A metric's test rejects at its share of ``alpha``: the real controller splits alpha over
+every signal of :mod:`app.monitor.canary_analysis` (Bonferroni), of which these eight are simulated,
+so the overall false-abort probability is at most ``alpha`` = 0.05. Reported:
 
 - the false-abort rate of a healthy candidate over ``BENCH_ROLLOUT_HEALTHY`` (default 1,000)
-  rollouts, with its 95 % Wilson interval; budget: the interval's lower end at most alpha (the rate
-  itself is expected well under alpha: Ville's bound is not tight);
+  rollouts of per-request draws, with its 95 % Wilson interval; budget: at most alpha;
+- the same with sticky sessions (``SESSION_MIXES``, ``BENCH_ROLLOUT_STICKY`` rollouts each, default
+  200): under the controller's rules (with how many paused as inconclusive), and walked through every
+  step whatever its samples (as if each pause were promoted by hand: the longest reading, which the
+  guarantee covers too); budget: at most alpha;
 - for each regression, over ``BENCH_ROLLOUT_REGRESSED`` (default 200) rollouts: the share caught
-  before the weight passes 25 % (budget 95 %), and the median candidate requests until abort;
+  before the weight passes 25 % (budget 95 %), and the median candidate requests until abort; then
+  the same regressions on traffic of many short sessions (``SHORT_SESSIONS``; no budget: a step
+  needs 50 *sessions* on the candidate, which at 1 % takes longer, so some pause instead);
 - today's guardrail on the same traffic (abort when more than 20 % of the candidate's attempts in the
   last 5 minutes failed, once there are 20): what it catches of each regression, side by side.
 """
@@ -38,9 +45,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from app.monitor.canary_analysis import SIGNALS, signal_alpha
-from app.routing.rollout import MAX_SUSPECT_BAKES, SUSPECT_E
+from app.rollout.driver import INTERVAL_S
+from app.routing.rollout import MAX_SUSPECT_BAKES, SUSPECT_E, inconclusive_after
 from core.rollout import DEFAULT_BAKE_S, DEFAULT_MIN_SAMPLES, DEFAULT_STEPS
 from core.sequential import RateRatioTest
+from core.units import Unit, UnitTracker, run_limits
 
 STEPS = tuple(s / 100 for s in DEFAULT_STEPS)
 HEALTHY = int(os.environ.get("BENCH_ROLLOUT_HEALTHY", "1000"))
@@ -48,6 +57,9 @@ REGRESSED = int(os.environ.get("BENCH_ROLLOUT_REGRESSED", "200"))
 STICKY = int(os.environ.get("BENCH_ROLLOUT_STICKY", "200"))
 #: Session mixes of a healthy candidate's traffic: (sessions open at a time, mean requests a session).
 SESSION_MIXES = ((200, 20.0), (20, 50.0), (5, 200.0))
+#: Many short sessions (1,000 open, 2 requests each on average): the regressions again.
+SHORT_SESSIONS = (1000, 2.0)
+SHORT_REGRESSED = int(os.environ.get("BENCH_ROLLOUT_SHORT_REGRESSED", str(REGRESSED)))
 PAIRS = 3000  # mirrored requests in a simulated shadow phase
 MIN_SAMPLES = DEFAULT_MIN_SAMPLES
 ALPHA = 0.05
@@ -112,66 +124,107 @@ SIGNAL_OF = {
 @dataclass
 class Outcome:
     aborted_at: float | None = None  # the weight in force when it aborted
+    paused_at: float | None = None  # the weight at which a step stayed inconclusive (too few units)
     candidate_requests: int = 0  # until the abort (or the end)
     held_requests: int = 0  # requests baked beyond the steps' own because a metric was suspect
     guardrail_at: float | None = None
     metric: str | None = None
     p_values: dict[str, float] = field(default_factory=dict)
+    candidate_units: int = 0  # units judged on the candidate's arm by the end
 
 
-def rollout(candidate: Arm, seed: int, sessions: tuple[int, float] | None = None) -> Outcome:
+def rollout(candidate: Arm, seed: int, sessions: tuple[int, float] | None = None, forced: bool = False) -> Outcome:
     """One rollout under the controller's rules (:func:`app.routing.rollout.decide`): a step moves
-    on after its bake and samples unless a metric is suspect, which holds it up to
-    ``MAX_SUSPECT_BAKES`` more bakes; any test rejecting aborts at once.
+    on after its bake once each arm has ``MIN_SAMPLES`` units judged in it, unless a metric is
+    suspect, which holds it up to ``MAX_SUSPECT_BAKES`` more bakes; a step still short of units
+    :func:`app.routing.rollout.inconclusive_after` its start pauses (the outcome is ``paused_at``);
+    any test rejecting aborts at once.
+
+    The analysis is the real one's (:mod:`core.units`, :class:`core.sequential.RateRatioTest`):
+    every request is fed to a :class:`core.units.UnitTracker` as the log would feed it, and the
+    runs that ended are judged at each controller tick (every ``INTERVAL_S`` of simulated time).
 
     ``sessions = (K, M)``: sticky sessions, as the gateway assigns them. ``K`` sessions are open at
     a time; each request belongs to one of them, drawn uniformly; a session ends after each request
     with probability ``1 / M`` (``M`` requests on average) and a new one opens. A session's fixed
     point in [0, 1) puts it on the candidate while the weight is above it, so it stays there as the
-    weight grows. Without sessions each request is drawn on its own."""
+    weight grows. Without sessions each request is drawn on its own (and is its own unit).
+
+    ``forced``: every step moves on after one bake, whatever its samples and suspects (an operator
+    who resumes or promotes each pause by hand): the schedule that reads the tests longest, at every
+    weight, which the guarantee covers as it covers any schedule."""
     rng = random.Random(seed)
     limit = thresholds(rng)
     tests = {m: RateRatioTest(theta0=1.0, alpha=signal_alpha(SIGNAL_OF[m], ALPHA)) for m in METRICS}
     out = Outcome()
     window: deque[tuple[float, bool]] = deque()  # the guardrail's: (time, failed) of candidate attempts
     clock = 0.0
-    points = [rng.random() for _ in range(sessions[0])] if sessions else []
+    bake_s = STEP_REQUESTS / RPS
+    idle_s, max_s = run_limits(bake_s)
+    units = UnitTracker(idle_s=idle_s, max_s=max_s)
+    open_ = [(f"s{rng.getrandbits(64)}", rng.random()) for _ in range(sessions[0])] if sessions else []
+    tick_every = max(1, round(INTERVAL_S * RPS))
+    step_units = [0, 0]
+    step_start = 0.0
+
+    def judge(done: list[Unit]) -> str | None:
+        rejected = None
+        for u in done:
+            if not u.informative:
+                continue
+            assert u.share is not None
+            out.candidate_units += u.candidate
+            if u.started >= step_start:
+                step_units[0 if u.candidate else 1] += 1
+            for m in u.events:  # the metrics whose event the unit had
+                tests[m].observe(u.candidate, u.share)
+                if rejected is None and tests[m].rejected:
+                    rejected = m
+        return rejected
+
     for w in STEPS:
         if w >= 1.0:
             break  # 100 %: promoted (nothing left to compare against)
-        done = cand = 0
+        step_start, step_units[:] = clock, [0, 0]
+        done = 0
         while True:
-            if done >= STEP_REQUESTS and cand >= MIN_SAMPLES:
-                leaning = [m for m, t in tests.items() if t.lr >= SUSPECT_E]
-                if not leaning:
+            if done % tick_every == 0:
+                elapsed = clock - step_start
+                if forced and elapsed >= bake_s:
                     break
-                if done >= STEP_REQUESTS * (1 + MAX_SUSPECT_BAKES):
-                    break
-                out.held_requests += 1
+                if elapsed >= bake_s:
+                    if min(step_units) < MIN_SAMPLES:
+                        if elapsed >= inconclusive_after(bake_s):
+                            out.paused_at = w
+                            return out
+                    else:
+                        leaning = [m for m, t in tests.items() if t.lr >= SUSPECT_E]
+                        if not leaning or elapsed >= bake_s * (1 + MAX_SUSPECT_BAKES):
+                            break
+                        out.held_requests += tick_every
             done += 1
             clock += 1.0 / RPS
+            session = None
             if sessions:
-                k = rng.randrange(len(points))
-                on_candidate = points[k] < w
+                k = rng.randrange(len(open_))
+                session, point = open_[k]
+                on_candidate = point < w
                 if rng.random() < 1.0 / sessions[1]:
-                    points[k] = rng.random()
+                    open_[k] = (f"s{rng.getrandbits(64)}", rng.random())
             else:
                 on_candidate = rng.random() < w
             arm = candidate if on_candidate else BASE
             if on_candidate:
-                cand += 1
                 out.candidate_requests += 1
             failed = False
             hit: list[str] = []
             for m in COUNTS:
                 if rng.random() < getattr(arm, m):
                     failed = failed or m == "errors"
-                    tests[m].observe(on_candidate, w)
                     hit.append(m)
             for m in TAILS:
                 value = MEDIAN[m] * getattr(arm, m) * math.exp(rng.gauss(0, SIGMA[m]))
                 if value > limit[m]:
-                    tests[m].observe(on_candidate, w)
                     hit.append(m)
             if on_candidate and out.guardrail_at is None:
                 window.append((clock, failed))
@@ -179,11 +232,14 @@ def rollout(candidate: Arm, seed: int, sessions: tuple[int, float] | None = None
                     window.popleft()
                 if len(window) >= 20 and sum(f for _, f in window) / len(window) > 0.2:
                     out.guardrail_at = w
-            for m in hit:  # a test's verdict only changes when it observes an event
-                if tests[m].rejected:
-                    out.aborted_at, out.metric = w, m
-                    out.p_values = {k: t.p_value for k, t in tests.items()}
-                    return out
+            closed = units.add(session, clock, on_candidate, w, hit)
+            if done % tick_every == 0:
+                closed += units.close(clock)
+            metric = judge(closed)
+            if metric is not None:
+                out.aborted_at, out.metric = w, metric
+                out.p_values = {k: t.p_value for k, t in tests.items()}
+                return out
     return out
 
 
@@ -241,17 +297,41 @@ def run() -> list[dict]:
     )
     for j, (k_open, mean_len) in enumerate(SESSION_MIXES):
         outs = [rollout(BASE, 7_000_000 * (j + 1) + seed, sessions=(k_open, mean_len)) for seed in range(STICKY)]
+        walked = [
+            rollout(BASE, 8_000_000 * (j + 1) + s, sessions=(k_open, mean_len), forced=True) for s in range(STICKY)
+        ]
+        kf = sum(o.aborted_at is not None for o in walked)
+        lo_f, hi_f = wilson(kf, STICKY)
         ks = sum(o.aborted_at is not None for o in outs)
         lo_s, hi_s = wilson(ks, STICKY)
+        paused = [o.paused_at for o in outs if o.paused_at is not None]
+        completed = STICKY - ks - len(paused)
+        where = ", ".join(f"{w * 100:g} %: {paused.count(w)}" for w in sorted(set(paused)))
         rows.append(
             {
                 "name": f"rollouts: false aborts with sticky sessions ({k_open} open, {mean_len:g} requests each)",
                 "value": round(ks / STICKY, 4),
                 "unit": "share",
-                "budget": None,
-                "ok": True,
+                "budget": ALPHA,
+                "ok": ks / STICKY <= ALPHA,
                 "n": STICKY,
-                "spread": f"95 % interval {lo_s:.4f}-{hi_s:.4f}; not guaranteed (see core/sequential.py)",
+                "spread": f"95 % interval {lo_s:.4f}-{hi_s:.4f}; paused as inconclusive {len(paused)}"
+                f"{f' (at {where})' if paused else ''}, completed {completed}; median "
+                f"{statistics.median(o.candidate_units for o in outs):g} candidate units judged a rollout",
+            }
+        )
+        rows.append(
+            {
+                "name": f"rollouts: false aborts with sticky sessions ({k_open} open, {mean_len:g} requests each), "
+                "every step walked to the last",
+                "value": round(kf / STICKY, 4),
+                "unit": "share",
+                "budget": ALPHA,
+                "ok": kf / STICKY <= ALPHA,
+                "n": STICKY,
+                "spread": f"95 % interval {lo_f:.4f}-{hi_f:.4f}; each step moves on after one bake whatever its "
+                f"samples (as if each pause were promoted by hand); median "
+                f"{statistics.median(o.candidate_units for o in walked):g} candidate units judged a rollout",
             }
         )
     shadow_false = sum(shadow_phase(BASE.errors, 9_000_000 + s) for s in range(HEALTHY))
@@ -285,6 +365,7 @@ def run() -> list[dict]:
         lo_r, hi_r = wilson(early, REGRESSED)
         until = [o.candidate_requests for o in outs if o.aborted_at is not None]
         guard = sum(o.guardrail_at is not None and o.guardrail_at <= 0.25 for o in outs)
+        paused = sum(o.paused_at is not None for o in outs)
         by_metric: dict[str, int] = {}
         for o in outs:
             if o.metric and o.aborted_at is not None:
@@ -300,8 +381,26 @@ def run() -> list[dict]:
                 "spread": (
                     f"95 % interval {lo_r:.3f}-{hi_r:.3f}; "
                     f"median {statistics.median(until) if until else 'n/a'} candidate requests to abort; "
-                    f"guardrail caught {guard / REGRESSED:.0%}; aborted on {by_metric}"
+                    f"guardrail caught {guard / REGRESSED:.0%}; aborted on {by_metric}; paused {paused}"
                 ),
+            }
+        )
+    k_open, mean_len = SHORT_SESSIONS
+    for i, (name, arm) in enumerate(SCENARIOS.items()):
+        outs = [rollout(arm, 3_000_000 * (i + 1) + seed, sessions=SHORT_SESSIONS) for seed in range(SHORT_REGRESSED)]
+        early = sum(o.aborted_at is not None and o.aborted_at <= 0.25 for o in outs)
+        held = sum(o.paused_at is not None and o.paused_at <= 0.25 for o in outs)
+        lo_r, hi_r = wilson(early, SHORT_REGRESSED)
+        rows.append(
+            {
+                "name": f"rollouts: {name}, {k_open} sessions open of {mean_len:g} requests: caught by 25 %",
+                "value": round(early / SHORT_REGRESSED, 3),
+                "unit": "share",
+                "budget": None,
+                "ok": True,
+                "n": SHORT_REGRESSED,
+                "spread": f"95 % interval {lo_r:.3f}-{hi_r:.3f}; paused as inconclusive by 25 % {held}; stopped "
+                f"before passing 25 % (aborted or paused) {(early + held) / SHORT_REGRESSED:.0%}",
             }
         )
     rows.append(

@@ -31,12 +31,24 @@ leans against the candidate, or steps on, keeps it). The premise holds when each
 the candidate with probability ``share`` on its own (a random draw per request) and the candidate's
 rate is at most ``theta0`` times the baseline's at every moment; the baseline's rate may drift.
 
-- *Sticky sessions* break the premise: a request of a session already on the candidate goes there
-  with probability 1, so the candidate's share of the traffic at a moment is the share of the open
-  sessions' requests whose fixed point is below the weight, not the weight, and the bound does not
-  hold. ``python -m benchmarks rollouts`` measures a healthy candidate's false aborts (budget 5 %)
-  at 6.7 % with 200 sessions open of 20 requests each, 43 % with 20 open of 50 and 49 % with 5 open
-  of 200: the guarantee is claimed for per-request draws only.
+**Units larger than a request**: the same statistic read as a bet on experimental units. A unit (a
+sticky session's run of requests, :mod:`core.units`) is on the candidate with a known probability
+``share`` given everything before it; a unit in which the event happened at least once is observed
+as one event at that share, a unit without it is not observed. For alternative ``theta1`` the factor
+of a unit is ``1 + lambda (A / share - theta0 (1 - A) / (1 - share))`` when it had the event and 1
+when not, with ``lambda = share (1 - share) (theta1 - theta0) / (theta0 (share theta1 + 1 - share))``
+(the likelihood-ratio factors above, rewritten), so its expectation given the past is ``1 + lambda
+(P_c - theta0 P_b)``, where ``P_c`` and ``P_b`` are the chances that the unit has the event on each
+arm. Under the null ``P_c <= theta0 P_b`` for every unit (given everything before it) each factor
+has mean at most 1, the statistic is again a non-negative supermartingale and Ville's inequality
+gives the same ``P(ever rejects) <= alpha``. Nothing is assumed about the requests *inside* a unit:
+a session's requests may be as correlated as they like, because the unit counts once. A request
+without a session is a unit of one request, and the test is the per-request one.
+
+- *Sticky sessions* break the per-request premise (a request of a session already on the candidate
+  goes there with probability 1), so the analysis never feeds a session's requests as separate
+  events: each session's run of requests is one unit whose ``share`` is the probability of its arm
+  given what was seen of that session before (:mod:`core.units`), and the unit form holds.
 - *Paired events* (the shadow phase: both arms answer the same request) use ``share = 1/2``: under
   the null that a pair's two answers are exchangeable, an event of one arm only is the candidate's
   with probability 1/2, and a pair where both arms have the event multiplies the statistic by
@@ -84,8 +96,9 @@ class RateRatioTest:
 
     def observe(self, candidate: bool, share: float) -> None:
         """One event: whether it was the candidate's, and the candidate's traffic share ``share``
-        (0..1) in force when its request was routed. A share of 0 or 1 says nothing (every event is
-        one arm's) and is skipped, as is a share that is not a number."""
+        (0..1) in force when its request was routed (for a unit, the probability that the unit is
+        the candidate's given everything seen before it). A share of 0 or 1 says nothing (every
+        event is one arm's) and is skipped, as is a share that is not a number."""
         if not (0.0 < share < 1.0):  # also refuses nan
             return
         self.events += 1

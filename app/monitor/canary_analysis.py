@@ -21,11 +21,25 @@ trail. Signals (one per final request):
   time between chunks or cost above the baseline's p95 *before* the window (so the threshold is
   fixed before the data it judges); nodata without such a baseline.
 
+**Units, not requests.** Routing is sticky per session, so a session's requests are one draw, not
+many. The tests count experimental units (:mod:`core.units`): a request without a session is a
+unit of its own; a session's run of requests on one arm at one weight is one unit, one event for
+each signal whose event it had at least once, at the probability that it is on the candidate
+given what was seen of that session before (a session's later runs at the same weight
+say nothing; a baseline session moved by a step is a fresh draw). A run ends when its session is
+idle for a quarter of the bake time (at most 60 s) or a bake time after it started; it is judged
+then. Which requests carry a session mirrors routing: in the global canary an empty session id
+draws per request; in a route, any id (even empty) is sticky.
+
 A signal's verdict: ``worse`` (rejected at its share of ``alpha``), ``nodata`` (fewer than
-``min_samples`` requests on either arm), else ``pass``. ``alpha`` is split over the signals by
+``min_samples`` units that say something on either arm: a rollout whose traffic is a handful of
+long sessions stays nodata, and pauses as inconclusive, rather than passing on one session's
+requests), else ``pass``. ``alpha`` is split over the signals by
 :data:`SIGNAL_WEIGHTS` (a weighted Bonferroni split: signal ``s`` rejects at ``alpha * w_s / sum(w)``),
 so the chance that a healthy candidate is judged worse on *any* signal, however often the analysis is
-read, stays at most ``alpha``. The failure signals weigh twice the others: they are what an operator
+read, stays at most ``alpha``, with or without sticky sessions (:mod:`core.sequential` states the
+premise; ``python -m benchmarks rollouts`` measures it with sessions of 20 to 200 requests).
+The failure signals weigh twice the others: they are what an operator
 most needs caught, and their regressions are the rarest events (a provider's errors 1 % -> 3 % has
 a few dozen candidate events by the 25 % step), so they need the lower bar most.
 """
@@ -39,7 +53,9 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select
 
 from core.canary import ROUTE_SIDES
+from core.rollout import DEFAULT_BAKE_S
 from core.sequential import RateRatioTest
+from core.units import Unit, UnitTracker, run_limits
 from db.canary import GLOBAL, audit_log, route_scope
 from db.models import RequestLog
 
@@ -94,6 +110,10 @@ class Analysis:
     baseline_requests: int
     alpha: float
     signals: tuple[SignalResult, ...]
+    # The units the tests counted on each arm (sessions' runs and requests without a session that
+    # say something; see the module's docstring): the samples behind ``nodata``.
+    candidate_units: int = 0
+    baseline_units: int = 0
 
     @property
     def verdict(self) -> str:
@@ -135,6 +155,70 @@ def _shares(engine: Engine, scope: str, since: float) -> tuple[list[float], list
     return times, ratios
 
 
+class _Tally:
+    """The running sums and tests of one analysis: requests and events per arm (descriptive), and
+    the units the tests judge as they close."""
+
+    def __init__(self, alpha: float, bake_s: float | None) -> None:
+        idle_s, max_s = run_limits(DEFAULT_BAKE_S if bake_s is None else bake_s)
+        self.units = UnitTracker(idle_s=idle_s, max_s=max_s)
+        self.tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
+        self.counts = {s: [0, 0] for s in SIGNALS}
+        self.n = [0, 0]  # requests
+        self.judged = [0, 0]  # units that say something
+        self.step_since: float | None = None
+        self.step = [0, 0]  # such units that started since ``step_since``
+
+    def add(self, session_id: str | None, started: float, candidate: bool, share: float, events: dict) -> None:
+        arm = 0 if candidate else 1
+        self.n[arm] += 1
+        hit = [signal for signal, on in events.items() if on]
+        for signal in hit:
+            self.counts[signal][arm] += 1
+        for unit in self.units.add(session_id, started, candidate, share, hit):
+            self._judge(unit)
+
+    def close(self, now: float) -> None:
+        for unit in self.units.close(now):
+            self._judge(unit)
+
+    def _judge(self, u: Unit) -> None:
+        if not u.informative:
+            return
+        assert u.share is not None
+        arm = 0 if u.candidate else 1
+        self.judged[arm] += 1
+        if self.step_since is not None and u.started >= self.step_since:
+            self.step[arm] += 1
+        for signal in u.events:  # the signals whose event the unit had
+            self.tests[signal].observe(u.candidate, u.share)
+
+    def analysis(
+        self, scope: str, since: float, until: float, alpha: float, min_samples: int, limits: dict
+    ) -> Analysis:
+        n, results = self.n, []
+        for s in SIGNALS:
+            t, (c, b) = self.tests[s], self.counts[s]
+            nodata = min(self.judged) < min_samples or (s in TAIL_SIGNALS and limits.get(s) is None)
+            results.append(
+                SignalResult(
+                    signal=s, candidate=c, baseline=b, candidate_rate=c / n[0] if n[0] else None,
+                    baseline_rate=b / n[1] if n[1] else None,
+                    ratio=(c / n[0]) / (b / n[1]) if n[0] and n[1] and b else None, p_value=t.p_value,
+                    verdict="worse" if t.rejected else "nodata" if nodata else "pass", e_value=t.lr,
+                )
+            )  # fmt: skip
+        return Analysis(scope, since, until, n[0], n[1], alpha, tuple(results), self.judged[0], self.judged[1])
+
+
+def _session(session_id: str | None, route: str | None) -> str | None:
+    """The session a request was routed by, as routing reads it (:func:`app.routing.canary.assign_side`
+    draws per request for an empty id; a route's :func:`app.routing.routes.session_draw` does not)."""
+    if route is None:
+        return session_id or None
+    return session_id
+
+
 def analyse(
     engine: Engine,
     *,
@@ -143,14 +227,16 @@ def analyse(
     route: str | None = None,
     alpha: float = 0.05,
     min_samples: int = MIN_SAMPLES,
+    bake_s: float | None = None,
 ) -> Analysis:
-    """The canary of the global split (``route`` None) or of a route, over ``[since, until]``."""
+    """The canary of the global split (``route`` None) or of a route, over ``[since, until]``, read
+    once. ``bake_s``: the rollout's bake time, which bounds a session's run (default 600 s)."""
     candidate_side, baseline_side = _sides(route)
     scope = route_scope(route) if route is not None else GLOBAL
     log = RequestLog.__table__
     cols = (log.c.request_id, log.c.attempt, log.c.final, log.c.ts, log.c.side, log.c.status, log.c.finish_reason,
             log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd,
-            log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms)  # fmt: skip
+            log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms, log.c.session_id)  # fmt: skip
     where: list = [log.c.side.in_((candidate_side, baseline_side))]
     if route is not None:
         where.append(log.c.route == route)
@@ -171,9 +257,7 @@ def analyse(
         ).all()
     limits = _p95s(before)
     times, ratios = _shares(engine, scope, since)
-    tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
-    counts = {s: [0, 0] for s in SIGNALS}
-    n = [0, 0]
+    tally = _Tally(alpha, bake_s)
     first_failed: dict[str, bool] = {}
     started: dict[str, float] = {}
     finals = []
@@ -184,33 +268,16 @@ def analyse(
         if r.final:
             finals.append(r)
     for r in finals:  # in the order the requests ended
-        share = ratios[bisect_right(times, started.get(r.request_id, float(r.ts))) - 1]
-        arm = 0 if r.side == candidate_side else 1
-        n[arm] += 1
+        start = started.get(r.request_id, float(r.ts))
+        share = ratios[bisect_right(times, start) - 1]
         events = _events(r, limits)
         events["attempt failed"] = first_failed.get(r.request_id, r.status != "ok")
-        for signal, hit in events.items():
-            if hit:
-                counts[signal][arm] += 1
-                tests[signal].observe(arm == 0, share)
-    results = []
-    for s in SIGNALS:
-        t, (c, b) = tests[s], counts[s]
-        nodata = min(n) < min_samples or (s in TAIL_SIGNALS and limits.get(s) is None)
-        results.append(
-            SignalResult(
-                signal=s,
-                candidate=c,
-                baseline=b,
-                candidate_rate=c / n[0] if n[0] else None,
-                baseline_rate=b / n[1] if n[1] else None,
-                ratio=(c / n[0]) / (b / n[1]) if n[0] and n[1] and b else None,
-                p_value=t.p_value,
-                verdict="worse" if t.rejected else "nodata" if nodata else "pass",
-                e_value=t.lr,
-            )
-        )
-    return Analysis(scope, since, until, n[0], n[1], alpha, tuple(results))
+        tally.add(_session(r.session_id, route), start, r.side == candidate_side, share, events)
+    # One read: every session's run ends at ``until`` (a cut fixed before the arms are looked at).
+    # The controller's :class:`RunningAnalysis` closes runs only once they end, so its units stay
+    # the same from one read to the next.
+    tally.close(float("inf"))
+    return tally.analysis(scope, since, until, alpha, min_samples, limits)
 
 
 class RunningAnalysis:
@@ -229,13 +296,16 @@ class RunningAnalysis:
     backlog is read over the next updates.
 
     The tail signals' thresholds (the baseline's p95) are read once, from before ``since``.
-    ``step_counts(step_since)`` are the final requests on each arm that started since the current
-    step began (the samples :func:`app.routing.rollout.decide` waits for).
+    ``step_counts()`` are the units on each arm, judged so far, that started since the current step
+    began (the samples :func:`app.routing.rollout.decide` waits for): requests without a session,
+    and sessions' runs that say something. ``bake_s`` bounds a session's run (see the module's
+    docstring); each update closes the runs that ended by its ``until``.
     """
 
     def __init__(
         self, engine: Engine, *, since: float, route: str | None = None, alpha: float = 0.05,
         min_samples: int = MIN_SAMPLES, overlap_s: float | None = None, max_rows: int = 50_000,
+        bake_s: float | None = None,
     ) -> None:  # fmt: skip
         self.engine, self.since, self.route, self.alpha, self.min_samples = engine, since, route, alpha, min_samples
         self.overlap_s = OVERLAP_S if overlap_s is None else overlap_s
@@ -255,26 +325,23 @@ class RunningAnalysis:
                 .limit(BASELINE_ROWS)
             ).all()  # fmt: skip
         self.limits = _p95s(before)
-        self.tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
-        self.counts = {s: [0, 0] for s in SIGNALS}
-        self.n = [0, 0]
+        self.tally = _Tally(alpha, bake_s)
         self.cursor = since  # rows that started before this (less the overlap) were read
         self._seen: dict[int, float] = {}  # ids counted within the overlap window -> their ts
         self._first: dict[str, tuple[bool, float]] = {}  # request -> (first attempt failed, start)
-        self._step_since: float | None = None
-        self._step = [0, 0]
         self._resume: float | None = None
         self.rows_read = 0  # by the last update
         self.until = since
 
     def update(self, until: float, step_since: float | None = None) -> Analysis:
         """Read what was logged since the last update and return the analysis of ``[since, until]``."""
-        if step_since != self._step_since:
-            self._step_since, self._step = step_since, [0, 0]
+        if step_since != self.tally.step_since:
+            self.tally.step_since, self.tally.step = step_since, [0, 0]
         log = RequestLog.__table__
         cols = (log.c.id, log.c.request_id, log.c.attempt, log.c.final, log.c.ts, log.c.side, log.c.status,
                 log.c.finish_reason, log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms,
-                log.c.cost_usd, log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms)  # fmt: skip
+                log.c.cost_usd, log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms,
+                log.c.session_id)  # fmt: skip
         low = self._resume if self._resume is not None else max(self.since, self.cursor - self.overlap_s)
         with self.engine.connect() as conn:
             rows = conn.execute(
@@ -295,21 +362,18 @@ class RunningAnalysis:
                 continue
             failed_first, started = self._first.pop(r.request_id, (r.status != "ok", float(r.ts)))
             share = ratios[bisect_right(times, started) - 1]
-            arm = 0 if r.side == self.candidate_side else 1
-            self.n[arm] += 1
-            if self._step_since is not None and started >= self._step_since:
-                self._step[arm] += 1
             events = _events(r, self.limits)
             events["attempt failed"] = failed_first
-            for signal, hit in events.items():
-                if hit:
-                    self.counts[signal][arm] += 1
-                    self.tests[signal].observe(arm == 0, share)
+            session = _session(r.session_id, self.route)
+            self.tally.add(session, started, r.side == self.candidate_side, share, events)
         if rows:
             self.cursor = max(self.cursor, float(rows[-1].ts))
         # A full read leaves a backlog: the next read goes on from where this one stopped (rows of
         # the same start time are told apart by their ids) rather than from the overlap window.
         self._resume = float(rows[-1].ts) if len(rows) >= self.max_rows else None
+        # Runs end by the clock; with a backlog left, by the newest row read (a run whose later
+        # requests are still unread would otherwise be cut short).
+        self.tally.close(until if self._resume is None else min(until, self._resume))
         horizon = self.cursor - self.overlap_s
         self._seen = {i: t for i, t in self._seen.items() if t >= horizon}
         self._first = {k: v for k, v in self._first.items() if v[1] >= horizon - self.overlap_s}
@@ -317,23 +381,10 @@ class RunningAnalysis:
         return self.analysis()
 
     def step_counts(self) -> tuple[int, int]:
-        return self._step[0], self._step[1]
+        return self.tally.step[0], self.tally.step[1]
 
     def analysis(self) -> Analysis:
-        results = []
-        n = self.n
-        for s in SIGNALS:
-            t, (c, b) = self.tests[s], self.counts[s]
-            nodata = min(n) < self.min_samples or (s in TAIL_SIGNALS and self.limits.get(s) is None)
-            results.append(
-                SignalResult(
-                    signal=s, candidate=c, baseline=b, candidate_rate=c / n[0] if n[0] else None,
-                    baseline_rate=b / n[1] if n[1] else None,
-                    ratio=(c / n[0]) / (b / n[1]) if n[0] and n[1] and b else None, p_value=t.p_value,
-                    verdict="worse" if t.rejected else "nodata" if nodata else "pass", e_value=t.lr,
-                )
-            )  # fmt: skip
-        return Analysis(self.scope, self.since, self.until, n[0], n[1], self.alpha, tuple(results))
+        return self.tally.analysis(self.scope, self.since, self.until, self.alpha, self.min_samples, self.limits)
 
 
 def analyse_shadow(
@@ -393,7 +444,7 @@ def analyse_shadow(
                 verdict="worse" if t.rejected else "nodata" if nodata else "pass", e_value=t.lr,
             )
         )  # fmt: skip
-    return Analysis(scope, since, until, n, n, alpha, tuple(results))
+    return Analysis(scope, since, until, n, n, alpha, tuple(results), n, n)
 
 
 def _p95(values: Sequence[float]) -> float | None:

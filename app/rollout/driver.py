@@ -89,7 +89,7 @@ class RolloutDriver:
             if running is None and not r.shadowing:
                 running = self._running[key] = RunningAnalysis(
                     self.engine, since=r.started_at, route=r.plan.route, alpha=r.plan.alpha,
-                    min_samples=r.plan.min_samples,
+                    min_samples=r.plan.min_samples, bake_s=r.plan.bake_s,
                 )  # fmt: skip
             reading = read(self.engine, r, now, running)
             action = decide(r, reading.evidence, now)

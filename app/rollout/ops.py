@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from app.alerts import event
 from app.config import Settings
-from app.monitor.canary_analysis import Analysis, RunningAnalysis, analyse, analyse_shadow, arm_requests
+from app.monitor.canary_analysis import MAX_ROWS, Analysis, RunningAnalysis, analyse_shadow
 from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
 from core.rollout import Plan, RolloutState, steps_text
@@ -118,7 +118,7 @@ class Reading:
 
 def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis | None = None) -> Reading:
     """The analysis since the rollout started (anytime-valid, so it may be read every tick), the
-    current step's samples per arm and the scope's stored ratio. ``running``: the controller's
+    current step's samples (units) per arm and the scope's stored ratio. ``running``: the controller's
     running analysis of this rollout, brought up to date with the rows logged since its last read
     (instead of reading every row since the start)."""
     plan = r.plan
@@ -130,9 +130,12 @@ def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis |
         analysis = running.update(now, step_since=r.step_started_at)
         step_c, step_b = running.step_counts()
     else:
-        analysis = analyse(engine, since=r.started_at, until=now, route=plan.route, alpha=plan.alpha,
-                           min_samples=plan.min_samples)  # fmt: skip
-        step_c, step_b = arm_requests(engine, since=r.step_started_at, until=now, route=plan.route)
+        # One read of every row since the start (what :func:`analyse` reads), counting the step's
+        # units as the controller's running analysis does.
+        once = RunningAnalysis(engine, since=r.started_at, route=plan.route, alpha=plan.alpha,
+                               min_samples=plan.min_samples, max_rows=MAX_ROWS, bake_s=plan.bake_s)  # fmt: skip
+        analysis = once.update(now, step_since=r.step_started_at)
+        step_c, step_b = once.step_counts()
     ratio = get_state(engine, r.scope)
     breaker = live_breakers(engine, now=now).get(plan.candidate)
     is_open = breaker is not None and breaker.state == "open"

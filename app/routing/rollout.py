@@ -81,7 +81,9 @@ class Evidence:
     """What the driver read for one decision."""
 
     metrics: tuple[MetricReading, ...]
-    step_candidate: int  # requests on each arm since the current step started
+    # Units judged on each arm that started since the current step did (requests without a session,
+    # sessions' runs that say something: :mod:`core.units`), the samples a step waits for.
+    step_candidate: int
     step_baseline: int
     canary_ratio: float  # the scope's stored ratio now
     # The candidate's circuit breaker is open in a live process: its arm's requests are being
@@ -165,8 +167,8 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
         if elapsed < inconclusive_after(plan.bake_s):
             return hold
         what = (
-            f"{evidence.step_candidate} candidate and {evidence.step_baseline} baseline requests this step, "
-            f"{plan.min_samples} needed on each"
+            f"{evidence.step_candidate} candidate and {evidence.step_baseline} baseline units (requests or "
+            f"sessions) this step, {plan.min_samples} needed on each"
             if short
             else f"no data for {', '.join(missing)}"
         )
@@ -184,7 +186,7 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
     )
     passed = (
         f"every metric passes after {elapsed:.0f} s ({evidence.step_candidate} candidate, "
-        f"{evidence.step_baseline} baseline requests this step; smallest p = {best:.2g}){still}"
+        f"{evidence.step_baseline} baseline units this step; smallest p = {best:.2g}){still}"
     )
     if r.last_step:
         return Action(COMPLETE, f"rollout{dry} complete at {at}: {passed}", COMPLETED, r.step_index, None)

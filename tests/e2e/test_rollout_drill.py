@@ -9,10 +9,10 @@ from conftest import assert_no_exception, open_page, rerun, screenshot, start_se
 from playwright.sync_api import expect
 
 
-def _plan(page, steps: str, reason: str) -> None:
+def _plan(page, steps: str, reason: str, bake_s: str = "2") -> None:
     form = page.get_by_test_id("stForm").filter(has_text="Start rollout")
     form.get_by_label("Steps (%)", exact=True).fill(steps)
-    form.get_by_label("Bake time per step (s)", exact=True).fill("2")
+    form.get_by_label("Bake time per step (s)", exact=True).fill(bake_s)
     form.get_by_label("Samples per arm", exact=True).fill("15")
     form.get_by_label("Reason for this rollout (required)", exact=True).fill(reason)
     with rerun(page):
@@ -24,10 +24,14 @@ def _state(server, rollout_id: int) -> str:
 
 
 def _until(server, rollout_id: int, wanted: str, seed: int) -> None:
-    """Traffic from another process until the rollout reaches ``wanted`` (bounded)."""
+    """Traffic from another process until the rollout reaches ``wanted`` (bounded). Each round is
+    a new seed, so new sessions: the analysis counts a session once however many requests it sends,
+    and one seed's two dozen sessions alone are too few samples for a step."""
+    rounds = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def reached() -> bool:
-        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(seed), "--quiet", timeout=120)
+        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(next(rounds)), "--quiet",
+                       timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
         return _state(server, rollout_id) == wanted
 
@@ -62,7 +66,11 @@ def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, n
         form.get_by_label("Error rate (%)", exact=True).fill("60")
         with rerun(page):
             form.get_by_role("button", name="Save faults").click()
-        _plan(page, "25,100", "drill: a worse candidate")
+        # A bake of 10 s: a step whose evidence leans against the candidate holds up to three more
+        # bakes, and with sessions counted once (each loadgen round brings about five candidate
+        # sessions, and the candidate's breaker sends some of their requests elsewhere) 2 s bakes
+        # run out before the evidence reaches the abort level.
+        _plan(page, "25,100", "drill: a worse candidate", bake_s="10")
         expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (25 %", timeout=10_000)
         _until(server, 2, "aborted", seed=2)
         assert server.query("select ratio from canary_setting where scope = 'global'")[0][0] == 0.0

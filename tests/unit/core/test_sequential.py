@@ -95,3 +95,16 @@ def test_the_observed_ratio():
         t.observe(arm, 0.25)
     assert t.estimate((100, 300)) == pytest.approx((3 / 100) / (9 / 300))
     assert RateRatioTest().estimate((0, 10)) is None
+
+
+def test_units_whose_chance_of_the_event_does_not_depend_on_the_arm_are_not_rejected():
+    # Units of very different chances of the event (most sessions clean, a few failing throughout),
+    # each on the candidate with its own known probability: the null's edge, P_c = P_b per unit.
+    rng = random.Random(11)
+    t = RateRatioTest(alpha=0.05)
+    for _ in range(5000):
+        share = rng.choice((0.01, 0.05, 0.25, 0.5))
+        chance = 0.9 if rng.random() < 0.05 else 0.02
+        if rng.random() < chance:
+            t.observe(rng.random() < share, share)
+    assert not t.rejected and t.events > 200

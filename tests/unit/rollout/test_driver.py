@@ -14,6 +14,7 @@ from app.rollout.driver import RolloutDriver
 from app.routing.rollout import inconclusive_after
 from core.faults import FaultSettings
 from core.rollout import check_plan
+from core.units import run_limits
 from db import canary, rollouts
 from db.faults import set_faults
 
@@ -45,8 +46,13 @@ def _traffic(client, n: int) -> None:
 
 
 def _drivers(client, n: int = 2) -> tuple[list[RolloutDriver], list[dict]]:
+    """Controllers whose clock reads a little after the traffic: every request has its own session,
+    and a session's run is judged once it has been idle (:func:`core.units.run_limits`)."""
     events: list[dict] = []
-    return [RolloutDriver(client.engine, notify=events.append, holder=f"p{i}") for i in range(n)], events
+    idle_s, _ = run_limits(BAKE_S)
+    later = lambda: time.time() + idle_s + 0.5  # noqa: E731
+    return [RolloutDriver(client.engine, notify=events.append, holder=f"p{i}", wall_clock=later)
+            for i in range(n)], events  # fmt: skip
 
 
 def test_two_controllers_step_a_healthy_rollout_exactly_once(client_factory, sqlite_url) -> None:
@@ -88,6 +94,28 @@ def test_a_step_without_samples_pauses_as_inconclusive(client_factory, sqlite_ur
     assert canary.get_state(client.engine).ratio == 0.5  # a pause keeps the weight
     assert driver.tick() == []  # paused: nothing more until resumed
     assert [e["event"] for e in events] == ["rollout.pause"]
+
+
+def test_a_few_long_sessions_are_too_few_samples_however_many_requests(client_factory, sqlite_url) -> None:
+    # 240 requests, 50 % on each arm, but from 4 sessions (each sticks to its side): 4 units, far
+    # from the 20 a step needs on each arm. Counted request by request, the step would pass.
+    from app.routing import AllRoutesFailed
+    from app.routing.canary import session_point
+
+    ids = [f"long-{i}-\u00e9\U0001f642" for i in range(4)]
+    assert sorted(session_point(s) < 0.5 for s in ids) == [False, False, True, True]  # two on each arm
+    client = _client(client_factory, sqlite_url)
+    r = _start(client, ago=inconclusive_after(BAKE_S) + 1)
+    for i in range(240):
+        try:
+            client.chat(MSG, session_id=ids[i % 4])
+        except AllRoutesFailed:
+            pass
+    client.flush()
+    [driver], _ = _drivers(client, 1)
+    [action] = driver.tick()
+    assert action.kind == "pause" and "inconclusive" in action.reason and "units" in action.reason, action.reason
+    assert rollouts.get(client.engine, r.id).state == "paused"  # type: ignore[union-attr]
 
 
 def test_a_guardrail_rollback_aborts_the_rollout(client_factory, sqlite_url) -> None:

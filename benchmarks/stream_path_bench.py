@@ -30,33 +30,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import row, say
+from benchmarks.streams_bench import MODEL, stream_pieces
 
 STREAMS = int(os.environ.get("BENCH_STREAM_PATH_STREAMS", "2000"))
 C = int(os.environ.get("BENCH_STREAM_PATH_C", "200"))
 ROUNDS = int(os.environ.get("BENCH_STREAM_PATH_ROUNDS", "3"))
 PROFILE = os.environ.get("BENCH_STREAM_PATH_PROFILE", "")
-MODEL = "gpt-4.1"
 PROVIDERS = ("holysheep", "direct")
 
 
 def _chunks(n: int) -> list[bytes]:
-    import json
-
-    chunk = {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": {"content": "w "}, "finish_reason": None}],
-    }
-    first = dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-    last = dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
-    usage = dict(chunk, choices=[], usage={"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n})
-
-    def sse(obj: dict) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
-
-    return [sse(first)] + [sse(chunk)] * n + [sse(last) + sse(usage) + b"data: [DONE]\n\n"]
+    first, chunk, last = stream_pieces(n)
+    return [first] + [chunk] * n + [last]
 
 
 class _Bytes:

@@ -58,9 +58,9 @@ BODY = json.dumps({"model": MODEL, "stream": True, "messages": [{"role": "user",
 EVENTS = CHUNKS + 3  # role chunk, content chunks, finish, usage (the caller asked for none: withheld)
 
 
-def _lua_config(work: Path, port: int, floor_port: int) -> str:
-    """nginx streaming one answer per request: the role chunk at once, then a chunk every gap."""
-    head = nginx_upstream.config(work, port, floor_port, MODEL, CHUNKS)
+def stream_pieces(n: int) -> tuple[bytes, bytes, bytes]:
+    """The SSE pieces of a benchmark stream of ``n`` output chunks, as an upstream sends them: the
+    role chunk, one output chunk (sent ``n`` times), and the end (finish, usage, ``[DONE]``)."""
     chunk = {
         "id": "chatcmpl-bench",
         "object": "chat.completion.chunk",
@@ -70,16 +70,21 @@ def _lua_config(work: Path, port: int, floor_port: int) -> str:
     }
     first = dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
     last = dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}])
-    usage = dict(
-        chunk, choices=[], usage={"prompt_tokens": 12, "completion_tokens": CHUNKS, "total_tokens": 12 + CHUNKS}
-    )
+    usage = dict(chunk, choices=[], usage={"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n})
 
-    def sse(obj: dict) -> str:
-        return "data: " + json.dumps(obj, separators=(",", ":")) + "\n\n"
+    def sse(obj: dict) -> bytes:
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
-    (work / "s-first.sse").write_text(sse(first))
-    (work / "s-chunk.sse").write_text(sse(chunk))
-    (work / "s-last.sse").write_text(sse(last) + sse(usage) + "data: [DONE]\n\n")
+    return sse(first), sse(chunk), sse(last) + sse(usage) + b"data: [DONE]\n\n"
+
+
+def _lua_config(work: Path, port: int, floor_port: int) -> str:
+    """nginx streaming one answer per request: the role chunk at once, then a chunk every gap."""
+    head = nginx_upstream.config(work, port, floor_port, MODEL, CHUNKS)
+    first, chunk, last = stream_pieces(CHUNKS)
+    (work / "s-first.sse").write_bytes(first)
+    (work / "s-chunk.sse").write_bytes(chunk)
+    (work / "s-last.sse").write_bytes(last)
     stream_lua = f"""
                 ngx.header["Content-Type"] = "text/event-stream"
                 ngx.print(S_FIRST)

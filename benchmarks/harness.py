@@ -12,10 +12,13 @@ interquartile range) next to the median, so a reader can tell a difference from 
 from __future__ import annotations
 
 import gc
+import json
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -197,3 +200,12 @@ def say(text: str) -> None:
     import sys
 
     print(text, file=sys.stderr, flush=True)
+
+
+def json_of(cmd: list[str], label: str, **kwargs: Any) -> Any:
+    """The JSON a benchmark's child process prints on its last line of output (``RuntimeError``
+    naming ``label`` with the end of its stderr when it fails); ``kwargs`` go to ``subprocess.run``."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, **kwargs)
+    if done.returncode != 0:
+        raise RuntimeError(f"{label}: {done.stderr.strip()[-400:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -19,7 +19,6 @@ The clients run in the ``upstream-clients`` suite's virtualenv (``benchmarks/_wo
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 from benchmarks import nginx_upstream, stream_cpu_bench, streams_bench
-from benchmarks.harness import row, say
+from benchmarks.harness import json_of, row, say
 from benchmarks.proxy_bench import _cpu_s, _family, _free_port
 from benchmarks.upstream_clients_bench import PYTHON, ensure_venv
 
@@ -42,17 +41,8 @@ def _h2c(config: str, port: int) -> str:
 
 def _client(name: str, url: str, h2: bool = False) -> dict:
     conc, per = str(stream_cpu_bench.C), str(stream_cpu_bench.K)
-    done = subprocess.run(
-        [str(PYTHON), str(HERE / "stream_client.py"), name, conc, per, url],
-        env=dict(os.environ, H2="1" if h2 else "0"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{name}: {done.stderr.strip()[-400:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    cmd = [str(PYTHON), str(HERE / "stream_client.py"), name, conc, per, url]
+    return json_of(cmd, name, env=dict(os.environ, H2="1" if h2 else "0"))
 
 
 def _proxy(mode: str, url: str) -> float:

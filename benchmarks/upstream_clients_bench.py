@@ -16,7 +16,6 @@ uvloop pins), where every candidate runs, so all share one interpreter.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import statistics
@@ -26,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import nginx_upstream
-from benchmarks.harness import row, say
+from benchmarks.harness import json_of, row, say
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / "benchmarks" / "_work" / "clients-venv"
@@ -128,18 +127,9 @@ def ensure_venv() -> str | None:
 
 
 def _once(name: str, conc: int, url: str) -> float:
-    done = subprocess.run(
-        [str(PYTHON), "-c", PROGRAM, name, str(conc), str(CALLS), url],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} at {conc}: {done.stderr.strip()[-300:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["cpu_ms"])
+    cmd = [str(PYTHON), "-c", PROGRAM, name, str(conc), str(CALLS), url]
+    out = json_of(cmd, f"{name} at {conc}", cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return float(out["cpu_ms"])
 
 
 def run() -> list[dict]:

@@ -3,7 +3,7 @@
 # [pytest args]` one of them. Installs Debian's chromium, postgresql, prometheus, nodejs and npm when
 # missing, installs the pinned Node clients of tests/integration/clients (npm ci), starts a
 # PostgreSQL cluster for the database tests (and stops it again if this script started it). Each
-# tier prints how long it took.
+# tier prints how long it took, and its slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,13 +65,13 @@ tier() {
 for t in "${tiers[@]}"; do
   case $t in
     # No processes, no sockets, no PostgreSQL (tests/unit/conftest.py enforces it).
-    unit) tier unit .venv/bin/python -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal "$@" ;;
+    unit) tier unit .venv/bin/python -m pytest tests/unit -m "not postgres" -n 2 --dist worksteal --durations=10 "$@" ;;
     # Real processes, loopback upstreams, PostgreSQL, real clients; and the unit tier's database
     # tests on PostgreSQL. worksteal: a worker that runs out of tests takes over the other's queue,
     # so one file of minutes does not end the run alone; module-scoped fixtures (one serve process
     # for a file's tests) still hold, a stolen test starting its own copy on the other worker.
     integration) tier integration .venv/bin/python -m pytest tests/integration tests/unit \
-      -m "integration or postgres" -n 2 --dist worksteal "$@" ;;
+      -m "integration or postgres" -n 2 --dist worksteal --durations=15 "$@" ;;
     # In one process: Playwright's sync API keeps an asyncio loop running in its worker's main
     # thread, and two Streamlit servers with two Chromiums at once on two cores made waits flaky.
     # Two xdist workers need the shared servers' tests kept on one worker, in file order: `--dist
@@ -81,7 +81,7 @@ for t in "${tiers[@]}"; do
     # scheduler does keep them together under `-n 2`, but it stays off: tried once at load 17-30, 46
     # of 49 passed in 1,959 s (one process: 49 in 1,873 s at load 12-19), the three failures the
     # real-time drills' waits (incident, overview banner, the incident server's failure count).
-    e2e) tier e2e .venv/bin/python -m pytest tests/e2e "$@" ;;
+    e2e) tier e2e .venv/bin/python -m pytest tests/e2e --durations=15 "$@" ;;
   esac
 done
 exit $status

@@ -346,9 +346,14 @@ st.caption(
     "against the baseline, and aborts on its own the moment one is worse (always-valid tests, so the "
     "chance of aborting a healthy candidate stays under alpha however often it looks)."
 )
-ROLLOUT_INPUTS = {"steps": "Steps (%)", "bake_s": "Bake time per step (s)", "min_samples": "Samples per arm",
-                  "alpha": "Alpha (false-abort level)", "shadow_share": "Shadow share first (blank: none)",
-                  "shadow_budget_usd": "Shadow budget (USD)"}  # fmt: skip
+ROLLOUT_INPUTS = {
+    "steps": "Steps (%)",
+    "bake_s": "Bake time per step (s)",
+    "min_samples": "Samples per arm (a session counts once)",
+    "alpha": "Alpha (false-abort level)",
+    "shadow_share": "Shadow share first (blank: none)",
+    "shadow_budget_usd": "Shadow budget (USD)",
+}
 ROLLOUT_DEFAULTS = {"steps": "1,5,10,25,50,100", "bake_s": "600", "min_samples": "50", "alpha": "0.05",
                     "shadow_share": "", "shadow_budget_usd": ""}  # fmt: skip
 choices = rollout_panel.candidates(settings)

@@ -13,7 +13,7 @@ def _plan(page, steps: str, reason: str, bake_s: str = "2") -> None:
     form = page.get_by_test_id("stForm").filter(has_text="Start rollout")
     form.get_by_label("Steps (%)", exact=True).fill(steps)
     form.get_by_label("Bake time per step (s)", exact=True).fill(bake_s)
-    form.get_by_label("Samples per arm", exact=True).fill("15")
+    form.get_by_label("Samples per arm (a session counts once)", exact=True).fill("15")
     form.get_by_label("Reason for this rollout (required)", exact=True).fill(reason)
     with rerun(page):
         form.get_by_role("button", name="Start rollout").click()

@@ -33,7 +33,9 @@ volume matters). At the largest PostgreSQL size also: one 500-row ``insert_batch
 ANALYZE, ``prune`` dropping the older day, and bytes per million rows.
 
 Budget: every page render < 300 ms at every size (a row per page and size; the query rows carry
-no budget, they say where a render's time goes).
+no budget, they say where a render's time goes). Beside each row's wall time: the CPU the bench
+process spent and, on PostgreSQL, the cluster's (:meth:`Cluster.cpu_ms`): on a shared machine their
+sum is the steadier figure, what the call costs a quiet one less the round trips' waits.
 
     BENCH_SCALE_SIZES=1000000,5000000 BENCH_SCALE_DBS=sqlite python -m benchmarks scale
 """

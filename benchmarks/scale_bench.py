@@ -33,7 +33,9 @@ volume matters). At the largest PostgreSQL size also: one 500-row ``insert_batch
 ANALYZE, ``prune`` dropping the older day, and bytes per million rows.
 
 Budget: every page render < 300 ms at every size (a row per page and size; the query rows carry
-no budget, they say where a render's time goes).
+no budget, they say where a render's time goes). Beside each row's wall time: the CPU the bench
+process spent and, on PostgreSQL, the cluster's (:meth:`Cluster.cpu_ms`): on a shared machine their
+sum is the steadier figure, what the call costs a quiet one less the round trips' waits.
 
     BENCH_SCALE_SIZES=1000000,5000000 BENCH_SCALE_DBS=sqlite python -m benchmarks scale
 """
@@ -101,6 +103,23 @@ class Cluster:
         self._pg(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.dir / "log"), "-w", "start")
         self._pg(str(PG_BIN / "createdb"), "-h", str(self.dir), "-p", str(self.port), "gateway")
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/gateway"
+
+    def cpu_ms(self) -> float:
+        """CPU milliseconds (user + system) the cluster's processes (the postmaster and its
+        children: the backends serving the benchmark, the background workers) have used so far."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        ticks = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:  # the process ended meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+            if int(entry.name) == postmaster or int(fields[1]) == postmaster:  # fields[1]: ppid
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks * 1000.0 / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         try:
@@ -206,17 +225,24 @@ def _rebuild_detail_rollups(engine) -> float:
     return time.perf_counter() - t0
 
 
-def _median(fn, runs: int = RUNS, cpu: list[float] | None = None) -> tuple[float, list[float]]:
+def _median(
+    fn, runs: int = RUNS, cpu: list[float] | None = None, server: list[float] | None = None, server_cpu=None
+) -> tuple[float, list[float]]:
     """Median wall milliseconds of ``runs`` calls; ``cpu`` collects each call's CPU milliseconds in
     this process (on a loaded machine the steadier figure: all of SQLite's work, and the Python
-    work of a page on PostgreSQL, whose server's own CPU is not in it)."""
+    work of a page on PostgreSQL), ``server`` each call's CPU milliseconds of the PostgreSQL
+    cluster (``server_cpu()``: its processes' CPU so far). The two CPU figures added up are what a
+    render costs a quiet machine, less the round trips' waits."""
     times = []
     for _ in range(runs):
         t0, c0 = time.perf_counter(), time.process_time()
+        s0 = server_cpu() if server_cpu else 0.0
         fn()
         times.append((time.perf_counter() - t0) * 1000.0)
         if cpu is not None:
             cpu.append((time.process_time() - c0) * 1000.0)
+        if server is not None and server_cpu:
+            server.append(server_cpu() - s0)
     return statistics.median(times), times
 
 
@@ -355,14 +381,18 @@ def rollout_panel(engine, now: float) -> int:
     return sum(len(plotly.io.to_json(v.figure, validate=False)) + len(v.metrics) for v in views(engine, now))
 
 
-def _measure(engine, now: float, tag: str, meta: str) -> list[dict]:
+def _measure(engine, now: float, tag: str, meta: str, server_cpu=None) -> list[dict]:
     out = []
     for kind, items in (("query", _queries(engine, now)), ("page", _pages(engine, now))):
         for name, fn in items:
             fn()  # warm: the first query of each kind pays its plan and buffer reads
             cpu: list[float] = []
-            p50, times = _median(fn, cpu=cpu)
+            server: list[float] = []
+            p50, times = _median(fn, cpu=cpu, server=server, server_cpu=server_cpu)
             cpu_text = f"CPU in this process p50 {statistics.median(cpu):.1f} ms"
+            if server:
+                # the kernel counts CPU in ticks (10 ms): the mean over the runs, not a median
+                cpu_text += f", PostgreSQL's CPU mean {statistics.fmean(server):.1f} ms"
             out.append(
                 row(
                     f"{tag}: {name}",
@@ -444,7 +474,7 @@ def _run_db(dialect: str, now: float) -> list[dict]:
                 )
             )
             meta = f"{size:,} log rows over 2 days ({size / SPAN_S * 3600:,.0f} an hour)"
-            out.extend(_measure(engine, now, tag, meta))
+            out.extend(_measure(engine, now, tag, meta, cluster.cpu_ms if cluster else None))
         if dialect == "postgresql":
             out.extend(_pg_write_side(engine, url, now, start))
         dispose_all()

@@ -35,6 +35,7 @@ from db.models import (
     LATENCY_BUCKETS,
     NO_ERROR_CLASS,
     NO_ROUTE,
+    ROLLUP_TABLES,
     SUBSTITUTION_ROLLUP_TABLES,
     TTFT_BUCKETS,
     RequestLog,
@@ -158,8 +159,15 @@ def _f(v) -> float:
     return float(v or 0.0)
 
 
+def _ints(values: Sequence) -> tuple[int, ...]:
+    try:
+        return tuple(map(int, values))  # a grouped SUM of NOT NULL columns is never NULL
+    except TypeError:  # a SUM over no rows is NULL
+        return tuple(as_int(v) for v in values)
+
+
 def _hist(values: Sequence) -> tuple[int, ...] | None:
-    h = tuple(as_int(v) for v in values)
+    h = _ints(values)
     return h if any(h) else None
 
 
@@ -170,16 +178,25 @@ def _sum_cols(names: Sequence[str], table=None) -> list:
 
 def _bucket_expr(step: int, table=None):
     # The step is inlined (it is an int we computed): with a bound parameter PostgreSQL could not
-    # tell that the SELECT and GROUP BY expressions are the same.
+    # tell that the SELECT and GROUP BY expressions are the same. A step equal to the table's span
+    # (a 24-hour window's 5-minute buckets on the 5-minute table, an hour's minutes on the minute
+    # table) groups by the minute column itself: both databases then aggregate in a hash or in the
+    # primary key's order instead of sorting every rollup row by a computed bucket first.
     t = RequestRollup.__table__ if table is None else table
+    if int(step) == _table_span(t):
+        return t.c.minute.label("bucket")
     return (t.c.minute - t.c.minute % literal_column(str(int(step)), BigInteger)).label("bucket")
+
+
+def _table_span(table) -> int:
+    return next(span for span, model in ROLLUP_TABLES.items() if model.__table__ is table)  # type: ignore[attr-defined]
 
 
 def _full_cell(row: Sequence, first: int) -> SummedCell:
     # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS, *TTFT_BUCKETS
     nc, nl = len(COUNT_COLUMNS), len(LATENCY_BUCKETS)
     return SummedCell(
-        counts=tuple(as_int(v) for v in row[first : first + nc]),
+        counts=_ints(row[first : first + nc]),
         cost=_f(row[first + nc]),
         lat=_hist(row[first + nc + 1 : first + nc + 1 + nl]),
         ttft=_hist(row[first + nc + 1 + nl :]),
@@ -271,7 +288,7 @@ def _lat_cell(row: Sequence, first: int) -> SummedCell:
     # row[first:]: *COUNT_COLUMNS, cost_usd, *LATENCY_BUCKETS
     nc = len(COUNT_COLUMNS)
     return SummedCell(
-        counts=tuple(as_int(v) for v in row[first : first + nc]),
+        counts=_ints(row[first : first + nc]),
         cost=_f(row[first + nc]),
         lat=_hist(row[first + nc + 1 :]),
     )

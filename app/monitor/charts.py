@@ -4,9 +4,11 @@ Every figure has a title, axis titles with units, UTC time on the x axis and hov
 keeps its colour across every chart and refresh (:func:`provider_colors`); a figure with nothing to
 show carries the annotation :data:`EMPTY_TEXT` instead of empty axes.
 
-Series go in as NumPy arrays (time as ``datetime64``, gaps as NaN) and traces as plain dicts: Plotly
-validates Python lists element by element, which for eight charts of ~300 points cost more than
-the whole database read.
+Series go in as NumPy arrays (time as ``datetime64``, gaps as NaN) and traces and layouts as plain
+dicts, built here in Plotly's own schema, so a figure is made without Plotly's validation
+(:func:`figure`): validating the eight monitor charts (their traces, layouts and event markers)
+cost more CPU than every database read of a 24-hour render. The unit tests validate every figure
+made here against the schema (a validated copy must serialise to the same JSON).
 """
 
 from __future__ import annotations
@@ -110,8 +112,24 @@ def _layout(title: str, y_title: str, *, y_percent: bool = False) -> dict:
     }
 
 
+def figure(data: Sequence[dict], layout: dict, events: Sequence[Event] = ()) -> go.Figure:
+    """A figure of traces and a layout written as dicts in Plotly's schema, with ``events`` marked
+    (:func:`add_event_markers`), made without Plotly's validation (the module docstring says why;
+    the tests validate every figure built here)."""
+    data = list(data)
+    if events and layout.get("xaxis", {}).get("visible") is not False:
+        shapes, traces = _event_marks(events)
+        layout = {**layout, "shapes": [*layout.get("shapes", ()), *shapes], "yaxis9": dict(EVENT_AXIS)}
+        data.extend(traces)
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
 def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.Figure:
     """A titled figure whose only content is a note (:data:`EMPTY_TEXT` unless ``text``)."""
+    return figure([], _empty_layout(title, y_title, text))
+
+
+def _empty_layout(title: str, y_title: str = "", text: str | None = None) -> dict:
     layout = _layout(title, y_title)
     layout["xaxis"]["visible"] = False
     layout["yaxis"]["visible"] = False
@@ -127,15 +145,16 @@ def empty_figure(title: str, y_title: str = "", text: str | None = None) -> go.F
             "font": {"size": 16},
         }
     ]
-    return go.Figure(layout=layout)
+    return layout
 
 
 def _step_label(step_s: int) -> str:
     return f"{step_s // 60} min" if step_s < 3600 else f"{step_s // 3600} h"
 
 
-def percentile_figure(series: WindowSeries, kind: str = "latency") -> go.Figure:
-    """p50 / p95 / p99 per provider over time; ``kind`` is ``latency`` or ``ttft``."""
+def percentile_figure(series: WindowSeries, kind: str = "latency", events: Sequence[Event] = ()) -> go.Figure:
+    """p50 / p95 / p99 per provider over time; ``kind`` is ``latency`` or ``ttft``; ``events``
+    marked."""
     if kind not in ("latency", "ttft"):
         raise ValueError("kind must be 'latency' or 'ttft'")
     label = "Latency" if kind == "latency" else "Time to first token"
@@ -161,7 +180,7 @@ def percentile_figure(series: WindowSeries, kind: str = "latency") -> go.Figure:
         for name, p in series.providers.items()
         for q in ("p50", "p95", "p99")
     ]
-    return go.Figure(data=traces, layout=_layout(title, y_title))
+    return figure(traces, _layout(title, y_title), events)
 
 
 def _per_provider(
@@ -173,6 +192,7 @@ def _per_provider(
     *,
     y_percent: bool = False,
     extra: Sequence[dict] = (),
+    events: Sequence[Event] = (),
 ) -> go.Figure:
     if series.empty:
         return empty_figure(title, y_title)
@@ -180,15 +200,17 @@ def _per_provider(
     traces = [
         _line(x, getattr(p, attr), name, colors[name], f"{name}: {hover}") for name, p in series.providers.items()
     ]
-    return go.Figure(data=[*traces, *extra], layout=_layout(title, y_title, y_percent=y_percent))
+    return figure([*traces, *extra], _layout(title, y_title, y_percent=y_percent), events)
 
 
-def request_rate_figure(series: WindowSeries) -> go.Figure:
+def request_rate_figure(series: WindowSeries, events: Sequence[Event] = ()) -> go.Figure:
     """Requests per second per provider."""
-    return _per_provider(series, "request_rate", "Request rate per provider", "Requests / s", "%{y:,.2f} req/s")
+    return _per_provider(
+        series, "request_rate", "Request rate per provider", "Requests / s", "%{y:,.2f} req/s", events=events
+    )
 
 
-def error_rate_figure(series: WindowSeries) -> go.Figure:
+def error_rate_figure(series: WindowSeries, events: Sequence[Event] = ()) -> go.Figure:
     """Failed-attempt rate per provider, plus the overall request error and fallback rates."""
     x = _times(series.buckets)
     extra = [
@@ -212,10 +234,11 @@ def error_rate_figure(series: WindowSeries) -> go.Figure:
         "%{y:.1%} of attempts failed",
         y_percent=True,
         extra=extra,
+        events=events,
     )
 
 
-def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
+def cost_figure(series: WindowSeries, by: str = "provider", events: Sequence[Event] = ()) -> go.Figure:
     """Cost per minute as stacked bars by ``provider`` or ``model``, with each one's cumulative cost
     since the window's start as lines on a second y axis."""
     if by not in ("provider", "model"):
@@ -261,10 +284,10 @@ def cost_figure(series: WindowSeries, by: str = "provider") -> go.Figure:
         "rangemode": "tozero",
         "showgrid": False,
     }
-    return go.Figure(data=traces, layout=layout)
+    return figure(traces, layout, events)
 
 
-def cached_ratio_figure(series: WindowSeries) -> go.Figure:
+def cached_ratio_figure(series: WindowSeries, events: Sequence[Event] = ()) -> go.Figure:
     """Cached prompt tokens / prompt tokens per provider."""
     return _per_provider(
         series,
@@ -273,13 +296,19 @@ def cached_ratio_figure(series: WindowSeries) -> go.Figure:
         "Cached / prompt tokens (%)",
         "%{y:.1%} cached",
         y_percent=True,
+        events=events,
     )
 
 
-def tokens_per_s_figure(series: WindowSeries) -> go.Figure:
+def tokens_per_s_figure(series: WindowSeries, events: Sequence[Event] = ()) -> go.Figure:
     """Output-token throughput per provider."""
     return _per_provider(
-        series, "tokens_per_s", "Output tokens per second per provider", "Completion tokens / s", "%{y:,.1f} tok/s"
+        series,
+        "tokens_per_s",
+        "Output tokens per second per provider",
+        "Completion tokens / s",
+        "%{y:,.1f} tok/s",
+        events=events,
     )
 
 
@@ -318,14 +347,13 @@ TOP_ONLY_KINDS = frozenset({"breaker"})
 TOP_TICK_Y0 = 0.92
 
 
-def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
-    """Mark each event on ``fig``'s time axis: a dotted vertical line (a short tick in the top
-    strip only, for :data:`TOP_ONLY_KINDS`), and a triangle at the top whose hover text says what
-    happened (on an invisible 0-1 axis, so it never moves the data's scale). Figures without a
-    time axis (empty ones) are left alone."""
-    if not events or fig.layout.xaxis.visible is False:
-        return fig
-    shapes = list(fig.layout.shapes or ())
+EVENT_AXIS = {"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
+
+
+def _event_marks(events: Sequence[Event]) -> tuple[list[dict], list[dict]]:
+    """The shapes (a line or top tick per event) and traces (a triangle per event, one trace per
+    kind) that mark ``events`` on a time axis: see :func:`add_event_markers`."""
+    shapes: list[dict] = []
     by_kind: dict[str, list[Event]] = {}
     for ev in events:
         by_kind.setdefault(ev.kind, []).append(ev)
@@ -344,13 +372,10 @@ def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
                 "layer": "below",
             }
         )
-    fig.update_layout(
-        shapes=shapes,
-        yaxis9={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
-    )
+    traces = []
     for kind, evs in by_kind.items():
         color, label = EVENT_STYLE.get(kind, ("#7F7F7F", kind))
-        fig.add_trace(
+        traces.append(
             {
                 "type": "scatter",
                 "mode": "markers",
@@ -364,25 +389,32 @@ def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
                 "hoverinfo": "text",
             }
         )
+    return shapes, traces
+
+
+def add_event_markers(fig: go.Figure, events: Sequence[Event]) -> go.Figure:
+    """Mark each event on ``fig``'s time axis: a dotted vertical line (a short tick in the top
+    strip only, for :data:`TOP_ONLY_KINDS`), and a triangle at the top whose hover text says what
+    happened (on an invisible 0-1 axis, so it never moves the data's scale). Figures without a
+    time axis (empty ones) are left alone. The builders here take ``events`` and mark them as the
+    figure is made, which costs less than this update of a made figure."""
+    if not events or fig.layout.xaxis.visible is False:
+        return fig
+    shapes, traces = _event_marks(events)
+    fig.update_layout(shapes=[*(fig.layout.shapes or ()), *shapes], yaxis9=EVENT_AXIS)
+    fig.add_traces(traces)
     return fig
 
 
 def monitor_figures(series: WindowSeries, events: Sequence[Event] = ()) -> Mapping[str, go.Figure]:
     """Every monitor chart, in page order, keyed by a stable name, with ``events`` marked on each."""
-    figures = _figures(series)
-    for fig in figures.values():
-        add_event_markers(fig, events)
-    return figures
-
-
-def _figures(series: WindowSeries) -> dict[str, go.Figure]:
     return {
-        "latency": percentile_figure(series, "latency"),
-        "ttft": percentile_figure(series, "ttft"),
-        "request_rate": request_rate_figure(series),
-        "error_rate": error_rate_figure(series),
-        "cost_by_provider": cost_figure(series, "provider"),
-        "cost_by_model": cost_figure(series, "model"),
-        "cached_ratio": cached_ratio_figure(series),
-        "tokens_per_s": tokens_per_s_figure(series),
+        "latency": percentile_figure(series, "latency", events),
+        "ttft": percentile_figure(series, "ttft", events),
+        "request_rate": request_rate_figure(series, events),
+        "error_rate": error_rate_figure(series, events),
+        "cost_by_provider": cost_figure(series, "provider", events),
+        "cost_by_model": cost_figure(series, "model", events),
+        "cached_ratio": cached_ratio_figure(series, events),
+        "tokens_per_s": tokens_per_s_figure(series, events),
     }

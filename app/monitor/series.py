@@ -32,10 +32,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from sqlalchemy import Engine
 
 from app.monitor.cache import SETTLED, SettledCache
-from core.histogram import percentile
+from core.histogram import percentiles
 from db.models import LATENCY_BUCKETS, TTFT_BUCKETS
 from db.monitor import COUNT_COLUMNS, NO_FILTERS, BucketCells, MonitorFilters, SummedCell, bucket_cells
 
@@ -79,7 +80,7 @@ def quantiles(hist: Sequence[int] | None) -> tuple[float | None, float | None, f
     """p50 / p95 / p99 of a summed histogram (``None`` each when it has no samples)."""
     if not hist:
         return (None, None, None)
-    p50, p95, p99 = (percentile(hist, q) for q in QUANTILES)
+    p50, p95, p99 = percentiles(hist, QUANTILES)
     return p50, p95, p99
 
 
@@ -256,11 +257,10 @@ def _window_cells(
 
 
 def _sum_hists(hists: Iterable[Sequence[int] | None], n: int) -> list[int]:
-    total = [0] * n
-    for h in hists:
-        if h:
-            total = [a + b for a, b in zip(total, h, strict=False)]
-    return total
+    rows = [h for h in hists if h]
+    if not rows:
+        return [0] * n
+    return [int(v) for v in np.asarray(rows, dtype=np.int64).sum(axis=0)]
 
 
 def _column(cells: Sequence[_Cell | None], name: str) -> list[int]:

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from sqlalchemy import Engine
 
 from app.display.fmt import ms, pct, usd, utc_time
-from app.monitor.charts import add_event_markers, monitor_figures, percentile_figure, request_rate_figure
+from app.monitor.charts import monitor_figures, percentile_figure, request_rate_figure
 from app.monitor.figures import (
     ATTEMPT_ERROR_RATE,
     DEFINITIONS,
@@ -489,7 +489,4 @@ def overview_figures(engine: Engine, now: float | None = None) -> dict[str, go.F
     now = time.time() if now is None else now
     series = window_series(engine, since=now - window_seconds("1h"), until=now)
     events = events_between(engine, since=series.buckets[0], until=now)
-    figures = {"requests": request_rate_figure(series), "latency": percentile_figure(series, "latency")}
-    for fig in figures.values():
-        add_event_markers(fig, events)
-    return figures
+    return {"requests": request_rate_figure(series, events), "latency": percentile_figure(series, "latency", events)}

@@ -412,6 +412,38 @@ def test_db_returns_the_cells_sql_summed(engine):
     assert cells[T0 + 60][0]["beta"].count("completion_tokens") == 7 and list(cells[T0 + 60][0]) == ["beta"]
 
 
+@pytest.mark.parametrize("step", [60, 120, 300, 600, 3600])
+def test_buckets_of_every_step_hold_the_raw_rows_of_their_minutes(engine, step):
+    # A step equal to a rollup table's span (60, 300, 3600) groups by its minute column; other
+    # steps by a computed bucket. Either way each bucket holds exactly its minutes' attempts.
+    rng = random.Random(step)
+    rows = [
+        rec(
+            T0 + rng.uniform(0, 3 * 3600),
+            provider=rng.choice(("alpha", "beta")),
+            model=rng.choice(("m1", "m2", "m3")),
+            ok=rng.random() > 0.2,
+            latency=rng.choice((50.0, 400.0, 3000.0)),
+        )
+        for _ in range(400)
+    ]
+    insert_batch(engine, rows)
+    cells = dbm.bucket_cells(engine, since=T0, until=T0 + 3 * 3600 - 1, step=step, filters=dbm.NO_FILTERS)
+    want_p: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
+    want_m: dict[tuple[int, str], int] = defaultdict(int)
+    for r in rows:
+        b = int(r.ts // step) * step
+        want_p[b, r.provider][0] += 1
+        want_p[b, r.provider][1] += r.status == "error"
+        want_m[b, r.model] += 1
+    got_p = {(b, n): [c.count("attempts"), c.count("errors")] for b, (ps, _) in cells.items() for n, c in ps.items()}
+    assert got_p == dict(want_p)
+    assert {(b, n): sum(c.lat or ()) for b, (ps, _) in cells.items() for n, c in ps.items()} == {
+        k: v[0] for k, v in want_p.items()
+    }
+    assert {(b, n): c.count("requests") for b, (_, ms) in cells.items() for n, c in ms.items()} == dict(want_m)
+
+
 # -- detail rollups --------------------------------------------------------------------------------
 # The error-class and substitution rollups (migration 0013) on SQLite and PostgreSQL: what the
 # writer folds equals a recount of the raw rows, per minute and per hour, through replayed batches,

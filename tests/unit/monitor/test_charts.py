@@ -17,6 +17,7 @@ from app.monitor.view import WINDOWS, MonitorState, filter_choices, monitor_view
 from core.records import AttemptRecord
 from db.canary import AuditEntry, CanaryState
 from db.engine import dispose_all, get_engine
+from db.events import Event
 from db.requests import insert_batch
 
 T0 = 1_700_006_400 + 12 * 3600
@@ -277,3 +278,47 @@ def test_canary_time_axes_say_utc():
     for fig in (ratio_step_figure(audit, current, NOW), split_figure(points, audit, current, NOW, 15)):
         axis = x_axis(fig)
         assert axis["title"]["text"] == "time (UTC)" and axis["hoverformat"].endswith("UTC")
+
+
+def _validated(fig: go.Figure) -> dict:
+    """``fig`` rebuilt by Plotly with its validation: raises on any property outside the schema,
+    and coerces every value as Plotly would."""
+    return json.loads(go.Figure(fig.to_dict()).to_json())
+
+
+def test_every_figure_is_what_plotly_validation_makes_of_it(series, sqlite_engine):
+    # The figures are made without Plotly's validation: each must be exactly what a validated
+    # figure of the same traces and layout is (same JSON), events marked or not, empty or not.
+    events = [
+        Event(T0 - 300, "canary", None, "canary 10 % -> 25 % <b>", "alice"),
+        Event(T0 - 200, "guardrail", None, "canary 25 % -> 0 %", "guardrail"),
+        Event(T0 - 100, "breaker", "beta", "open -> half_open", "breaker"),
+        Event(T0 - 50, "fault", "alpha", "error_rate 0.5", "bob"),
+    ]
+    empty = m.window_series(sqlite_engine, since=T0 - 9000, until=T0 - 8000)
+    figures = {
+        **{f"{k} (events)": v for k, v in charts.monitor_figures(series, events).items()},
+        **{f"{k} (no events)": v for k, v in charts.monitor_figures(series).items()},
+        **{f"{k} (empty)": v for k, v in charts.monitor_figures(empty, events).items()},
+    }
+    for name, fig in figures.items():
+        assert _spec(fig) == _validated(fig), name
+    marked = _spec(figures["latency (events)"])
+    assert [t["name"] for t in marked["data"][-4:]] == [
+        "canary change",
+        "guardrail rollback",
+        "circuit breaker",
+        "fault injection",
+    ]
+    assert len(marked["layout"]["shapes"]) == 4 and marked["layout"]["yaxis9"]["visible"] is False
+    assert "&lt;b&gt;" in marked["data"][-4]["hovertext"][0]
+    assert "shapes" not in _spec(figures["latency (empty)"])["layout"]
+
+
+def test_events_marked_while_building_equal_markers_added_to_a_validated_figure(series):
+    # The builders mark events as a figure is made; add_event_markers marks a made figure (a
+    # validated one here): both give the same chart.
+    events = [Event(T0 - 300, "canary", None, "ratio", "alice"), Event(T0 - 90, "breaker", "beta", "open", "b")]
+    for name, fig in charts.monitor_figures(series, events).items():
+        plain = go.Figure(charts.monitor_figures(series)[name].to_dict())
+        assert _spec(fig) == _spec(charts.add_event_markers(plain, events)), name

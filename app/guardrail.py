@@ -1,8 +1,11 @@
 """Canary guardrail: roll the canary back to 0 % when the primary fails too often.
 
-The error rate is the primary provider's failed attempts over all its attempts in the last
-``window_minutes`` (from the minute rollups), and the rollback only happens with at least
-``min_requests`` attempts in the window, so one unlucky request cannot trip it. The rollback is an
+The error rate is the primary provider's failed attempts over its attempts in the last
+``window_minutes`` (from the minute rollups), counting only the failures that say something about
+its health, as its circuit breaker does (:data:`~app.routing.errors.HEALTH_CLASSES`): callers that
+went away mid-answer, or requests refused for their own content, neither count as failures nor as
+attempts. The rollback only happens with at least ``min_requests`` attempts in the window, so one
+unlucky request cannot trip it. The rollback is an
 ordinary audited canary change with actor ``guardrail``.
 
 The check runs on its own timer (:func:`guardrail_timer`, started by the gateway), never inside the
@@ -20,9 +23,11 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.refresh import Periodic
+from app.routing.errors import HEALTH_CLASSES
 from core.canary import GuardrailSettings
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
-from db.monitor import GuardrailReading, provider_error_rate
+from db.monitor import GuardrailReading
+from db.monitor import provider_error_rate as _error_rate
 
 log = logging.getLogger(__name__)
 ACTOR = "guardrail"
@@ -36,6 +41,13 @@ __all__ = [
     "guardrail_timer",
     "provider_error_rate",
 ]
+
+
+def provider_error_rate(
+    engine: Engine, provider: str, window_minutes: int, now: float | None = None
+) -> GuardrailReading:
+    """What the guardrail reads: ``provider``'s health failures over its attempts in the window."""
+    return _error_rate(engine, provider, window_minutes, now, counted=HEALTH_CLASSES)
 
 
 def guardrail_defaults(settings: Settings) -> GuardrailSettings:

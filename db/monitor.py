@@ -21,7 +21,7 @@ into buckets of ``step`` seconds (a whole number of minutes) groups a row under
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -38,6 +38,7 @@ from db.models import (
     ROLLUP_TABLES,
     SUBSTITUTION_ROLLUP_TABLES,
     TTFT_BUCKETS,
+    ErrorRollup,
     RequestLog,
     RequestRollup,
     rollup_table_for,
@@ -599,10 +600,17 @@ class GuardrailReading:
 
 
 def provider_error_rate(
-    engine: Engine, provider: str, window_minutes: int, now: float | None = None
+    engine: Engine,
+    provider: str,
+    window_minutes: int,
+    now: float | None = None,
+    *,
+    counted: Collection[str] | None = None,
 ) -> GuardrailReading:
     """Attempts and failures of ``provider`` in the last ``window_minutes`` minutes (the current
-    minute included), from the per-minute rollups."""
+    minute included), from the per-minute rollups. With ``counted`` (error classes), only failures
+    of those classes count, and the other failed attempts (the caller went away, the request was
+    refused for its own content) are left out of the attempts too: they say nothing either way."""
     now = time.time() if now is None else now
     since = minute_floor(now) - (window_minutes - 1) * 60
     t = RequestRollup.__table__
@@ -610,8 +618,18 @@ def provider_error_rate(
         t.c.provider == provider, t.c.minute >= since
     )
     with engine.connect() as conn:
-        attempts, errors = conn.execute(q).one()
-    return GuardrailReading(as_int(attempts), as_int(errors))
+        attempts, errors = (as_int(v) for v in conn.execute(q).one())
+        if counted is None or not errors:
+            return GuardrailReading(attempts, errors)
+        e = ErrorRollup.__table__
+        health = as_int(
+            conn.execute(
+                select(func.coalesce(func.sum(e.c.attempts), 0)).where(
+                    e.c.provider == provider, e.c.minute >= since, e.c.error_class.in_(sorted(counted))
+                )
+            ).scalar_one()
+        )
+    return GuardrailReading(attempts - (errors - health), health)
 
 
 def error_classes_between(engine: Engine, *, since: float, until: float) -> list[str]:

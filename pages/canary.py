@@ -17,9 +17,8 @@ from app.dashboard.charts import audit_frame, ratio_step_figure, split_figure
 from app.dashboard.providers import provider_role
 from app.display.fmt import ago, ratio_pct, when
 from app.display.safe_text import inert
-from app.guardrail import guardrail_defaults
+from app.guardrail import guardrail_defaults, provider_error_rate
 from core.faults import effective_faults
-from db.monitor import provider_error_rate
 from ui import auth, render, resources
 from ui.state import CanaryPageState
 

@@ -91,7 +91,19 @@ def test_guardrail_rolls_back_on_its_timer_and_the_client_sees_it_at_once(db_url
         insert_batch(
             gw.engine,
             [
-                AttemptRecord(f"g{i}", 1, now, primary, "gpt-4.1", "auto", "general", "primary", "error", 5.0)
+                AttemptRecord(
+                    f"g{i}",
+                    1,
+                    now,
+                    primary,
+                    "gpt-4.1",
+                    "auto",
+                    "general",
+                    "primary",
+                    "error",
+                    5.0,
+                    error_class="server_error",
+                )
                 for i in range(12)
             ],
         )

@@ -8,18 +8,19 @@ import tomllib
 
 import pytest
 
-from app.guardrail import ACTOR, check_guardrail, guardrail_defaults
+from app.guardrail import ACTOR, check_guardrail, guardrail_defaults, provider_error_rate
 from core.canary import GuardrailSettings
 from core.records import AttemptRecord
 from db.canary import audit_log, ensure_setting, get_guardrail, get_state, set_guardrail, set_ratio
-from db.monitor import provider_error_rate
 from db.requests import insert_batch
 from tests.support import paths
 
 NOW = 1_800_000_000.0
 
 
-def attempts(engine, provider: str, ok: int, failed: int, ts: float = NOW - 30) -> None:
+def attempts(
+    engine, provider: str, ok: int, failed: int, ts: float = NOW - 30, error_class: str = "server_error"
+) -> None:
     rows = [
         AttemptRecord(
             request_id=f"{provider}-{i}-{ts}",
@@ -31,6 +32,7 @@ def attempts(engine, provider: str, ok: int, failed: int, ts: float = NOW - 30) 
             intent="general",
             side="primary",
             status="ok" if i < ok else "error",
+            error_class=None if i < ok else error_class,
             latency_ms=50.0,
         )
         for i in range(ok + failed)
@@ -67,6 +69,19 @@ def test_trips_above_threshold_and_is_audited(setup):
 def test_does_not_trip_at_threshold_or_with_few_attempts(setup, ok, failed):
     engine, settings = setup
     attempts(engine, settings.routing.primary, ok=ok, failed=failed)
+    assert check_guardrail(engine, settings, now=NOW) is None
+    assert get_state(engine).ratio == 0.5
+
+
+@pytest.mark.parametrize("error_class", ["cancelled", "bad_request"])
+def test_failures_that_say_nothing_of_the_provider_neither_trip_it_nor_count_as_attempts(setup, error_class):
+    """A caller that went away mid-answer (a closed tab, a load generator stopped) or a request
+    refused for its own content is not the provider failing: as in its circuit breaker."""
+    engine, settings = setup
+    attempts(engine, settings.routing.primary, ok=6, failed=40, error_class=error_class)
+    attempts(engine, settings.routing.primary, ok=0, failed=1, ts=NOW - 20)  # one real failure
+    reading = provider_error_rate(engine, settings.routing.primary, 5, now=NOW)
+    assert (reading.attempts, reading.errors) == (7, 1)
     assert check_guardrail(engine, settings, now=NOW) is None
     assert get_state(engine).ratio == 0.5
 

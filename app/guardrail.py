@@ -2,11 +2,11 @@
 
 The error rate is the primary provider's failed attempts over its attempts in the last
 ``window_minutes`` (from the minute rollups), counting only the failures that say something about
-its health, as its circuit breaker does (:data:`~app.routing.errors.HEALTH_CLASSES`): callers that
+its health, as its circuit breaker does (:data:`~core.errors.HEALTH_CLASSES`): callers that
 went away mid-answer, or requests refused for their own content, neither count as failures nor as
 attempts. The rollback only happens with at least ``min_requests`` attempts in the window, so one
-unlucky request cannot trip it. The rollback is an
-ordinary audited canary change with actor ``guardrail``.
+unlucky request cannot trip it. The rollback is an ordinary audited canary change with actor
+``guardrail``.
 
 The check runs on its own timer (:func:`guardrail_timer`, started by the gateway), never inside the
 telemetry writer: a failing check must not make the writer re-write a batch it already committed.
@@ -23,8 +23,8 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.refresh import Periodic
-from app.routing.errors import HEALTH_CLASSES
 from core.canary import GuardrailSettings
+from core.errors import HEALTH_CLASSES
 from db.canary import StaleCanaryError, get_guardrail, get_state, set_ratio
 from db.monitor import GuardrailReading
 from db.monitor import provider_error_rate as _error_rate

@@ -10,6 +10,14 @@ in existing callers keeps working.
 
 from __future__ import annotations
 
+# Failure classes that say something about the provider's health: they count in its circuit breaker
+# and in the canary guardrail; the others (the caller went away, a request refused for its own
+# content, the gateway's own pool saturated) count in neither.
+HEALTH_CLASSES = frozenset(
+    {"timeout", "connection", "server_error", "rate_limited", "request_timeout", "bad_response", "redirect",
+     "stream_broken", "api_error"}
+)  # fmt: skip
+
 
 class GatewayError(Exception):
     """Any error the gateway raises on purpose, phrased for the operator."""

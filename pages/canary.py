@@ -33,8 +33,8 @@ def ratio_keys() -> tuple[str, str]:
     """The ratio inputs' widget keys (number field, slider). A value the page puts in them (the
     stored ratio loaded, a write's result) goes into new widgets under new keys: until the browser
     draws the new value it sends the old one with every fragment refresh, and a later run would
-    take that stale value over the one put there (the field kept 25 % after "Load the current
-    value" loaded 0 %)."""
+    take that stale value over the one put there; under a new key the stale value belongs to a
+    widget that is gone, and is dropped."""
     n = state.ratio_generation
     return (PCT_KEY, SLIDER_KEY) if n == 0 else (f"{PCT_KEY}.{n}", f"{SLIDER_KEY}.{n}")
 

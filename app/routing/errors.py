@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.errors import GatewayError, UpstreamError
+from core.errors import HEALTH_CLASSES, GatewayError, UpstreamError
 
 # status -> (error_class, retryable, fallback). 5xx and 3xx are ranges, handled in status_failure().
 STATUS_CLASSES: dict[int, tuple[str, bool, bool]] = {
@@ -66,12 +66,6 @@ ROUTE_MARKERS: tuple[tuple[str, str], ...] = (
 HINT_MARKERS = ("x-session-id", "x-cache-controls", "cache hint", "cache_hint")
 
 GATEWAY_OVERLOADED = "gateway_overloaded"  # every connection slot of the provider stayed busy
-
-# Classes that say something about the provider's health (they count in its circuit breaker).
-HEALTH_CLASSES = frozenset(
-    {"timeout", "connection", "server_error", "rate_limited", "request_timeout", "bad_response", "redirect",
-     "stream_broken", "api_error"}
-)  # fmt: skip
 
 
 @dataclass(frozen=True)

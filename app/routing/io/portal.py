@@ -203,8 +203,14 @@ class Portal:
             self._check_thread()
             future = self.submit(wrapped)
         except BaseException:
-            wrapped.close()
-            coro.close()
+            # The exception (a signal's SystemExit) can arrive inside submit after the coroutine
+            # was handed to the loop, which may already be running it: then it is the loop's.
+            try:
+                wrapped.close()
+            except ValueError:
+                pass
+            else:
+                coro.close()
             raise
         try:
             return future.result()

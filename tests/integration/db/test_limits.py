@@ -81,10 +81,6 @@ def test_two_processes_race_for_one_key_exactly_rpm_admitted(db_url):
         dispose_all()
 
 
-# -- moved -----------------------------------------------------------------------------------------
-# x
-
-
 def test_rpm_never_above_the_limit_in_any_60_s_window_across_a_minute_boundary(engine):
     """Issue 18 item 8: rpm = 20 with a client retrying every 0.1 s around a minute boundary (an
     injected clock, one call per tick): the fixed window admitted 40 within 5.3 s; a sliding window

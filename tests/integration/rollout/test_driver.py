@@ -119,6 +119,18 @@ def _drive_until(rig, rollout_id: int, done, what: str, timeout_s: float = 240.0
     return sp.wait_for(check, timeout_s=timeout_s, what=what)
 
 
+def _settled_off(rig, provider: str) -> None:
+    """Wait (with a bound) until a batch of requests through both servers sends none to ``provider``:
+    each server reads the stored weight on its own refresh, so the last one may lag by a refresh."""
+
+    def quiet() -> bool:
+        before = len(rig["upstream"].requests_for(provider))
+        _send(rig, 4)
+        return len(rig["upstream"].requests_for(provider)) == before
+
+    sp.wait_for(quiet, timeout_s=15, what=f"both servers to stop sending to {provider}")
+
+
 def _start(rig, steps: str) -> dict:
     out = sp.cli(rig["env"], "rollout", "start", "--candidate", "holysheep", "--steps", steps, "--bake-s", BAKE_S,
                  "--min-samples", "20", "--reason", "new provider", "--actor", "tester", "--json")  # fmt: skip
@@ -143,8 +155,8 @@ def test_a_healthy_candidate_is_promoted_once_across_processes_and_restarts(rig)
     trail = rollouts.history(rig["engine"], done)
     assert [(t[1], t[2]) for t in trail] == [(0.0, 0.2), (0.2, 0.5), (0.5, 1.0)], trail
     assert [t[3] for t in trail] == ["tester", "rollout", "rollout"]
-    # The upstream sees it: every request now goes to the candidate (both servers within a second).
-    sp.wait_for(lambda: _send(rig, 2) or True, timeout_s=5, what="traffic")
+    # The upstream sees it: every request now goes to the candidate, once both servers have refreshed.
+    _settled_off(rig, "direct")
     before = len(rig["upstream"].requests_for("direct"))
     _send(rig, 20)
     assert len(rig["upstream"].requests_for("direct")) == before
@@ -161,8 +173,7 @@ def test_a_degraded_candidate_is_aborted_on_its_own(rig) -> None:
     done = _drive_until(rig, rid, lambda r: r.state != "running", "the abort")
     assert done.state == "aborted" and done.step_index == 0, done.last_reason
     assert "rollout abort at 25 %: first-attempt failure rate" in done.last_reason
-    before = len(rig["upstream"].requests_for("holysheep"))
-    sp.wait_for(lambda: _send(rig, 2) or True, timeout_s=5, what="traffic")
+    _settled_off(rig, "holysheep")
     before = len(rig["upstream"].requests_for("holysheep"))
     _send(rig, 20)
     assert len(rig["upstream"].requests_for("holysheep")) == before  # weight 0: the candidate sees nothing

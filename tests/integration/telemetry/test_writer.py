@@ -137,12 +137,10 @@ def test_sigterm_mid_traffic_loses_nothing(tmp_path, sqlite_url) -> None:
         if proc.poll() is None:
             proc.kill()
     engine = get_engine(sqlite_url)
-    assert_logged_exactly_once(engine, served)
+    # The signal may land after a request was logged and before the child printed its id: that one
+    # request is in the log though no one saw its answer.
+    assert_logged_exactly_once(engine, served, interrupted=1)
     dispose_all()
-
-
-# -- moved -----------------------------------------------------------------------------------------
-# x
 
 
 def _run_script(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
@@ -282,10 +280,6 @@ def test_a_second_outage_is_logged_again(caplog):
         * 2
     )
     assert sum(1 for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info) == 6  # tracebacks: DEBUG
-
-
-# -- moved -----------------------------------------------------------------------------------------
-# x
 
 
 FAULTS = "\n[providers.{name}.faults]\nerror_rate = 0.10\nrate_limit_rate = 0.05\nretry_after_s = 0.0\n"

@@ -20,9 +20,14 @@ is ours stays small and strict:
   body is read in the background so the connection goes back to the pool.
 
 Cancelling a request (the caller went away, a deadline) once its answer has begun drops its
-connection at once. pyreqwest cannot abort a request still waiting for the answer's head: that one
-is abandoned (its connection never reused) and ends at the attempt's own timeout, which every
-request carries.
+connection at once. Before the answer's head, the request is abandoned: it ends when its head
+arrives or at its timeout, which every request carries.
+
+pyreqwest's awaitables finish with their result when it is ready at the moment a cancellation is
+thrown into them (measured: 178 of 200 cancels that landed as a chunk arrived were lost), and one
+thrown into a request as its head arrives leaks the answer and its connection. So the opening of a
+request is never cancelled inside pyreqwest, and every read checks the task's cancel count and
+raises the cancellation itself (:func:`_cancel_requested`).
 """
 
 from __future__ import annotations
@@ -111,6 +116,12 @@ class _Inflater:
             raise BadResponse(f"upstream {self.coding} body ended before its end marker")
 
 
+def _cancel_requested(task: asyncio.Task | None, asked: int) -> bool:
+    """Whether ``task`` was asked to cancel since its cancel count was ``asked``: true after a
+    pyreqwest await that returned though a cancellation was thrown into it."""
+    return task is not None and task.cancelling() > asked
+
+
 class _Body:
     """A response body, decoded, counted against the limit on decoded bytes."""
 
@@ -129,8 +140,15 @@ class _Body:
         self.stages = [_Inflater("gzip" if c == "x-gzip" else c) for c in reversed(codings)]
 
     async def pieces(self) -> AsyncIterator[bytes]:
-        reader = self.response.body_reader
-        while (chunk := await reader.read_chunk()) is not None:
+        read_chunk = self.response.body_reader.read_chunk
+        while True:
+            task = asyncio.current_task()
+            asked = task.cancelling() if task is not None else 0
+            chunk = await read_chunk()
+            if _cancel_requested(task, asked):
+                raise asyncio.CancelledError
+            if chunk is None:
+                break
             for piece in self.decoded(chunk.to_bytes()):
                 yield piece
         self.end()
@@ -196,8 +214,16 @@ class UpstreamStream:
         body = self._call.body
         read_chunk = body.response.body_reader.read_chunk
         plain, count, feed = not body.stages, body.budget.count, splitter.feed
+        current_task = asyncio.current_task
         try:
-            while (chunk := await read_chunk()) is not None:
+            while True:
+                task = current_task()
+                asked = task.cancelling() if task is not None else 0
+                chunk = await read_chunk()
+                if task is not None and task.cancelling() > asked:  # _cancel_requested, inline: once per chunk
+                    raise asyncio.CancelledError
+                if chunk is None:
+                    break
                 data = chunk.to_bytes()
                 for piece in (count(data),) if plain else body.decoded(data):
                     events = feed(piece)
@@ -365,7 +391,27 @@ class HttpUpstream:
         if stream:
             builder = builder.streamed_read_buffer_limit(0)  # each chunk handed on as it comes
         context = builder.build_streamed()
-        return context, await context.__aenter__()
+        # Never cancelled inside pyreqwest: a cancellation thrown into it as the answer's head
+        # arrives leaks that answer and its connection (measured: open 8 s later, with the
+        # request's timeout at 30 s). A caller that leaves instead abandons the opening, which ends
+        # the request as soon as its head arrives, or at its timeout.
+        opening = asyncio.ensure_future(context.__aenter__())
+        try:
+            return context, await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            if opening.done():
+                self._end_abandoned(context, opening)
+            else:
+                opening.add_done_callback(lambda _: self._end_abandoned(context, opening))
+            raise
+
+    def _end_abandoned(self, context: Any, opening: asyncio.Future) -> None:
+        """End a request whose caller left before its answer's head: its connection is dropped."""
+        if opening.cancelled() or opening.exception() is not None:
+            return  # nothing was opened (the exception is retrieved: it concerns no one now)
+        task = asyncio.ensure_future(context.__aexit__(None, None, None))
+        self._drains.add(task)
+        task.add_done_callback(self._drains.discard)
 
     async def aclose(self) -> None:
         for task in list(self._drains):
@@ -381,8 +427,14 @@ class HttpUpstream:
             try:
                 async with asyncio.timeout(DRAIN_S):
                     seen = 0
-                    reader = call.response.body_reader
-                    while seen <= DRAIN_BYTES and (chunk := await reader.read_chunk()) is not None:
+                    task, reader = asyncio.current_task(), call.response.body_reader
+                    while seen <= DRAIN_BYTES:
+                        asked = task.cancelling() if task is not None else 0
+                        chunk = await reader.read_chunk()
+                        if _cancel_requested(task, asked):  # the timeout's, or the client's close
+                            raise asyncio.CancelledError
+                        if chunk is None:
+                            break
                         seen += len(chunk)
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is dropped, nothing lost
                 pass

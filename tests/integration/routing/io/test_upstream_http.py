@@ -6,6 +6,7 @@ connection is shared, two callers each must get only their own answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gzip
 import os
@@ -475,6 +476,84 @@ def test_a_cancelled_request_drops_its_connection_and_the_next_caller_is_clean()
                 assert await call(up, "B") == b'{"who":"B"}'
             finally:
                 await up.aclose()
+
+    run(main())
+
+
+def _racing_handler(
+    first: bytes, second: bytes, go: asyncio.Event, sent: asyncio.Event, closed: list[float]
+) -> Handler:
+    """Sends ``first``, then ``second`` once ``go`` is set (``sent`` then), then waits for the
+    client to close the connection and notes when."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes, n: int) -> None:
+        writer.write(first)
+        await writer.drain()
+        await go.wait()
+        writer.write(second)
+        await writer.drain()
+        sent.set()
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(1024):
+                pass
+        closed.append(asyncio.get_running_loop().time())
+        writer.close()
+
+    return handler
+
+
+async def _cancel_as_it_arrives(task: asyncio.Task, go: asyncio.Event, sent: asyncio.Event) -> None:
+    """Let the server send, let pyreqwest receive it (the loop held, so the read's completion is
+    not yet delivered), then cancel: the cancellation lands on a read whose result is ready."""
+    go.set()
+    await sent.wait()
+    time.sleep(0.05)  # blocks the loop on purpose: the bytes reach pyreqwest, the task has not yet woken
+    task.cancel()
+
+
+async def _consume(up: HttpUpstream, opened: UpstreamStream | None) -> None:
+    stream = opened or await up.post("chat/completions", {"who": "s"}, headers=None, timeout_s=30, stream=True)
+    assert isinstance(stream, UpstreamStream)
+    async with stream:
+        async for _event in stream:
+            pass  # a stalled upstream: only a cancellation ends this
+
+
+@pytest.mark.parametrize("where", ["a stream's chunk", "the answer's head"])
+def test_a_cancellation_that_lands_as_data_arrives_is_never_lost(where: str) -> None:
+    """pyreqwest finishes an await whose result is ready though a cancellation was thrown into it,
+    and leaks an answer whose head arrives as the cancellation does. The gateway raises the
+    cancellation anyway and the connection is dropped. Ten tries each; before the fix most tries
+    lost the cancellation (a chunk) or left the connection open (the head)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    one = chunked(_chunk("a"))[0]
+    in_stream = where == "a stream's chunk"
+
+    async def main() -> None:
+        for _ in range(10):
+            go, sent, closed = asyncio.Event(), asyncio.Event(), []
+            first, second = (head + one, chunked(_chunk("b"))[0]) if in_stream else (b"", head + one)
+            async with Server(_racing_handler(first, second, go, sent, closed)) as srv:
+                up = upstream(srv.url)
+                try:
+                    opened = None
+                    if in_stream:
+                        opened = await up.post(
+                            "chat/completions", {"who": "s"}, headers=None, timeout_s=30, stream=True
+                        )
+                        assert isinstance(opened, UpstreamStream)
+                    task = asyncio.ensure_future(_consume(up, opened))
+                    await asyncio.sleep(0.05)  # the read (or the head) is awaited
+                    await _cancel_as_it_arrives(task, go, sent)
+                    with pytest.raises(asyncio.CancelledError):
+                        await asyncio.wait_for(asyncio.shield(task), 5)
+                    for _ in range(100):  # a bound on the wait, not a timing assertion
+                        if closed:
+                            break
+                        await asyncio.sleep(0.05)
+                    assert closed, "the upstream connection was left open after the cancellation"
+                finally:
+                    await up.aclose()
 
     run(main())
 

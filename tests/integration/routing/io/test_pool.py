@@ -90,7 +90,14 @@ class SlowUpstream:
             writer.close()
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        async def shut() -> None:
+            self.server.close()
+            conns = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in conns:
+                t.cancel()  # connections still open end here, not when the loop is gone
+            await asyncio.gather(*conns, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shut(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
 

@@ -576,8 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
     rstart.add_argument("--bake-s", default="600", help="seconds each step bakes at least (default 600)")
     rstart.add_argument("--min-samples", default="50", help="requests per arm a step needs (default 50)")
     rstart.add_argument("--alpha", default="0.05", help="false-abort level over all metrics (default 0.05)")
-    rstart.add_argument("--shadow-share", default=None, help="not supported yet")
-    rstart.add_argument("--shadow-budget-usd", default=None, help="not supported yet")
+    rstart.add_argument(
+        "--shadow-share", default=None,
+        help="first mirror this share (0 to 1) of the baseline's requests to the candidate, answers discarded, "
+        "judged like a step (needs --shadow-budget-usd)",
+    )  # fmt: skip
+    rstart.add_argument("--shadow-budget-usd", default=None, help="what the shadow phase's copies may cost in all")
     rstart.add_argument("--dry-run", action="store_true", help="analyse and record, never move the weight")
     rstart.add_argument("--reason", default=None, help="why (required)")
     rstart.add_argument("--actor", default=None)

@@ -85,11 +85,6 @@ def start(
     notify: Notify = _quiet,
 ) -> RolloutState:  # fmt: skip
     """Store and start ``plan`` (see :func:`db.rollouts.start`); nothing is written when refused."""
-    if plan.shadow_share is not None and plan.route is not None:
-        raise InvalidRequest(
-            "--shadow-share: a shadow phase mirrors the global canary's baseline only; start the route's rollout "
-            "without it"
-        )
     reason, actor = _text("--reason", reason), _text("--actor", actor)
     scope = scope_of(settings, plan.candidate, plan.route)
     r = rollouts.start(engine, plan, scope=scope, actor=actor, reason=reason, now=now)

@@ -2,18 +2,21 @@
 request path, the candidate's answers logged apart and discarded.
 
 Every process that routes runs a :class:`Shadower`. It learns from the database, every
-``refresh_s``, whether the global canary's rollout is in its shadow phase (its share, budget and
-what the mirrors cost so far). The routing core calls :meth:`Shadower.offer` with each request's
-plan as it is planned: for a request on the baseline side it draws the share and, when drawn,
-puts a copy on a bounded queue and returns. A request whose caller sent ``x-gateway-no-shadow``
+``refresh_s``, which rollouts are in their shadow phase (each one's share, budget and what its
+mirrors cost so far): the global canary's, whose baseline is the fallback side, and any route's,
+whose baseline is the route's own deployments and whose candidate is its canary deployment. The
+routing core calls :meth:`Shadower.offer` with each request's plan as it is planned: for a request
+on a shadowed baseline it draws the share and, when drawn, puts a copy on a bounded queue and
+returns. A request whose caller sent ``x-gateway-no-shadow``
 (:data:`app.routing.core.NO_SHADOW_HEADER`) is never copied. Nothing on the request path waits for a mirror: the
 draw and a ``put_nowait`` are all it costs; a full queue drops the copy (counted).
 
 ``concurrency`` worker threads send the copies to the candidate (the routing policy forced to the
-primary side, no fallback, not streamed; its own breakers, so a mirror never moves the real
-traffic's) and write one ``shadow_log`` row per copy: the baseline request it copies, the candidate's
-status, latency, tokens, cost and answer-quality fields. ``shadow_log`` is apart from
-``request_log``: no figure of real traffic (rollups, spend, the Monitor) counts a mirror.
+primary side, or to the route's canary deployment, with no fallback; not streamed; its own
+breakers, so a mirror never moves the real traffic's) and write one ``shadow_log`` row per copy:
+the baseline request it copies, the candidate's status, latency, tokens, cost and answer-quality
+fields. ``shadow_log`` is apart from ``request_log``: no figure of real traffic (rollups, spend,
+the Monitor) counts a mirror.
 
 The budget: a copy is only queued while the spend so far (``shadow_log``'s cost, read each refresh,
 plus what this process's mirrors cost since) is under the rollout's budget. Processes share the
@@ -58,10 +61,11 @@ NOT_MIRRORED = frozenset({"stream", "stream_options"})
 
 @dataclass(frozen=True)
 class Phase:
-    """The shadow phase in force: which rollout, the share of baseline requests to mirror, the
-    budget and its spend as last read."""
+    """A shadow phase in force: which rollout, the route it shadows (None: the global canary), the
+    share of baseline requests to mirror, the budget and its spend as last read."""
 
     rollout_id: int
+    route: str | None
     share: float
     budget_usd: float
     spent_usd: float
@@ -102,7 +106,8 @@ class _NoRatio:
 
 
 class Shadower:
-    """Mirrors the global canary's baseline requests to its candidate during a shadow phase.
+    """Mirrors a rollout's baseline requests to its candidate during its shadow phase (the global
+    canary's, and each route's).
     ``make_client``: the routing client class the gateway is built with (its blocking one,
     :class:`app.routing.io.client.RoutingClient`), called with that class's keyword arguments."""
 
@@ -123,6 +128,7 @@ class Shadower:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.engine = engine
+        self._routes = frozenset(name for name, r in settings.routes.items() if r.canary is not None)
         self._sink = _Sink()
         # The gateway's own (blocking) routing client class, built anew with its own breakers and
         # this sink: a mirror never moves the real traffic's breakers or log.
@@ -135,8 +141,9 @@ class Shadower:
         self._stop = stop or threading.Event()
         self._queue: queue.Queue[tuple[int, str, dict, str, str]] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
-        self.phase: Phase | None = None  # read without a lock on the request path (one attribute)
-        self._spent_here = 0.0  # this process's mirrors' cost since the last refresh
+        # Read without a lock on the request path: one attribute, replaced whole on each refresh.
+        self.phases: dict[str | None, Phase] = {}
+        self._spent_here: dict[int, float] = {}  # per rollout: this process's mirrors' cost since the last refresh
         self.sent = 0
         self.dropped = 0
         self.failed_writes = 0
@@ -146,32 +153,47 @@ class Shadower:
         ]
 
     # -- the request path ------------------------------------------------------------------------
+    @property
+    def phase(self) -> Phase | None:
+        """The global canary's shadow phase, if one is in force."""
+        return self.phases.get(None)
+
     def offer(self, plan: Any) -> None:
-        """Called with each planned request; queues a copy when it is drawn (never waits)."""
-        phase = self.phase
-        if phase is None or plan.route is not None or plan.side != "fallback" or plan.api not in MIRRORED_APIS:
+        """Called with each planned request; queues a copy when it is drawn (never waits). The
+        baseline is the fallback side for the global canary, a route's own deployments (not its
+        canary) for a route's; the copy names the route, so the candidate answers the same model."""
+        phases = self.phases
+        if not phases or plan.api not in MIRRORED_APIS:
+            return
+        phase = phases.get(plan.route)
+        if phase is None or plan.side != ("fallback" if plan.route is None else "route"):
             return
         if plan.no_shadow or plan.source == SOURCE or self._rng.random() >= phase.share:
             return
-        if phase.spent_usd + self._spent_here >= phase.budget_usd:
+        if phase.spent_usd + self._spent_here.get(phase.rollout_id, 0.0) >= phase.budget_usd:
             return
         body = {k: v for k, v in plan.body.items() if k not in NOT_MIRRORED}
+        model = plan.requested_model if plan.route is None else plan.route
         try:
-            self._queue.put_nowait((phase.rollout_id, plan.api, body, plan.requested_model, plan.request_id))
+            self._queue.put_nowait((phase.rollout_id, plan.api, body, model, plan.request_id))
         except queue.Full:
             self.dropped += 1
 
     # -- off the request path ------------------------------------------------------------------
     def refresh(self) -> None:
-        """Read whether a shadow phase runs, and its spend so far."""
-        r = rollouts.active(self.engine, GLOBAL)
-        if r is None or r.state != RUNNING or not r.shadowing or r.plan.shadow_share is None:
-            self.phase = None
-            return
-        _, usd = shadow.spent(self.engine, r.id)
+        """Read which shadow phases run, and the spend of each so far."""
+        phases: dict[str | None, Phase] = {}
+        for r in rollouts.all_active(self.engine):
+            if r.state != RUNNING or not r.shadowing or r.plan.shadow_share is None:
+                continue
+            route = None if r.scope == GLOBAL else r.plan.route
+            if route is not None and route not in self._routes:
+                continue  # a route this process's configuration does not have
+            _, usd = shadow.spent(self.engine, r.id)
+            phases[route] = Phase(r.id, route, float(r.plan.shadow_share), float(r.plan.shadow_budget_usd or 0.0), usd)
         with self._lock:
-            self._spent_here = 0.0
-        self.phase = Phase(r.id, float(r.plan.shadow_share), float(r.plan.shadow_budget_usd or 0.0), usd)
+            self._spent_here = {}
+        self.phases = phases
 
     def _work(self) -> None:
         while not self._stop.is_set():
@@ -185,12 +207,15 @@ class Shadower:
                 log.exception("shadow: mirroring a request failed")
 
     def _mirror(self, rollout_id: int, api: str, body: dict, model: str, request_id: str) -> None:
-        phase = self.phase
-        if phase is None or phase.rollout_id != rollout_id:
+        phase = next((p for p in self.phases.values() if p.rollout_id == rollout_id), None)
+        if phase is None:
             return  # the phase ended while the copy waited
         token = f"shadow-copy-{request_id}"
         self._sink.begin(token)
-        options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token)
+        if phase.route is None:
+            options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token)
+        else:
+            options = RouteOptions(model=model, canary_only=True, source=SOURCE, cache_hints=False, key_name=token)
         try:
             self.client.request(api, body, options)
         except Exception as exc:  # noqa: BLE001 - the candidate's failure is what the log records
@@ -214,7 +239,9 @@ class Shadower:
             log.warning("shadow: could not log a mirrored answer (%s)", exc)
             return
         with self._lock:
-            self._spent_here += float(sum(r.cost_usd for r in records))
+            self._spent_here[rollout_id] = self._spent_here.get(rollout_id, 0.0) + float(
+                sum(r.cost_usd for r in records)
+            )
         self.sent += 1
 
     def start(self) -> Shadower:
@@ -226,5 +253,5 @@ class Shadower:
     def close(self) -> None:
         self.timer.stop()
         self._stop.set()
-        self.phase = None
+        self.phases = {}
         self.client.close_http()

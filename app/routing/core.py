@@ -198,6 +198,7 @@ class Plan:
     route_home: str | None = None  # the provider holding the request's previous_response_id
     route_providers: frozenset[str] = frozenset()  # the providers that may answer its API
     canary: bool = False  # the route's canary deployment goes first (the request drew its share)
+    canary_only: bool = False  # the route's canary deployment alone, no fallback (a shadow copy)
     no_shadow: bool = False  # the caller asked that the request never be duplicated (NO_SHADOW_HEADER)
 
 
@@ -284,6 +285,14 @@ class StreamState:
 
 
 # ------------------------------------------------------------------------------------- the core
+
+
+def _no_shadow(headers: Mapping[str, str] | None) -> bool:
+    """Whether the caller asked that the request never be duplicated (:data:`NO_SHADOW_HEADER`)."""
+    return any(
+        k.lower() == NO_SHADOW_HEADER and v.strip().lower() not in ("", "0", "false", "no")
+        for k, v in (headers or {}).items()
+    )
 
 
 class RoutingCore:
@@ -425,11 +434,20 @@ class RoutingCore:
                 raise InvalidRequest(f"{name} must be a positive integer")
 
         to_route = self._route_for(api, model, msgs) if route is None else None
+        if options.canary_only:
+            canaried = [n for n, r in self.route_table.routes.items() if r.canary is not None]
+            if to_route is None or self.route_table.routes[to_route[0]].canary is None:
+                raise InvalidRequest(
+                    f"canary_only: model {model!r} names no route with a canary deployment "
+                    f"(routes with one: {', '.join(canaried) or 'none'})"
+                )
         if to_route is not None:
             name, intent, est = to_route
-            return self._route_plan(
-                name, api, body, msgs, model, header, session_id, source, stream, caller_usage, cache_hints,
-                key_name, headers, intent=intent, est=est,
+            return self._planned(
+                self._route_plan(
+                    name, api, body, msgs, model, header, session_id, source, stream, caller_usage, cache_hints,
+                    key_name, headers, intent=intent, est=est, canary_only=options.canary_only,
+                )
             )  # fmt: skip
         r = self.settings.routing
         if route is not None:
@@ -469,10 +487,6 @@ class RoutingCore:
             self._refused(api, body, msgs, model, side, routes, session_id, source, stream, key_name, exc)
             raise
         forwarded = self._forwarded(headers)
-        no_shadow = any(
-            k.lower() == NO_SHADOW_HEADER and v.strip().lower() not in ("", "0", "false", "no")
-            for k, v in (headers or {}).items()
-        )
         planned = Plan(
             request_id=self._new_id(),
             api=api,
@@ -493,8 +507,12 @@ class RoutingCore:
             prompt_text=self._stored_prompt(msgs),
             headers=forwarded,
             key_name=key_name,
-            no_shadow=no_shadow,
+            no_shadow=_no_shadow(headers),
         )
+        return self._planned(planned)
+
+    def _planned(self, planned: Plan) -> Plan:
+        """``planned``, after every plan hook saw it (the shadow phase's mirror)."""
         for hook in self.on_plan:
             try:
                 hook(planned)
@@ -554,9 +572,11 @@ class RoutingCore:
         *,
         intent: str = "explicit",
         est: int | None = None,
+        canary_only: bool = False,
     ) -> Plan:
         """A request to a route: its canary draw (the session's fixed one, else random), and the
-        providers that may answer its API; the deployments themselves are ordered when it starts."""
+        providers that may answer its API; the deployments themselves are ordered when it starts.
+        ``canary_only``: the route's canary deployment alone, with no fallback."""
         providers = self.settings.providers
         serving = {p for p, c in providers.items() if serves(c, api)}
         home = None
@@ -575,7 +595,7 @@ class RoutingCore:
             est = estimate_tokens(len(message_text(msgs)), self.settings.intents.chars_per_token)
         ratio = self.route_ratio(name)
         draw = routes_mod.session_draw(name, session_id) if session_id is not None else self.rng.random()
-        canary = self.route_table.routes[name].canary is not None and draw < ratio
+        canary = canary_only or (self.route_table.routes[name].canary is not None and draw < ratio)
         return Plan(
             request_id=self._new_id(),
             api=api,
@@ -600,6 +620,8 @@ class RoutingCore:
             route_home=home,
             route_providers=frozenset(serving),
             canary=canary,
+            canary_only=canary_only,
+            no_shadow=_no_shadow(headers),
         )
 
     def _refused(
@@ -862,11 +884,15 @@ class RoutingCore:
                 now=self.clock(),
                 prompt_tokens=plan.prompt_tokens_est,
                 session_id=plan.session_id,
-                canary_ratio=self.route_ratio(name) if plan.canary and name == plan.route else 0.0,
+                canary_ratio=(1.0 if plan.canary_only else self.route_ratio(name))
+                if plan.canary and name == plan.route
+                else 0.0,
                 draw=0.0,
                 is_fallback=via_fallback,
                 providers=plan.route_providers,
             )
+            if plan.canary_only:
+                targets = [t for t in targets if t.canary]
             if plan.route_home is not None:  # a previous_response_id: only its provider holds it
                 targets = [t for t in targets if t.provider == plan.route_home]
             left_out += out
@@ -889,6 +915,8 @@ class RoutingCore:
                         raise NoRoute(f"request refused by {d.provider}")
                     refused = (d.provider, failure)
                     break
+            if plan.canary_only:
+                break  # a copy for the canary alone: no other deployment, no fallback
             if kind == routes_mod.CONTEXT_WINDOW:
                 queue = [(n, True) for n in route.context_window_fallbacks]
             elif kind == routes_mod.CONTENT_POLICY:

@@ -20,6 +20,7 @@ class RouteOptions:
     stream: bool = False
     source: str | None = None  # the request log's label (None: the client's own)
     route: Side | None = None  # force one side with no fallback (the playground's compare mode)
+    canary_only: bool = False  # the model's route's canary deployment alone, no fallback (a shadow copy)
     cache_hints: bool = True
     key_name: str | None = None  # the server's gateway key, carried into the records
     headers: Mapping[str, str] | None = None  # the caller's headers, forwarded where allowed

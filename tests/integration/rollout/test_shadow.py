@@ -9,6 +9,9 @@ with the CLI's ``--shadow-share --shadow-budget-usd``.
   copy of its request is still unanswered at the candidate.
 - A healthy candidate's phase passes and the rollout moves to its first step; a failing one is
   aborted in the shadow phase (the ratio never left 0).
+- A route's rollout shadows the route's own deployments to its canary deployment: callers get the
+  baseline's bytes, the canary deployment gets copies naming the route, and the passed phase moves
+  the route's share (the global canary's stays where it was).
 """
 
 from __future__ import annotations
@@ -30,14 +33,19 @@ BASELINE = reply(chat_body("gpt-4.1", [choice(content="the baseline's answer")])
 CANDIDATE = reply(chat_body("gpt-4.1", [choice(content="the candidate's answer, which no caller sees")]))
 
 
-@pytest.fixture
-def rig(tmp_path):
+ROUTE = '[routes."gpt-4.1"]\ndeployments = [{ provider = "direct" }]\ncanary = { provider = "holysheep" }\n'
+
+
+@pytest.fixture(params=["global"])
+def rig(tmp_path, request):
     with ChaosUpstream() as upstream:
         upstream.set_default(BASELINE, provider="direct")
         upstream.set_default(CANDIDATE, provider="holysheep")
         cfg = tmp_path / "gateway.toml"
         cfg.write_text(
-            sp.chaos_config(upstream.url, timeout_s=30) + "[guardrail]\nenabled = false\n[breaker]\nenabled = false\n"
+            sp.chaos_config(upstream.url, timeout_s=30)
+            + "[guardrail]\nenabled = false\n[breaker]\nenabled = false\n"
+            + (ROUTE if request.param == "route" else "")
         )
         db_url = f"sqlite:///{tmp_path / 'gw.db'}"
         server = sp.start(cfg, db_url)
@@ -58,10 +66,10 @@ def _ask(rig) -> bytes:
     return r.content
 
 
-def _start(rig, share: str, budget: str, *, bake: str = "2", samples: str = "5") -> int:
+def _start(rig, share: str, budget: str, *, bake: str = "2", samples: str = "5", route: str | None = None) -> int:
     out = sp.cli(rig["env"], "rollout", "start", "--candidate", "holysheep", "--steps", "10,100", "--bake-s", bake,
                  "--min-samples", samples, "--shadow-share", share, "--shadow-budget-usd", budget, "--reason",
-                 "try the new provider on copies first", "--json")  # fmt: skip
+                 "try the new provider on copies first", "--json", *(("--route", route) if route else ()))  # fmt: skip
     assert out.returncode == 0, out.stderr
     started = json.loads(out.stdout)
     assert started["step_index"] == -1 and started["weight"] == 0.0
@@ -158,3 +166,30 @@ def test_a_failing_candidate_is_aborted_in_the_shadow_phase(rig) -> None:
     assert "rollout abort at shadow: " in r.last_reason and "failure rate" in r.last_reason, r.last_reason
     trail = rollouts.history(rig["engine"], r)
     assert all(t[2] == 0.0 for t in trail)  # the candidate never had real traffic
+
+
+@pytest.mark.parametrize("rig", ["route"], indirect=True)
+def test_a_routes_shadow_phase_copies_its_deployments_requests_to_its_canary_then_steps(rig) -> None:
+    from db import canary
+
+    reference = _ask(rig)
+    assert b"the baseline's answer" in reference
+    assert not rig["upstream"].requests_for("holysheep")  # the route's canary share is 0
+    rid = _start(rig, "1", "5", route="gpt-4.1")
+    _shadowing(rig, rid)
+    assert all(_ask(rig) == reference for _ in range(5))  # the caller's bytes, whatever the copy got
+    copies = rig["upstream"].requests_for("holysheep")
+    assert copies and all(c.json["model"] == "gpt-4.1" and not c.wants_stream for c in copies)
+
+    def stepped():
+        _ask(rig)
+        r = rollouts.get(rig["engine"], rid)
+        return r if r is not None and not r.shadowing else None
+
+    r = sp.wait_for(stepped, timeout_s=120, what="the end of the route's shadow phase")
+    assert r.state == "running" and r.weight == 0.1 and r.scope == "route:gpt-4.1", r.last_reason
+    assert "rollout step shadow -> 10 %" in r.last_reason
+    assert canary.get_state(rig["engine"], "route:gpt-4.1").ratio == 0.1
+    assert canary.get_state(rig["engine"]).ratio == 0.0  # the global canary was not touched
+    n, _ = shadow.spent(rig["engine"], rid)
+    assert n >= 5

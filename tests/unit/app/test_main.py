@@ -179,10 +179,8 @@ def rollout_cli(monkeypatch, sqlite_url, capsys):
         (("--bake-s", "1e400"), "--bake-s must be a number from 1 to 604800"),
         (("--alpha", "nan"), "--alpha must be a number"),
         (("--min-samples", "0"), "--min-samples must be a whole number from 1"),
-        (
-            ("--shadow-share", "0.05", "--shadow-budget-usd", "5", "--route", "gpt-4.1"),
-            "a shadow phase mirrors the global canary's baseline only",
-        ),
+        (("--shadow-share", "nan", "--shadow-budget-usd", "5"), "--shadow-share must be a number"),
+        (("--shadow-share", "0.05", "--shadow-budget-usd", "1e400"), "--shadow-budget-usd must be a number"),
         (("--shadow-share", "0.05"), "--shadow-share and --shadow-budget-usd go together"),
         (("--reason", " "), "--reason must not be empty"),
         (("--actor", "rollout"), "reserved system actor"),

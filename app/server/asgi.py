@@ -28,6 +28,7 @@ from urllib.parse import unquote
 
 import anyio
 
+from app.routing.core import NO_SHADOW_HEADER
 from app.server import wire
 from app.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from app.server.metrics import GatewayMetrics
@@ -52,6 +53,8 @@ CORS_EXPOSED = (
 )
 READY_TIMEOUT_S = 3.0  # /readyz answers within this even when a check hangs (a stalled database)
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+_NO_SHADOW = NO_SHADOW_HEADER.encode()  # ASGI header names are lowercase bytes
 
 
 @dataclass
@@ -187,8 +190,11 @@ class GatewayApp:
         raw = await self._read_body(scope, receive)
         body = wire.parse_json_body(raw, max_body_bytes=self.max_body_bytes)
         req = wire.validate_api_request(api, body)
-        if self.forward_headers:
-            req = replace(req, headers=tuple(scope.get("headers", ())))
+        headers = scope.get("headers", ())
+        # The handler reads the caller's headers for the forward allow-lists, and for the mark that
+        # a request is never to be copied to a shadow candidate, which any caller may send.
+        if self.forward_headers or any(k == _NO_SHADOW for k, _ in headers):
+            req = replace(req, headers=tuple(headers))
         if req.model != "auto" and req.model not in self.models:
             raise wire.model_not_found(req.model)
         if key is not None and req.model != "auto" and not key.allows_model(req.model):

@@ -59,9 +59,9 @@ def rig(tmp_path, request):
             server.terminate()
 
 
-def _ask(rig) -> bytes:
-    r = httpx2.post(f"{rig['server'].base_url}/chat/completions", json={"model": "gpt-4.1", "messages": HELLO},
-                    headers={"Authorization": f"Bearer {rig['key']}"}, timeout=60)  # fmt: skip
+def _ask(rig, messages: list[dict] = HELLO, headers: dict[str, str] | None = None) -> bytes:
+    r = httpx2.post(f"{rig['server'].base_url}/chat/completions", json={"model": "gpt-4.1", "messages": messages},
+                    headers={"Authorization": f"Bearer {rig['key']}", **(headers or {})}, timeout=60)  # fmt: skip
     assert r.status_code == 200, r.text
     return r.content
 
@@ -180,6 +180,16 @@ def test_a_routes_shadow_phase_copies_its_deployments_requests_to_its_canary_the
     assert all(_ask(rig) == reference for _ in range(5))  # the caller's bytes, whatever the copy got
     copies = rig["upstream"].requests_for("holysheep")
     assert copies and all(c.json["model"] == "gpt-4.1" and not c.wants_stream for c in copies)
+    # A caller's mark is honoured on a route too: its requests are never copied. One unmarked request
+    # after them: once its copy arrived, the marked ones (queued before it) would have too.
+    private = [{"role": "user", "content": "never duplicate me"}]
+    for _ in range(8):
+        _ask(rig, private, {"x-gateway-no-shadow": "1"})
+    last = [{"role": "user", "content": "the unmarked one"}]
+    _ask(rig, last)
+    sp.wait_for(lambda: any(c.json["messages"] == last for c in rig["upstream"].requests_for("holysheep")),
+                timeout_s=30, what="the unmarked request's copy")  # fmt: skip
+    assert not any(c.json["messages"] == private for c in rig["upstream"].requests_for("holysheep"))
 
     def stepped():
         _ask(rig)

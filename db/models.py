@@ -395,6 +395,8 @@ class ShadowLog(Base):
     refused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
     tool_json_bad: Mapped[int] = mapped_column(Integer, server_default="0")
     schema_bad: Mapped[bool | None] = mapped_column(Boolean)
+    stream: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))  # migration 0023
+    chunk_gap_ms: Mapped[float | None] = mapped_column(Float)
 
 
 class GuardrailSetting(Base):

@@ -58,7 +58,7 @@ def pairs(engine: Engine, rollout_id: int, *, limit: int = MAX_PAIRS) -> list[Pa
         )
     out = []
     for row in rows:
-        shadow = _Row({c.name: row[c.name] for c in s.c}, chunk_gap_ms=None, attempt=1)
+        shadow = _Row({c.name: row[c.name] for c in s.c}, attempt=1)
         base = _Row({c.name: row[f"b_{c.name}"] for c in r.c})
         out.append(Pair(shadow, base))
     return out

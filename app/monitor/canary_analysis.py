@@ -417,9 +417,10 @@ def analyse_shadow(
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
         ).all()
+    # A copy streams when the request it copies did, so first token and chunk gaps compare on
+    # streamed pairs; a pair sent whole has neither on either side (a copy stored before copies
+    # streamed has none either, and counts for no tail signal).
     limits = _p95s(before)
-    # A mirrored copy is sent whole, not streamed: there is no first token or chunk gap to compare.
-    limits["slow first token"] = limits["slow chunks"] = None
     tests = {s: RateRatioTest(alpha=signal_alpha(s, alpha)) for s in SIGNALS}
     counts = {s: [0, 0] for s in SIGNALS}
     found = shadow_pairs(engine, rollout_id)

@@ -12,8 +12,9 @@ returns. A request whose caller sent ``x-gateway-no-shadow``
 draw and a ``put_nowait`` are all it costs; a full queue drops the copy (counted).
 
 ``concurrency`` worker threads send the copies to the candidate (the routing policy forced to the
-primary side, or to the route's canary deployment, with no fallback; not streamed; its own
-breakers, so a mirror never moves the real traffic's) and write one ``shadow_log`` row per copy:
+primary side, or to the route's canary deployment, with no fallback; streamed when the request it
+copies was, so its first token and chunk gaps compare; its own breakers, so a mirror never moves
+the real traffic's) and write one ``shadow_log`` row per copy:
 the baseline request it copies, the candidate's status, latency, tokens, cost and answer-quality
 fields. ``shadow_log`` is apart from ``request_log``: no figure of real traffic (rollups, spend,
 the Monitor) counts a mirror.
@@ -55,7 +56,7 @@ CONCURRENCY = 2
 QUEUE = 32
 SOURCE = "shadow"
 MIRRORED_APIS = frozenset({"chat", "responses", "completions"})
-#: Body fields a mirror leaves out: it is sent whole, never streamed.
+#: Body fields a mirror leaves out: whether it streams is the routing option's, as for the request it copies.
 NOT_MIRRORED = frozenset({"stream", "stream_options"})
 
 
@@ -139,7 +140,7 @@ class Shadower:
         self._rng = rng or random.Random()
         self._wall = wall_clock
         self._stop = stop or threading.Event()
-        self._queue: queue.Queue[tuple[int, str, dict, str, str]] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[tuple[int, str, dict, str, str, bool]] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()
         # Read without a lock on the request path: one attribute, replaced whole on each refresh.
         self.phases: dict[str | None, Phase] = {}
@@ -175,7 +176,7 @@ class Shadower:
         body = {k: v for k, v in plan.body.items() if k not in NOT_MIRRORED}
         model = plan.requested_model if plan.route is None else plan.route
         try:
-            self._queue.put_nowait((phase.rollout_id, plan.api, body, model, plan.request_id))
+            self._queue.put_nowait((phase.rollout_id, plan.api, body, model, plan.request_id, bool(plan.stream)))
         except queue.Full:
             self.dropped += 1
 
@@ -206,18 +207,23 @@ class Shadower:
             except Exception:  # one copy's failure must not end the worker
                 log.exception("shadow: mirroring a request failed")
 
-    def _mirror(self, rollout_id: int, api: str, body: dict, model: str, request_id: str) -> None:
+    def _mirror(self, rollout_id: int, api: str, body: dict, model: str, request_id: str, stream: bool = False) -> None:
         phase = next((p for p in self.phases.values() if p.rollout_id == rollout_id), None)
         if phase is None:
             return  # the phase ended while the copy waited
         token = f"shadow-copy-{request_id}"
         self._sink.begin(token)
         if phase.route is None:
-            options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token)
+            options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token,
+                                   stream=stream)  # fmt: skip
         else:
-            options = RouteOptions(model=model, canary_only=True, source=SOURCE, cache_hints=False, key_name=token)
+            options = RouteOptions(model=model, canary_only=True, source=SOURCE, cache_hints=False, key_name=token,
+                                   stream=stream)  # fmt: skip
         try:
-            self.client.request(api, body, options)
+            answer = self.client.request(api, body, options)
+            if stream:
+                for _piece in answer:  # read whole: its records carry the first token and the gaps
+                    pass
         except Exception as exc:  # noqa: BLE001 - the candidate's failure is what the log records
             log.debug("shadow: the candidate failed a mirrored request: %s", exc)
         records = self._sink.take(token)
@@ -231,6 +237,7 @@ class Shadower:
             "completion_tokens": final.completion_tokens, "tool_calls": final.tool_calls,
             "cost_usd": sum(r.cost_usd for r in records), "finish_reason": final.finish_reason,
             "refused": final.refused, "tool_json_bad": final.tool_json_bad, "schema_bad": final.schema_bad,
+            "stream": stream, "chunk_gap_ms": final.chunk_gap_ms if stream else None,
         }  # fmt: skip
         try:
             shadow.insert_rows(self.engine, [row])

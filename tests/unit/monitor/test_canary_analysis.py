@@ -124,3 +124,59 @@ def test_the_cli_prints_every_signal_and_refuses_bad_input(client_factory, sqlit
     ):
         assert main(["canary", "analyze", *bad]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_a_shadow_phases_streamed_copies_are_judged_on_their_first_token(settings_factory, sqlite_url) -> None:
+    """A route's shadow phase, streamed: the copies stream as the requests they copy did, so a
+    candidate whose first token comes 100 times later (well past the baseline's spikes) is found
+    worse on the slow first token, from pairs alone; a copy sent whole (of a request sent whole)
+    carries no first token to compare."""
+    import random
+
+    from app.gateway import build_gateway
+    from app.monitor.canary_analysis import analyse_shadow
+    from app.rollout.shadow import Phase, Shadower
+    from db.shadow import pairs
+
+    settings = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE, database_url=sqlite_url,
+                                latency_scale=0.005)  # fmt: skip
+    gw = build_gateway(settings, guardrail=False)
+    client = gw.client
+    try:
+        set_faults(client.engine, "holysheep", FaultSettings(ttft_multiplier=100.0), actor="t")
+        client.refresh()
+
+        def ask(n: int, stream: bool) -> None:
+            for _ in range(n):
+                if stream:
+                    for _piece in client.chat(MSG, model="gpt-4.1", stream=True):
+                        pass
+                else:
+                    client.chat(MSG, model="gpt-4.1")
+
+        ask(60, True)  # the baseline before the rollout: its p95 first token is the bar
+        client.flush()
+        since = time.time()
+        sh = Shadower(client.engine, client.settings, make_client=type(client), transports=gw.transports,
+                      rng=random.Random(3), queue_size=64)  # fmt: skip
+        sh.phases = {"gpt-4.1": Phase(rollout_id=9, route="gpt-4.1", share=1.0, budget_usd=100.0, spent_usd=0.0)}
+        client.core.on_plan.append(sh.offer)
+        ask(30, True)
+        ask(5, False)
+        while not sh._queue.empty():  # the workers' job, done here in order
+            sh._mirror(*sh._queue.get_nowait())
+        client.flush()
+        found = pairs(client.engine, 9)
+        assert len(found) == 35
+        streamed = [p for p in found if p.shadow.stream]
+        assert len(streamed) == 30 and all(p.shadow.ttft_ms is not None for p in streamed)
+        assert all(p.shadow.ttft_ms is None and p.shadow.chunk_gap_ms is None for p in found if not p.shadow.stream)
+        result = analyse_shadow(client.engine, rollout_id=9, since=since, until=time.time(), route="gpt-4.1",
+                                min_samples=20)  # fmt: skip
+        by = {s.signal: s for s in result.signals}
+        assert by["slow first token"].verdict == "worse", result.rows()
+        assert by["slow first token"].candidate >= 25 > by["slow first token"].baseline
+        assert by["failed"].verdict != "worse"
+        sh.close()
+    finally:
+        client.close()

@@ -40,9 +40,11 @@ def test_the_baseline_is_copied_whole_without_streaming_and_marked_callers_are_n
     client, sh = _setup(client_factory, sqlite_url)
     sh.phases = {None: Phase(rollout_id=7, route=None, share=1.0, budget_usd=5.0, spent_usd=0.0)}
     plan = _plan(client)
-    rollout_id, api, body, model, request_id = sh._queue.get_nowait()
-    assert (rollout_id, api, model, request_id) == (7, "chat", "gpt-4.1", plan.request_id)
-    assert body == {"messages": HELLO["messages"]}  # no stream options: a copy is sent whole
+    rollout_id, api, body, model, request_id, stream = sh._queue.get_nowait()
+    assert (rollout_id, api, model, request_id, stream) == (7, "chat", "gpt-4.1", plan.request_id, False)
+    assert body == {"messages": HELLO["messages"]}  # streaming is the routing option's, as the request's
+    streamed = _plan(client, stream=True)
+    assert sh._queue.get_nowait()[4:] == (streamed.request_id, True)  # a streamed request's copy streams
     _plan(client, headers={"X-Gateway-No-Shadow": "1"})
     _plan(client, route="primary")  # the candidate's own side: not a baseline request
     assert sh._queue.qsize() == 0
@@ -87,7 +89,7 @@ def test_a_routes_baseline_is_copied_by_route_and_only_while_its_own_phase_runs(
     assert sh._queue.qsize() == 0  # the global phase does not copy a route's requests
     sh.phases = {"gpt-4.1": Phase(rollout_id=3, route="gpt-4.1", share=1.0, budget_usd=5.0, spent_usd=0.0)}
     plan = client.core.plan("chat", HELLO, RouteOptions(model="gpt-4.1"))
-    assert sh._queue.get_nowait() == (3, "chat", {"messages": HELLO["messages"]}, "gpt-4.1", plan.request_id)
+    assert sh._queue.get_nowait() == (3, "chat", {"messages": HELLO["messages"]}, "gpt-4.1", plan.request_id, False)
     client.core.plan("chat", HELLO, RouteOptions(model="gemini-2.5-flash"))  # the two-sided routing: no phase
     assert sh._queue.qsize() == 0
     sh.phases = {"gpt-4.1": Phase(rollout_id=3, route="gpt-4.1", share=1.0, budget_usd=5.0, spent_usd=5.0)}

@@ -10,8 +10,9 @@ the default bake time, 600 s, at ``RPS`` = 5 requests a second, 3,000), held unt
 - provider errors, refusals, truncations, broken tool-call JSON, schema violations: each request has
   the event with its arm's probability;
 - latency, TTFT and cost: the event is "above the baseline's p95", the threshold fixed before the
-  rollout from a baseline-only warm-up (a candidate whose distribution is no worse has at most 5 %
-  of its requests above it, so "not worse" keeps its meaning as a rate).
+  rollout from a baseline-only warm-up, and for the candidate that p95 times its allowed change
+  (``ALLOWED_CHANGE``: +10 %, cost +5 %), as the analysis counts it (a candidate no worse than
+  that has at most 5 % of its requests above it, so "not worse" keeps its meaning as a rate).
 
 The analysis is the real one's: requests go through :class:`core.units.UnitTracker` (a request
 without a session is its own unit; a sticky session's run is one), and the tests
@@ -44,7 +45,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from app.monitor.canary_analysis import SIGNALS, signal_alpha
+from app.monitor.canary_analysis import ALLOWED_CHANGE, SIGNALS, signal_alpha
 from app.rollout.driver import INTERVAL_S
 from app.routing.rollout import MAX_SUSPECT_BAKES, SUSPECT_E, inconclusive_after
 from core.rollout import DEFAULT_BAKE_S, DEFAULT_MIN_SAMPLES, DEFAULT_STEPS
@@ -224,7 +225,8 @@ def rollout(candidate: Arm, seed: int, sessions: tuple[int, float] | None = None
                     hit.append(m)
             for m in TAILS:
                 value = MEDIAN[m] * getattr(arm, m) * math.exp(rng.gauss(0, SIGMA[m]))
-                if value > limit[m]:
+                # As the analysis counts it: the candidate's event is above the p95 times its allowed change.
+                if value > (limit[m] * (1.0 + ALLOWED_CHANGE[SIGNAL_OF[m]]) if on_candidate else limit[m]):
                     hit.append(m)
             if on_candidate and out.guardrail_at is None:
                 window.append((clock, failed))

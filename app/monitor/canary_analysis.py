@@ -19,7 +19,11 @@ trail. Signals (one per final request):
   parse or does not validate;
 - ``slow`` / ``slow first token`` / ``slow chunks`` / ``costly``: latency, TTFT, a stream's mean
   time between chunks or cost above the baseline's p95 *before* the window (so the threshold is
-  fixed before the data it judges); nodata without such a baseline.
+  fixed before the data it judges); nodata without such a baseline. The candidate has an allowed
+  change on each (:data:`ALLOWED_CHANGE`: latency +10 %, cost +5 %): its event is a value above
+  that p95 times ``1 + allowed``. A candidate whose values are at most ``1 + allowed`` times the
+  baseline's (in distribution) then has its events no more often than the baseline has its own,
+  which is the null each test holds; one slower or dearer by more is what it finds.
 
 **Units, not requests.** Routing is sticky per session, so a session's requests are one draw, not
 many. The tests count experimental units (:mod:`core.units`): a request without a session is a
@@ -75,6 +79,8 @@ SIGNALS = (
 #: Each signal's share of alpha (relative weights; see the module's docstring).
 SIGNAL_WEIGHTS: dict[str, float] = {s: 2.0 if s in ("attempt failed", "failed") else 1.0 for s in SIGNALS}
 TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "costly")  # judged against the baseline's p95
+#: How much worse than the baseline the candidate may be on each tail signal before it counts.
+ALLOWED_CHANGE = {"slow": 0.10, "slow first token": 0.10, "slow chunks": 0.10, "costly": 0.05}
 MAX_ROWS = 200_000  # final requests read for one analysis, newest kept
 MIN_SAMPLES = 50
 BASELINE_ROWS = 5_000
@@ -125,6 +131,7 @@ class Analysis:
         return [
             {
                 "signal": s.signal,
+                "allowed": f"+{ALLOWED_CHANGE[s.signal] * 100:g} %" if s.signal in ALLOWED_CHANGE else "none",
                 "candidate": s.candidate,
                 "baseline": s.baseline,
                 "candidate rate": s.candidate_rate,
@@ -270,7 +277,7 @@ def analyse(
     for r in finals:  # in the order the requests ended
         start = started.get(r.request_id, float(r.ts))
         share = ratios[bisect_right(times, start) - 1]
-        events = _events(r, limits)
+        events = _events(r, limits, r.side == candidate_side)
         events["attempt failed"] = first_failed.get(r.request_id, r.status != "ok")
         tally.add(_session(r.session_id, route), start, r.side == candidate_side, share, events)
     # One read: every session's run ends at ``until`` (a cut fixed before the arms are looked at).
@@ -362,7 +369,7 @@ class RunningAnalysis:
                 continue
             failed_first, started = self._first.pop(r.request_id, (r.status != "ok", float(r.ts)))
             share = ratios[bisect_right(times, started) - 1]
-            events = _events(r, self.limits)
+            events = _events(r, self.limits, r.side == self.candidate_side)
             events["attempt failed"] = failed_first
             session = _session(r.session_id, self.route)
             self.tally.add(session, started, r.side == self.candidate_side, share, events)
@@ -426,7 +433,7 @@ def analyse_shadow(
     found = shadow_pairs(engine, rollout_id)
     for p in found:
         for arm, row in ((0, p.shadow), (1, p.baseline)):
-            events = _events(row, limits)
+            events = _events(row, limits, arm == 0)
             # The baseline's first attempt failed when it failed or was retried; the copy has one.
             events["attempt failed"] = row.status != "ok" or int(getattr(row, "attempt", 1) or 1) > 1
             for signal, hit in events.items():
@@ -462,10 +469,14 @@ def _p95s(before: Sequence) -> dict[str, float | None]:
     }
 
 
-def _events(r, limits: dict[str, float | None]) -> dict[str, bool]:
+def _events(r, limits: dict[str, float | None], candidate: bool) -> dict[str, bool]:
+    """The signals' events of one final row; the candidate's tail events are counted above the
+    baseline's p95 times its allowed change (:data:`ALLOWED_CHANGE`)."""
     ok = r.status == "ok"
     over = {
-        name: limit is not None and value is not None and float(value) > limit
+        name: limit is not None
+        and value is not None
+        and float(value) > (limit * (1.0 + ALLOWED_CHANGE[name]) if candidate else limit)
         for name, value, limit in (
             ("slow", r.latency_ms, limits["slow"]),
             ("slow first token", r.ttft_ms, limits["slow first token"]),

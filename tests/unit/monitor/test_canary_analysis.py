@@ -180,3 +180,26 @@ def test_a_shadow_phases_streamed_copies_are_judged_on_their_first_token(setting
         sh.close()
     finally:
         client.close()
+
+
+def test_the_candidate_has_its_allowed_change_on_each_tail_signal() -> None:
+    """A tail event is a value above the baseline's p95; for the candidate, above that p95 times its
+    allowed change (latency +10 %, cost +5 %), so a candidate within it is not counted against."""
+    from types import SimpleNamespace
+
+    from app.monitor.canary_analysis import ALLOWED_CHANGE, _events
+
+    assert set(ALLOWED_CHANGE) == set(TAIL_SIGNALS)
+    limits = {"slow": 1000.0, "slow first token": 200.0, "slow chunks": 50.0, "costly": 0.01}
+
+    def row(latency_ms: float, cost_usd: float):
+        return SimpleNamespace(status="ok", refused=False, finish_reason="stop", completion_tokens=5, tool_calls=0,
+                               tool_json_bad=0, schema_bad=None, latency_ms=latency_ms, ttft_ms=None,
+                               chunk_gap_ms=None, cost_usd=cost_usd)  # fmt: skip
+
+    within = row(1090.0, 0.0104)  # +9 % latency, +4 % cost: above the p95, within the allowed change
+    assert _events(within, limits, candidate=False)["slow"] and _events(within, limits, candidate=False)["costly"]
+    assert not _events(within, limits, candidate=True)["slow"] and not _events(within, limits, candidate=True)["costly"]
+    beyond = row(1110.0, 0.0106)
+    assert _events(beyond, limits, candidate=True)["slow"] and _events(beyond, limits, candidate=True)["costly"]
+    assert not _events(row(1110.0, 0.0), {**limits, "slow": None}, candidate=True)["slow"]  # no baseline: no event

@@ -149,16 +149,26 @@ class Stats:
     cooling_until: float = 0.0
     latency_ms: float | None = None  # moving average of successful attempts
     ttft_ms: float | None = None
-    used: deque[tuple[float, int]] = field(default_factory=deque)  # (start, tokens) of the last minute
+    # (start, tokens) of the last minute's requests, kept only for a deployment with an rpm or tpm,
+    # and their tokens' sum, kept as they come and go: reading the window is O(1), not a pass over
+    # every request of the last minute (at 1,000 requests a second, 60,000 of them per request).
+    used: deque[tuple[float, int]] = field(default_factory=deque)
+    used_tokens: int = 0
     # What the upstream said is left (x-ratelimit-remaining-requests / -tokens) and until when.
     remaining_requests: int | None = None
     remaining_tokens: int | None = None
     limits_until: float = 0.0
 
     def minute(self, now: float) -> tuple[int, int]:
-        while self.used and self.used[0][0] <= now - MINUTE_S:
-            self.used.popleft()
-        return len(self.used), sum(t for _, t in self.used)
+        """Requests started in the last minute and their tokens."""
+        used, edge = self.used, now - MINUTE_S
+        while used and used[0][0] <= edge:
+            self.used_tokens -= used.popleft()[1]
+        return len(used), self.used_tokens
+
+    def use(self, now: float, tokens: int) -> None:
+        self.used.append((now, tokens))
+        self.used_tokens += tokens
 
 
 def _reset_seconds(value: str | None) -> float | None:
@@ -229,11 +239,12 @@ class RouteTable:
     def at_limit(self, d: Deployment, now: float, tokens: int) -> str | None:
         """Why ``d`` would answer 429 to one more request of ``tokens`` now, or None."""
         s = self.stat(d)
-        n, used = s.minute(now)
-        if d.rpm is not None and n + 1 > d.rpm:
-            return f"at its rpm {d.rpm} ({n} in the last minute)"
-        if d.tpm is not None and used + tokens > d.tpm:
-            return f"at its tpm {d.tpm:,} ({used:,} in the last minute)"
+        if d.rpm is not None or d.tpm is not None:
+            n, used = s.minute(now)
+            if d.rpm is not None and n + 1 > d.rpm:
+                return f"at its rpm {d.rpm} ({n} in the last minute)"
+            if d.tpm is not None and used + tokens > d.tpm:
+                return f"at its tpm {d.tpm:,} ({used:,} in the last minute)"
         if s.limits_until > now:
             if s.remaining_requests == 0:
                 return "the upstream says 0 requests remain"
@@ -359,7 +370,8 @@ class RouteTable:
     def started(self, d: Deployment, now: float, tokens: int) -> None:
         s = self.stat(d)
         s.in_flight += 1
-        s.used.append((now, max(0, tokens)))
+        if d.rpm is not None or d.tpm is not None:  # only a known limit reads the window
+            s.use(now, max(0, tokens))
 
     def finished(
         self,

@@ -171,6 +171,24 @@ def test_tpm_counts_tokens():
     assert first(t, now=1.0, prompt_tokens=200) == "openai"
 
 
+def test_the_tpm_window_forgets_what_left_it_and_an_unlimited_deployment_keeps_no_window():
+    """The window's token sum is kept as requests come and go (reading it is not a pass over the
+    last minute's requests, which cost 1 ms a request at 1,000 a second), and is the same sum a
+    pass would give; a deployment with neither rpm nor tpm keeps no per-request history at all."""
+    capped = Deployment("azure-eu", "gpt-4.1-prod", "gpt-4.1", tpm=1000, price=1.0)
+    t = table("cheapest", capped, A)
+    for i in range(4):
+        t.started(capped, float(i * 20), 300)  # at 0, 20, 40, 60 s
+    assert t.at_limit(capped, 79.0, 101) == "at its tpm 1,000 (900 in the last minute)"  # 20, 40, 60
+    t.started(capped, 80.0, 300)
+    assert t.at_limit(capped, 100.5, 400) is None  # 60 and 80 s remain: 600 + 400
+    s = t.stat(capped)
+    assert (len(s.used), s.used_tokens) == (2, sum(tokens for _, tokens in s.used)) == (2, 600)
+    for i in range(1000):
+        t.started(A, float(i), 10)
+    assert len(t.stat(A).used) == 0 and t.stat(A).used_tokens == 0
+
+
 @pytest.mark.parametrize(
     ("headers", "tokens", "steered"),
     [

@@ -187,6 +187,14 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def _allowed(signal: str) -> str:
+    """The candidate's allowed change on a tail signal, as the analysis counts it."""
+    from app.monitor.canary_analysis import ALLOWED_CHANGE
+
+    change = ALLOWED_CHANGE.get(signal)
+    return "" if change is None else f"  (candidate allowed +{change * 100:g} %)"
+
+
 def cmd_canary_analyze(args: argparse.Namespace) -> int:
     """The canary against its baseline over the last minutes: every signal, both arms, verdicts."""
     import time
@@ -222,7 +230,7 @@ def cmd_canary_analyze(args: argparse.Namespace) -> int:
         ratio = "-" if s.ratio is None else f"{s.ratio:.2f}x"
         print(
             f"  {s.signal:<17} candidate {s.candidate:>6} ({rate(s.candidate_rate)})  baseline {s.baseline:>6} "
-            f"({rate(s.baseline_rate)})  ratio {ratio:>7}  p {s.p_value:.3g}  {s.verdict}"
+            f"({rate(s.baseline_rate)})  ratio {ratio:>7}  p {s.p_value:.3g}  {s.verdict}{_allowed(s.signal)}"
         )
     return 0
 
@@ -308,7 +316,7 @@ def cmd_rollout_status(args: argparse.Namespace) -> int:
             rate = lambda v: "-" if v is None else f"{v:.2%}"  # noqa: E731
             print(
                 f"  {s.signal:<17} candidate {s.candidate:>6} ({rate(s.candidate_rate)})  baseline {s.baseline:>6} "
-                f"({rate(s.baseline_rate)})  p {s.p_value:.3g}  {s.verdict}"
+                f"({rate(s.baseline_rate)})  p {s.p_value:.3g}  {s.verdict}{_allowed(s.signal)}"
             )
     return 0
 

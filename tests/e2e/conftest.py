@@ -141,6 +141,26 @@ class Server:
         set_ratio(engine, ratio, expected_version=None, actor=actor, reason=reason)
         dispose_all()
 
+    def loadgen(self, rps: float, duration_s: float, seed: int):
+        """Traffic as ``python -m app loadgen --rps --duration --seed`` sends it (the CLI's own tests
+        are in tests/integration/app/test_main.py), from this process: a gateway on the server's
+        configuration and database, closed before this returns, so every request the report counts
+        is in the log. Another process than the dashboard's, without a process start (seconds of CPU
+        each)."""
+        from app.config import load_settings
+        from app.gateway import build_gateway
+        from app.loadgen import run_loadgen
+        from db.engine import dispose_all
+
+        gateway = build_gateway(load_settings(env=self.env), env=self.env, source="loadgen")
+        try:
+            report = run_loadgen(gateway.client, rps=rps, duration_s=duration_s, seed=seed)
+        finally:
+            gateway.close()
+            dispose_all()
+        assert report.sent == report.planned and report.unfinished == 0, report
+        return report
+
     def canary_row(self) -> tuple:
         """The stored global canary setting, every column: equal before and after means nothing was
         written."""

@@ -141,23 +141,30 @@ class Server:
         set_ratio(engine, ratio, expected_version=None, actor=actor, reason=reason)
         dispose_all()
 
-    def loadgen(self, rps: float, duration_s: float, seed: int):
-        """Traffic as ``python -m app loadgen --rps --duration --seed`` sends it (the CLI's own tests
-        are in tests/integration/app/test_main.py), from this process: a gateway on the server's
-        configuration and database, closed before this returns, so every request the report counts
-        is in the log. Another process than the dashboard's, without a process start (seconds of CPU
-        each)."""
+    @contextmanager
+    def gateway(self, source: str = "e2e") -> Iterator[Any]:
+        """A gateway (``build_gateway``) on the server's configuration and database, in this
+        process: a routing process other than the dashboard's, without a process start (seconds of
+        CPU each). Closed on exit, so every request it answered is in the log by then."""
         from app.config import load_settings
         from app.gateway import build_gateway
-        from app.loadgen import run_loadgen
         from db.engine import dispose_all
 
-        gateway = build_gateway(load_settings(env=self.env), env=self.env, source="loadgen")
+        gateway = build_gateway(load_settings(env=self.env), env=self.env, source=source)
         try:
-            report = run_loadgen(gateway.client, rps=rps, duration_s=duration_s, seed=seed)
+            yield gateway
         finally:
             gateway.close()
             dispose_all()
+
+    def loadgen(self, rps: float, duration_s: float, seed: int) -> Any:
+        """Traffic as ``python -m app loadgen --rps --duration --seed`` sends it (the command's own
+        tests are in tests/integration/app/test_main.py), from a gateway of this process
+        (``gateway``); every request the report counts is in the log when it returns."""
+        from app.loadgen import run_loadgen
+
+        with self.gateway(source="loadgen") as gateway:
+            report = run_loadgen(gateway.client, rps=rps, duration_s=duration_s, seed=seed)
         assert report.sent == report.planned and report.unfinished == 0, report
         return report
 
@@ -350,8 +357,8 @@ BURST = 90
 def incident_server(tmp_path_factory) -> Iterator[Server]:
     """Mid-incident, for the Monitor's tests (which read it, never write): half the traffic on the
     primary, 70 % errors injected there, ``BURST`` failed requests logged in the last ten minutes
-    (hostile text in their error messages, a non-ASCII session id), then 15 s of loadgen traffic from
-    another process."""
+    (hostile text in their error messages, a non-ASCII session id), then 90 requests of loadgen
+    traffic from another process than the dashboard's (``Server.loadgen``)."""
     server = start_server(tmp_path_factory.mktemp("incident"))
     try:
         server.set_ratio(0.5, "incident drill: half the traffic on the primary")
@@ -389,8 +396,7 @@ def incident_server(tmp_path_factory) -> Iterator[Server]:
             ],
         )
         dispose_all()
-        r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
-        assert r.returncode == 0, r.stderr
+        server.loadgen(rps=30, duration_s=3, seed=3)
         yield server
     finally:
         stop_server(server)

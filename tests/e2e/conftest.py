@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_oidc.py",
     "tests/e2e/test_rollout_drill.py",
     "tests/e2e/test_routes_browser.py",
+    "tests/e2e/test_upstream_error_browser.py",
     "incident server",
     "tests/e2e/test_keys_page_browser.py",
     "tests/e2e/test_overview_live_browser.py",
@@ -643,3 +645,56 @@ def screenshot(page, name: str) -> None:
     wait_ready(page)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.set_viewport_size(size)
+
+
+# -- untrusted text ----------------------------------------------------------------------------------
+
+
+def seen_text(locator) -> str:
+    """The text a reader sees (the invisible word joiner that stops auto-linking dropped)."""
+    return locator.inner_text().replace("\u2060", "")
+
+
+class PixelCounter:
+    """A loopback HTTP server counting every request (the 'image' untrusted text points at)."""
+
+    def __init__(self):
+        hits = self.hits = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("content-type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def pixel():
+    p = PixelCounter()
+    yield p
+    p.close()
+
+
+def visit_everywhere_text_is_shown(page, server) -> None:
+    for path in ("", "canary", "playground", "monitor"):
+        open_page(page, server, path)
+        # Tooltips render their text when shown: hover every help icon in the sidebar.
+        icons = page.get_by_test_id("stSidebar").get_by_test_id("stTooltipHoverTarget")
+        for i in range(icons.count()):
+            icons.nth(i).hover()
+            page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on

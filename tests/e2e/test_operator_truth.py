@@ -2,24 +2,19 @@
 written and says so next to the field (canary ratio, guardrail, fault injection, playground max
 tokens); a change to the current value is refused; the shared password is throttled (local
 accounts: test_sign_in_browser.py); untrusted text (a canary reason, an upstream error) never makes
-the browser fetch an image."""
+the browser fetch an image (an upstream's error: test_upstream_error_browser.py)."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 from conftest import (
-    REPO,
     assert_no_exception,
     commit,
     open_page,
     rerun,
     screenshot,
-    start_server,
-    stop_server,
-    wait_until,
+    seen_text,
+    visit_everywhere_text_is_shown,
 )
 from playwright.sync_api import expect
 
@@ -34,11 +29,6 @@ def type_into(page, label: str, typed: str) -> None:
         box.press("Backspace")
         box.press_sequentially(typed)
         box.press("Enter")
-
-
-def seen_text(locator) -> str:
-    """The text a reader sees (the invisible word joiner that stops auto-linking dropped)."""
-    return locator.inner_text().replace("\u2060", "")
 
 
 def audit_rows(server) -> int:
@@ -180,60 +170,14 @@ def test_the_shared_password_is_throttled_too(gated_server, new_page):
 # -- untrusted text ------------------------------------------------------------------------------------
 
 
-class _PixelCounter:
-    """A loopback HTTP server counting every request (the 'image' untrusted text points at)."""
-
-    def __init__(self):
-        hits = self.hits = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                hits.append(self.path)
-                self.send_response(200)
-                self.send_header("content-type", "image/gif")
-                self.end_headers()
-                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
-@pytest.fixture
-def pixel():
-    p = _PixelCounter()
-    yield p
-    p.close()
-
-
-def _visit_everywhere_text_is_shown(page, server) -> None:
-    for path in ("", "canary", "playground", "monitor"):
-        open_page(page, server, path)
-        # Tooltips render their text when shown: hover every help icon in the sidebar.
-        icons = page.get_by_test_id("stSidebar").get_by_test_id("stTooltipHoverTarget")
-        for i in range(icons.count()):
-            icons.nth(i).hover()
-            page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on
-
-
 def test_a_stored_reason_never_loads_an_image(fresh_server, new_page, pixel):
     """On a server the shared ``server``'s tests never touched: a stored reason of its own (and no
     request sent, as ``fresh_server`` requires)."""
     evil = f"![x]({pixel.url}/reason-pixel) <img src={pixel.url}/reason-img> :red[alarm]"
     s = fresh_server
-    set_ = s.cli("canary", "set", "0.3", "--reason", evil, "--actor", f"![a]({pixel.url}/actor-pixel)")
-    assert set_.returncode == 0, set_.stderr
+    s.set_ratio(0.3, evil, actor=f"![a]({pixel.url}/actor-pixel)")
     page = new_page()
-    _visit_everywhere_text_is_shown(page, s)
+    visit_everywhere_text_is_shown(page, s)
     open_page(page, s, "canary")
     expect(page.get_by_test_id("stMainBlockContainer")).to_contain_text("reason-pixel")
     assert f"![x]({pixel.url}/reason-pixel)" in seen_text(page.get_by_test_id("stMainBlockContainer"))
@@ -241,48 +185,3 @@ def test_a_stored_reason_never_loads_an_image(fresh_server, new_page, pixel):
     assert pixel.hits == []
     assert page.locator(f'img[src^="{pixel.url}"]').count() == 0
     assert page.locator(f'a[href^="{pixel.url}"]').count() == 0
-
-
-def test_an_upstream_error_message_never_loads_an_image(tmp_path, new_page, pixel):
-    import sys
-
-    sys.path.insert(0, str(REPO))
-    from tests.support.chaos_upstream import ChaosUpstream, bad_request
-
-    evil = f"bad model ![x]({pixel.url}/error-pixel) [click]({pixel.url}/link)"
-    with ChaosUpstream(default=bad_request(evil)) as up:
-        config = f"""
-[routing]
-primary = "alpha"
-fallback = "beta"
-
-[providers.alpha]
-base_url = "{up.base_url("alpha")}"
-api_key_env = "ALPHA_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-
-[providers.beta]
-base_url = "{up.base_url("beta")}"
-api_key_env = "BETA_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-"""
-        s = start_server(tmp_path / "upstream", {"ALPHA_KEY": "k1", "BETA_KEY": "k2"}, config_text=config)
-        try:
-            page = new_page()
-            open_page(page, s, "playground")
-            box = page.get_by_test_id("stChatInputTextArea")
-            box.fill("hello")
-            box.press("Enter")
-            err = page.get_by_test_id("stChatMessage").nth(1).get_by_test_id("stAlertContentError")
-            expect(err).to_contain_text("All routes failed", timeout=30_000)
-            expect(err).to_contain_text("error-pixel")
-            assert f"![x]({pixel.url}/error-pixel)" in seen_text(err)
-            assert err.locator("a").count() == 0  # neither the [click](...) link nor a bare address links
-            screenshot(page, "playground-inert-error")
-            wait_until(lambda: s.query("select count(*) from request_log")[0][0] > 0, 10, "the failed attempts logged")
-            _visit_everywhere_text_is_shown(page, s)
-            assert pixel.hits == []
-        finally:
-            stop_server(s)

@@ -31,7 +31,7 @@ def _until(server, rollout_id: int, wanted: str, seed: int) -> None:
     rounds = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def reached() -> bool:
-        server.loadgen(rps=8, duration_s=4, seed=next(rounds))
+        server.loadgen(rps=16, duration_s=2, seed=next(rounds))
         return _state(server, rollout_id) == wanted
 
     wait_until(reached, 240, f"rollout #{rollout_id} {wanted}", poll=0.5)

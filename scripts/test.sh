@@ -72,16 +72,12 @@ for t in "${tiers[@]}"; do
     # for a file's tests) still hold, a stolen test starting its own copy on the other worker.
     integration) tier integration .venv/bin/python -m pytest tests/integration tests/unit \
       -m "integration or postgres" -n 2 --dist worksteal --durations=15 "$@" ;;
-    # In one process: Playwright's sync API keeps an asyncio loop running in its worker's main
-    # thread, and two Streamlit servers with two Chromiums at once on two cores made waits flaky.
-    # Two xdist workers need the shared servers' tests kept on one worker, in file order: `--dist
-    # loadgroup` cannot do that with the pinned pytest 9 and pytest-xdist 3.8 (xdist tags a group onto
-    # `item._nodeid`, which pytest 9 no longer reads; it spread them test by test, every shared server
-    # started twice, and 5 of the first 27 tests failed at load 30). tests/e2e/conftest.py's own
-    # scheduler does keep them together under `-n 2`, but it stays off: tried once at load 17-30, 46
-    # of 49 passed in 1,959 s (one process: 49 in 1,873 s at load 12-19), the three failures the
-    # real-time drills' waits (incident, overview banner, the incident server's failure count).
-    e2e) tier e2e .venv/bin/python -m pytest tests/e2e --durations=15 "$@" ;;
+    # Two workers (pytest-xdist): tests/e2e/conftest.py's scheduler keeps the tests of each
+    # shared server on one worker, in file order, and hands every other file (with its own server) to
+    # whichever worker is free, longest first. Most of a browser test is waiting (for a page's run,
+    # a refresh, a real-time window), so two overlap well on two cores; every wait is a bounded
+    # condition, none a timed assertion.
+    e2e) tier e2e .venv/bin/python -m pytest tests/e2e -n 2 --durations=15 "$@" ;;
   esac
 done
 exit $status

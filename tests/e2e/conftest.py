@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -49,20 +50,49 @@ def pytest_configure(config):
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
-# The files whose tests use the session-scoped servers below. Under ``-n 2`` (pytest-xdist) their
-# tests run on one worker, in file order, as the servers' state assumes; every other file runs on
-# whichever worker is free, with the server of its own it starts. A test of another file asking for a
-# shared server is refused at collection, so this list stays true.
-SHARED_SERVERS = {"server", "fresh_server", "accounts_server", "gated_server", "incident_server"}
-SHARED_FILES = {
-    "test_browser.py",
-    "test_layout_and_theme.py",
-    "test_monitor_find_failures.py",
-    "test_monitor_incident.py",
-    "test_operator_truth.py",
-    "test_playground_tools.py",
-    "test_session_cookie.py",
+# The session-scoped servers below, each with the work unit whose tests use it. Under ``-n 2``
+# (pytest-xdist) a unit's tests run on one worker, in file order, as the servers' state assumes
+# (``server``'s tests leave canary changes and requests behind for the next; the first request to
+# ``fresh_server`` and ``gated_server`` is test_browser.py's), and each server starts once; every
+# other file is a unit of its own, with the server of its own it starts.
+SERVER_UNITS = {
+    "server": "default servers",
+    "fresh_server": "default servers",
+    "gated_server": "default servers",
+    "accounts_server": "accounts server",
+    "incident_server": "incident server",
 }
+SHARED_SERVERS = set(SERVER_UNITS)
+# The files whose tests use them, with their unit. A test asking for a server of another unit than
+# its file's is refused at collection, so this table stays true.
+SHARED_FILES = {
+    "test_browser.py": "default servers",
+    "test_layout_and_theme.py": "default servers",
+    "test_operator_truth.py": "default servers",
+    "test_playground_tools.py": "default servers",
+    "test_session_cookie.py": "accounts server",
+    "test_sign_in_browser.py": "accounts server",
+    "test_monitor_find_failures.py": "incident server",
+    "test_monitor_incident.py": "incident server",
+}
+# The order the units are handed to the workers: longest first (their time on the quiet 2-core
+# machine), so the last ones handed out are short and both workers end close together (a worker
+# takes its next unit while it runs its last test, so a long unit handed out last would run alone).
+# A unit not listed follows these, in collection order.
+LONGEST_FIRST = (
+    "default servers",
+    "accounts server",
+    "tests/e2e/test_incident_drill.py",
+    "tests/e2e/test_oidc.py",
+    "tests/e2e/test_rollout_drill.py",
+    "tests/e2e/test_routes_browser.py",
+    "tests/e2e/test_upstream_error_browser.py",
+    "incident server",
+    "tests/e2e/test_keys_page_browser.py",
+    "tests/e2e/test_overview_live_browser.py",
+    "tests/e2e/test_sign_in_fails_closed_browser.py",
+    "tests/e2e/test_rollback_drill.py",
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -70,21 +100,40 @@ def pytest_collection_modifyitems(items):
         path = Path(str(item.fspath))
         if path.parent == Path(__file__).parent:
             item.add_marker(pytest.mark.e2e)
-            shared = SHARED_SERVERS & set(getattr(item, "fixturenames", ()))
-            if shared and path.name not in SHARED_FILES:
-                raise pytest.UsageError(f"{item.nodeid} uses {sorted(shared)}: add {path.name} to SHARED_FILES")
+            for name in sorted(SHARED_SERVERS & set(getattr(item, "fixturenames", ()))):
+                if SHARED_FILES.get(path.name) != SERVER_UNITS[name]:
+                    raise pytest.UsageError(
+                        f"{item.nodeid} uses {name}: list {path.name} in SHARED_FILES as {SERVER_UNITS[name]!r}"
+                    )
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Work units for ``-n 2``: every test of ``SHARED_FILES`` in one, each other file in one of its
-    own. (``--dist loadgroup`` cannot do this with pytest 9: the group it tags onto a test's id is
-    lost.)"""
+    """Work units for ``-n 2``: the tests of each unit of ``SHARED_FILES`` in one, each other file
+    in one of its own, handed out in ``LONGEST_FIRST`` order. (``--dist loadgroup`` cannot do this
+    with pytest 9: the group it tags onto a test's id is lost.)"""
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadScopeScheduling
 
+    def rank(unit: str) -> int:
+        return LONGEST_FIRST.index(unit) if unit in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    class LongestFirst(OrderedDict):
+        """The scheduler's queue of units: it takes the first (``popitem(last=False)``); this
+        hands out the best-ranked, ties in the order they were queued."""
+
+        def popitem(self, last: bool = True):
+            unit = min(self, key=rank)  # min keeps the first of equal ranks
+            return unit, self.pop(unit)
+
     class SharedServers(LoadScopeScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = LongestFirst()
+
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "shared servers" if Path(path).name in SHARED_FILES else path
+            return SHARED_FILES.get(Path(path).name, path)
 
     return SharedServers(config, log)
 
@@ -140,6 +189,33 @@ class Server:
         ensure_setting(engine, load_settings(env=self.env).routing.initial_ratio)  # as the CLI does
         set_ratio(engine, ratio, expected_version=None, actor=actor, reason=reason)
         dispose_all()
+
+    @contextmanager
+    def gateway(self, source: str = "e2e") -> Iterator[Any]:
+        """A gateway (``build_gateway``) on the server's configuration and database, in this
+        process: a routing process other than the dashboard's, without a process start (seconds of
+        CPU each). Closed on exit, so every request it answered is in the log by then."""
+        from app.config import load_settings
+        from app.gateway import build_gateway
+        from db.engine import dispose_all
+
+        gateway = build_gateway(load_settings(env=self.env), env=self.env, source=source)
+        try:
+            yield gateway
+        finally:
+            gateway.close()
+            dispose_all()
+
+    def loadgen(self, rps: float, duration_s: float, seed: int) -> Any:
+        """Traffic as ``python -m app loadgen --rps --duration --seed`` sends it (the command's own
+        tests are in tests/integration/app/test_main.py), from a gateway of this process
+        (``gateway``); every request the report counts is in the log when it returns."""
+        from app.loadgen import run_loadgen
+
+        with self.gateway(source="loadgen") as gateway:
+            report = run_loadgen(gateway.client, rps=rps, duration_s=duration_s, seed=seed)
+        assert report.sent == report.planned and report.unfinished == 0, report
+        return report
 
     def canary_row(self) -> tuple:
         """The stored global canary setting, every column: equal before and after means nothing was
@@ -330,8 +406,8 @@ BURST = 90
 def incident_server(tmp_path_factory) -> Iterator[Server]:
     """Mid-incident, for the Monitor's tests (which read it, never write): half the traffic on the
     primary, 70 % errors injected there, ``BURST`` failed requests logged in the last ten minutes
-    (hostile text in their error messages, a non-ASCII session id), then 15 s of loadgen traffic from
-    another process."""
+    (hostile text in their error messages, a non-ASCII session id), then 90 requests of loadgen
+    traffic from two gateways other than the dashboard's (``Server.loadgen``)."""
     server = start_server(tmp_path_factory.mktemp("incident"))
     try:
         server.set_ratio(0.5, "incident drill: half the traffic on the primary")
@@ -369,8 +445,11 @@ def incident_server(tmp_path_factory) -> Iterator[Server]:
             ],
         )
         dispose_all()
-        r = server.cli("loadgen", "--rps", "6", "--duration", "15", "--seed", "3", "--quiet", timeout=180)
-        assert r.returncode == 0, r.stderr
+        # Two routing processes' worth: each one's breaker lets about ten attempts reach the primary
+        # before it opens (about seven failures at 70 %), so one alone could leave the log at or
+        # under the failed rows test_monitor_find_failures.py needs beyond the burst.
+        for seed in (3, 4):
+            server.loadgen(rps=30, duration_s=1.5, seed=seed)
         yield server
     finally:
         stop_server(server)
@@ -462,6 +541,34 @@ class RunWatch:
                 )
         return None
 
+    def timed_run_ended(self, since: int) -> bool:
+        """Whether a fragment's timed rerun (``run_every``) asked for since event ``since`` has
+        ended."""
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        events = self.events[since:]
+        return any(
+            kind == "asked"
+            and auto
+            and any(
+                kind2 == "ended" and status == ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY and fragment in ids
+                for kind2, status, ids in events[k + 1 :]
+            )
+            for k, (kind, auto, fragment) in enumerate(events)
+        )
+
+
+def wait_for_timed_refresh(page, timeout: float = RUN_TIMEOUT_MS) -> None:
+    """Wait until a fragment of ``page`` has rerun on its timer, and ended (a bounded condition: what
+    a page shows after its own refresh, with nothing clicked)."""
+    watch: RunWatch = page.run_watch
+    since = len(watch.events)
+    ended_by = time.monotonic() + timeout / 1000
+    while not watch.timed_run_ended(since):
+        if time.monotonic() > ended_by:
+            raise TimeoutError(f"no timed refresh ended in {timeout / 1000:g} s: {watch.events[since:]}")
+        page.wait_for_timeout(50)  # lets Playwright deliver the socket's frames; the condition decides
+
 
 def watch_runs(page):
     """Start reading ``page``'s script runs (before it opens a URL); ``rerun`` needs it. Pages from
@@ -510,6 +617,14 @@ def open_page(page, server: Server, path: str = "") -> None:
         page.goto(f"{server.url}/{path}")
 
 
+def commit(page, label: str, value: str) -> None:
+    """Fill the field labelled ``label`` and press Enter: the run that commits it has ended on return."""
+    box = page.get_by_label(label, exact=True).first
+    with rerun(page):
+        box.fill(value)
+        box.press("Enter")
+
+
 def assert_no_exception(page) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0, page.locator(
         '[data-testid="stException"]'
@@ -530,3 +645,56 @@ def screenshot(page, name: str) -> None:
     wait_ready(page)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.set_viewport_size(size)
+
+
+# -- untrusted text ----------------------------------------------------------------------------------
+
+
+def seen_text(locator) -> str:
+    """The text a reader sees (the invisible word joiner that stops auto-linking dropped)."""
+    return locator.inner_text().replace("\u2060", "")
+
+
+class PixelCounter:
+    """A loopback HTTP server counting every request (the 'image' untrusted text points at)."""
+
+    def __init__(self):
+        hits = self.hits = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                self.send_response(200)
+                self.send_header("content-type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def pixel():
+    p = PixelCounter()
+    yield p
+    p.close()
+
+
+def visit_everywhere_text_is_shown(page, server) -> None:
+    for path in ("", "canary", "playground", "monitor"):
+        open_page(page, server, path)
+        # Tooltips render their text when shown: hover every help icon in the sidebar.
+        icons = page.get_by_test_id("stSidebar").get_by_test_id("stTooltipHoverTarget")
+        for i in range(icons.count()):
+            icons.nth(i).hover()
+            page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on

@@ -121,8 +121,7 @@ def _requests_kpi(page) -> str:
 
 
 def test_monitor_shows_loadgen_traffic_and_updates_while_open(server, new_page):
-    run = server.cli("loadgen", "--rps", "10", "--duration", "3", "--seed", "1", "--quiet")
-    assert run.returncode == 0, run.stderr
+    server.loadgen(rps=30, duration_s=1, seed=1)
     page = new_page()
     open_page(page, server, "monitor")
     expect(page.get_by_test_id("stPlotlyChart").first).to_be_visible(timeout=20_000)
@@ -131,8 +130,7 @@ def test_monitor_shows_loadgen_traffic_and_updates_while_open(server, new_page):
     assert int(before.replace(",", "")) >= 30
     assert_no_exception(page)
     screenshot(page, "monitor-loadgen")
-    run = server.cli("loadgen", "--rps", "10", "--duration", "1", "--seed", "2", "--quiet")
-    assert run.returncode == 0, run.stderr
+    server.loadgen(rps=10, duration_s=1, seed=2)
     expect(
         page.get_by_test_id("stMetric").filter(has_text="Requests").first.get_by_test_id("stMetricValue")
     ).not_to_have_text(before, timeout=20_000)  # auto-refresh, no reload

@@ -10,7 +10,7 @@ import csv
 import io
 import re
 
-from conftest import BURST, assert_no_exception, open_page, rerun, screenshot, wait_ready
+from conftest import BURST, assert_no_exception, open_page, rerun, screenshot, wait_for_timed_refresh, wait_ready
 from playwright.sync_api import expect
 
 
@@ -56,7 +56,7 @@ def test_find_failed_requests_page_and_download(incident_server, new_page, tmp_p
         page.get_by_role("button", name="Older", exact=True).click()
     expect(_caption(page, f"rows 51-{min(100, failed)} of {failed:,} matching")).to_be_visible(timeout=30_000)
     # Held still: the charts keep refreshing (every 5 s), the table's rows do not move.
-    page.wait_for_timeout(6_000)
+    wait_for_timed_refresh(page)
     expect(_caption(page, f"rows 51-{min(100, failed)} of {failed:,} matching")).to_be_visible()
     assert_no_exception(page)
     screenshot(page, "monitor-find-failures")

@@ -1,8 +1,9 @@
 """Issue 8 in Chromium: mid-incident (conftest's ``incident_server``: 70 % injected errors on the
 primary at a 50 % canary, loadgen traffic, a burst of logged failures) the Monitor's headline shows
 the attempt error rate, the fallback rate and the final failure rate, its charts carry the fault and
-canary markers, and a request's drill-down shows the failed attempt and the fallback that answered.
-Screenshots: monitor-incident.png, request-drilldown.png."""
+canary markers, a request's drill-down shows the failed attempt and the fallback that answered, and
+the time-to-first-token chart's note fits inside it. Screenshots: monitor-incident.png,
+request-drilldown.png, monitor-ttft-note.png."""
 
 from __future__ import annotations
 
@@ -58,3 +59,20 @@ def test_monitor_tells_the_truth_mid_incident(incident_server, new_page):
     wait_ready(page)
     assert_no_exception(page)
     screenshot(page, "request-drilldown")
+
+
+def test_the_ttft_note_fits_inside_its_chart(incident_server, new_page, tmp_path):
+    """Non-streamed traffic only (the incident server's loadgen and logged failures): the
+    time-to-first-token chart shows a note instead of lines; the note is wrapped so that it stays
+    inside the half-width chart."""
+    s = incident_server
+    assert s.query("select count(*) from request_log where stream")[0][0] == 0
+    page = new_page()
+    open_page(page, s, "monitor")
+    chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")
+    note = chart.locator(".annotation-text")
+    expect(note).to_contain_text("No streamed requests", timeout=20_000)
+    c, n = chart.bounding_box(), note.bounding_box()
+    assert c["x"] <= n["x"] and n["x"] + n["width"] <= c["x"] + c["width"], (c, n)
+    chart.screenshot(path=str(tmp_path / "ttft-note.png"))
+    screenshot(page, "monitor-ttft-note")

@@ -1,24 +1,22 @@
 """Issue 8 in Debian chromium against the real server: every write is validated before it is
 written and says so next to the field (canary ratio, guardrail, fault injection, playground max
-tokens); a change to the current value is refused; local accounts sign in with a growing delay on
-wrong passwords, the actor of a change is the signed-in account, a viewer's controls are disabled;
-untrusted text (a canary reason, an upstream error) never makes the browser fetch an image."""
+tokens); a change to the current value is refused; the shared password is throttled (local
+accounts: test_sign_in_browser.py); untrusted text (a canary reason, an upstream error) never makes
+the browser fetch an image (an upstream's error: test_upstream_error_browser.py)."""
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
-from conftest import REPO, assert_no_exception, open_page, rerun, screenshot, start_server, stop_server, wait_until
+from conftest import (
+    assert_no_exception,
+    commit,
+    open_page,
+    rerun,
+    screenshot,
+    seen_text,
+    visit_everywhere_text_is_shown,
+)
 from playwright.sync_api import expect
-
-
-def commit(page, label: str, value: str) -> None:
-    box = page.get_by_label(label, exact=True).first
-    with rerun(page):
-        box.fill(value)
-        box.press("Enter")
 
 
 def type_into(page, label: str, typed: str) -> None:
@@ -31,11 +29,6 @@ def type_into(page, label: str, typed: str) -> None:
         box.press("Backspace")
         box.press_sequentially(typed)
         box.press("Enter")
-
-
-def seen_text(locator) -> str:
-    """The text a reader sees (the invisible word joiner that stops auto-linking dropped)."""
-    return locator.inner_text().replace("\u2060", "")
 
 
 def audit_rows(server) -> int:
@@ -160,63 +153,6 @@ def test_playground_max_tokens_zero_is_refused_and_nothing_sent(server, new_page
 # -- identities ---------------------------------------------------------------------------------------
 
 
-def sign_in(page, server, name: str, password: str) -> None:
-    open_page(page, server, "canary")
-    expect(page.locator("h1").first).to_have_text("Sign in")
-    page.get_by_label("Account name", exact=True).fill(name)
-    page.get_by_label("Password", exact=True).fill(password)
-    with rerun(page):
-        page.get_by_role("button", name="Sign in").click()
-
-
-def test_an_operator_signs_in_and_is_the_recorded_actor(accounts_server, new_page):
-    s = accounts_server
-    page = new_page()
-    sign_in(page, s, "olga", "wrong password")
-    expect(page.get_by_test_id("stAlertContentError")).to_contain_text("Wrong name or password")
-    screenshot(page, "sign-in-accounts-refused")
-    sign_in(page, s, "olga", "pw-of-olga-123")
-    expect(page.locator("h1").first).to_have_text("Canary control", timeout=20_000)
-    expect(page.get_by_test_id("stSidebar")).to_contain_text("Signed in as olga (operator)")
-    assert page.get_by_label("Your name", exact=True).count() == 0
-    commit(page, "Canary ratio (%)", "20")
-    commit(page, "Reason (required)", "e2e: signed-in change")
-    with rerun(page):
-        page.get_by_role("button", name="Apply", exact=True).click()
-    expect(page.get_by_test_id("stAlertContentSuccess")).to_contain_text("by olga")
-    assert s.query("select updated_by from canary_setting where scope = 'global'") == [("olga",)]
-    assert_no_exception(page)
-
-
-def test_a_viewer_cannot_change_anything(accounts_server, new_page):
-    s = accounts_server
-    page = new_page()
-    sign_in(page, s, "vic", "pw-of-vic-123")
-    expect(page.locator("h1").first).to_have_text("Canary control", timeout=20_000)
-    expect(page.get_by_test_id("stAlertContentInfo").first).to_contain_text("viewer role")
-    expect(page.get_by_label("Canary ratio (%)", exact=True)).to_be_disabled()
-    for name in ("Apply", "Roll back to 0 %", "Promote to 100 %", "Save guardrail", "Save faults", "Clear"):
-        buttons = page.locator("button", has_text=name)
-        expect(buttons.first).to_be_disabled()
-        for i in range(buttons.count()):
-            expect(buttons.nth(i)).to_be_disabled()
-    assert_no_exception(page)
-    screenshot(page, "canary-viewer")
-
-
-def test_wrong_passwords_wait_longer_each_time(accounts_server, new_page):
-    page = new_page()
-    messages = []
-    for i in range(4):
-        sign_in(page, accounts_server, "nobody-here", f"guess {i}")
-        messages.append(page.get_by_test_id("stAlertContentError").inner_text())
-    assert messages[0] == messages[1] == "Wrong name or password."
-    assert "next try in 1 s" in messages[2]
-    # Either still inside the 1 s wait (refused unseen) or past it: then the wait has doubled.
-    assert "try again in" in messages[3] or "next try in 2 s" in messages[3]
-    screenshot(page, "sign-in-delay")
-
-
 def test_the_shared_password_is_throttled_too(gated_server, new_page):
     gated = gated_server
     page = new_page()
@@ -234,60 +170,14 @@ def test_the_shared_password_is_throttled_too(gated_server, new_page):
 # -- untrusted text ------------------------------------------------------------------------------------
 
 
-class _PixelCounter:
-    """A loopback HTTP server counting every request (the 'image' untrusted text points at)."""
-
-    def __init__(self):
-        hits = self.hits = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                hits.append(self.path)
-                self.send_response(200)
-                self.send_header("content-type", "image/gif")
-                self.end_headers()
-                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
-@pytest.fixture
-def pixel():
-    p = _PixelCounter()
-    yield p
-    p.close()
-
-
-def _visit_everywhere_text_is_shown(page, server) -> None:
-    for path in ("", "canary", "playground", "monitor"):
-        open_page(page, server, path)
-        # Tooltips render their text when shown: hover every help icon in the sidebar.
-        icons = page.get_by_test_id("stSidebar").get_by_test_id("stTooltipHoverTarget")
-        for i in range(icons.count()):
-            icons.nth(i).hover()
-            page.wait_for_timeout(200)  # let a tooltip (and any image in it) render before moving on
-
-
 def test_a_stored_reason_never_loads_an_image(fresh_server, new_page, pixel):
     """On a server the shared ``server``'s tests never touched: a stored reason of its own (and no
     request sent, as ``fresh_server`` requires)."""
     evil = f"![x]({pixel.url}/reason-pixel) <img src={pixel.url}/reason-img> :red[alarm]"
     s = fresh_server
-    set_ = s.cli("canary", "set", "0.3", "--reason", evil, "--actor", f"![a]({pixel.url}/actor-pixel)")
-    assert set_.returncode == 0, set_.stderr
+    s.set_ratio(0.3, evil, actor=f"![a]({pixel.url}/actor-pixel)")
     page = new_page()
-    _visit_everywhere_text_is_shown(page, s)
+    visit_everywhere_text_is_shown(page, s)
     open_page(page, s, "canary")
     expect(page.get_by_test_id("stMainBlockContainer")).to_contain_text("reason-pixel")
     assert f"![x]({pixel.url}/reason-pixel)" in seen_text(page.get_by_test_id("stMainBlockContainer"))
@@ -295,65 +185,3 @@ def test_a_stored_reason_never_loads_an_image(fresh_server, new_page, pixel):
     assert pixel.hits == []
     assert page.locator(f'img[src^="{pixel.url}"]').count() == 0
     assert page.locator(f'a[href^="{pixel.url}"]').count() == 0
-
-
-def test_an_upstream_error_message_never_loads_an_image(tmp_path, new_page, pixel):
-    import sys
-
-    sys.path.insert(0, str(REPO))
-    from tests.support.chaos_upstream import ChaosUpstream, bad_request
-
-    evil = f"bad model ![x]({pixel.url}/error-pixel) [click]({pixel.url}/link)"
-    with ChaosUpstream(default=bad_request(evil)) as up:
-        config = f"""
-[routing]
-primary = "alpha"
-fallback = "beta"
-
-[providers.alpha]
-base_url = "{up.base_url("alpha")}"
-api_key_env = "ALPHA_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-
-[providers.beta]
-base_url = "{up.base_url("beta")}"
-api_key_env = "BETA_KEY"
-models = ["gpt-4.1"]
-default_model = "gpt-4.1"
-"""
-        s = start_server(tmp_path / "upstream", {"ALPHA_KEY": "k1", "BETA_KEY": "k2"}, config_text=config)
-        try:
-            page = new_page()
-            open_page(page, s, "playground")
-            box = page.get_by_test_id("stChatInputTextArea")
-            box.fill("hello")
-            box.press("Enter")
-            err = page.get_by_test_id("stChatMessage").nth(1).get_by_test_id("stAlertContentError")
-            expect(err).to_contain_text("All routes failed", timeout=30_000)
-            expect(err).to_contain_text("error-pixel")
-            assert f"![x]({pixel.url}/error-pixel)" in seen_text(err)
-            assert err.locator("a").count() == 0  # neither the [click](...) link nor a bare address links
-            screenshot(page, "playground-inert-error")
-            wait_until(lambda: s.query("select count(*) from request_log")[0][0] > 0, 10, "the failed attempts logged")
-            _visit_everywhere_text_is_shown(page, s)
-            assert pixel.hits == []
-        finally:
-            stop_server(s)
-
-
-def test_the_ttft_note_fits_inside_its_chart(incident_server, new_page, tmp_path):
-    """Non-streamed traffic only (the incident server's loadgen and logged failures): the
-    time-to-first-token chart shows a note instead of lines; the note is wrapped so that it stays
-    inside the half-width chart (it ran off both sides)."""
-    s = incident_server
-    assert s.query("select count(*) from request_log where stream")[0][0] == 0
-    page = new_page()
-    open_page(page, s, "monitor")
-    chart = page.get_by_test_id("stPlotlyChart").filter(has_text="Time to first token")
-    note = chart.locator(".annotation-text")
-    expect(note).to_contain_text("No streamed requests", timeout=20_000)
-    c, n = chart.bounding_box(), note.bounding_box()
-    assert c["x"] <= n["x"] and n["x"] + n["width"] <= c["x"] + c["width"], (c, n)
-    chart.screenshot(path=str(tmp_path / "ttft-note.png"))
-    screenshot(page, "monitor-ttft-note")

@@ -24,15 +24,14 @@ def _state(server, rollout_id: int) -> str:
 
 
 def _until(server, rollout_id: int, wanted: str, seed: int) -> None:
-    """Traffic from another process until the rollout reaches ``wanted`` (bounded). Each round is
-    a new seed, so new sessions: the analysis counts a session once however many requests it sends,
-    and one seed's two dozen sessions alone are too few samples for a step."""
+    """Traffic from another process than the dashboard's (this one: ``Server.loadgen``) until the
+    rollout reaches ``wanted`` (bounded). Each round is a new seed, so new sessions: the analysis
+    counts a session once however many requests it sends, and one seed's two dozen sessions alone
+    are too few samples for a step."""
     rounds = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def reached() -> bool:
-        r = server.cli("loadgen", "--rps", "8", "--duration", "4", "--seed", str(next(rounds)), "--quiet",
-                       timeout=120)  # fmt: skip
-        assert r.returncode == 0, r.stderr
+        server.loadgen(rps=16, duration_s=2, seed=next(rounds))
         return _state(server, rollout_id) == wanted
 
     wait_until(reached, 240, f"rollout #{rollout_id} {wanted}", poll=0.5)
@@ -54,7 +53,6 @@ def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, n
         _plan(page, "50,100", "drill: new provider")
         expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (50 %", timeout=10_000)
         _until(server, 1, "completed", seed=1)
-        page.reload()
         open_page(page, server, "canary")
         main = page.get_by_test_id("stMain")
         expect(main).to_contain_text("completed at step 2 of 2 (100 %", timeout=10_000)
@@ -74,7 +72,6 @@ def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, n
         expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (25 %", timeout=10_000)
         _until(server, 2, "aborted", seed=2)
         assert server.query("select ratio from canary_setting where scope = 'global'")[0][0] == 0.0
-        page.reload()
         open_page(page, server, "canary")
         # Worse on first-attempt failures, or the candidate's breaker opened first (its requests then
         # go to the fallback, out of the analysis's sight): either way the rollout ends itself.

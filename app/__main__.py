@@ -189,10 +189,9 @@ def cmd_canary_set(args: argparse.Namespace) -> int:
 
 def _allowed(signal: str) -> str:
     """The candidate's allowed change on a tail signal, as the analysis counts it."""
-    from app.monitor.canary_analysis import ALLOWED_CHANGE
+    from app.monitor.canary_analysis import TAIL_SIGNALS, allowed_text
 
-    change = ALLOWED_CHANGE.get(signal)
-    return "" if change is None else f"  (candidate allowed +{change * 100:g} %)"
+    return f"  (candidate allowed {allowed_text(signal)})" if signal in TAIL_SIGNALS else ""
 
 
 def cmd_canary_analyze(args: argparse.Namespace) -> int:

@@ -81,6 +81,14 @@ SIGNAL_WEIGHTS: dict[str, float] = {s: 2.0 if s in ("attempt failed", "failed") 
 TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "costly")  # judged against the baseline's p95
 #: How much worse than the baseline the candidate may be on each tail signal before it counts.
 ALLOWED_CHANGE = {"slow": 0.10, "slow first token": 0.10, "slow chunks": 0.10, "costly": 0.05}
+
+
+def allowed_text(signal: str) -> str:
+    """The candidate's allowed change on ``signal`` as the tables and the CLI say it."""
+    change = ALLOWED_CHANGE.get(signal)
+    return "none" if change is None else f"+{change * 100:g} %"
+
+
 MAX_ROWS = 200_000  # final requests read for one analysis, newest kept
 MIN_SAMPLES = 50
 BASELINE_ROWS = 5_000
@@ -131,7 +139,7 @@ class Analysis:
         return [
             {
                 "signal": s.signal,
-                "allowed": f"+{ALLOWED_CHANGE[s.signal] * 100:g} %" if s.signal in ALLOWED_CHANGE else "none",
+                "allowed": allowed_text(s.signal),
                 "candidate": s.candidate,
                 "baseline": s.baseline,
                 "candidate rate": s.candidate_rate,

@@ -213,12 +213,10 @@ class Shadower:
             return  # the phase ended while the copy waited
         token = f"shadow-copy-{request_id}"
         self._sink.begin(token)
-        if phase.route is None:
-            options = RouteOptions(model=model, route="primary", source=SOURCE, cache_hints=False, key_name=token,
-                                   stream=stream)  # fmt: skip
-        else:
-            options = RouteOptions(model=model, canary_only=True, source=SOURCE, cache_hints=False, key_name=token,
-                                   stream=stream)  # fmt: skip
+        # The global canary's candidate is the primary side; a route's, its canary deployment.
+        options = RouteOptions(model=model, route="primary" if phase.route is None else None,
+                               canary_only=phase.route is not None, source=SOURCE, cache_hints=False, key_name=token,
+                               stream=stream)  # fmt: skip
         try:
             answer = self.client.request(api, body, options)
             if stream:

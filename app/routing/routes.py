@@ -101,6 +101,11 @@ class Deployment:
     def key(self) -> str:
         return f"{self.provider}/{self.model}"
 
+    @property
+    def limited(self) -> bool:
+        """Whether it has a known rpm or tpm: only then is its last minute's use kept and read."""
+        return self.rpm is not None or self.tpm is not None
+
 
 @dataclass(frozen=True)
 class Route:
@@ -239,7 +244,7 @@ class RouteTable:
     def at_limit(self, d: Deployment, now: float, tokens: int) -> str | None:
         """Why ``d`` would answer 429 to one more request of ``tokens`` now, or None."""
         s = self.stat(d)
-        if d.rpm is not None or d.tpm is not None:
+        if d.limited:
             n, used = s.minute(now)
             if d.rpm is not None and n + 1 > d.rpm:
                 return f"at its rpm {d.rpm} ({n} in the last minute)"
@@ -370,7 +375,7 @@ class RouteTable:
     def started(self, d: Deployment, now: float, tokens: int) -> None:
         s = self.stat(d)
         s.in_flight += 1
-        if d.rpm is not None or d.tpm is not None:  # only a known limit reads the window
+        if d.limited:
             s.use(now, max(0, tokens))
 
     def finished(

@@ -11,6 +11,7 @@ import re
 import pytest
 from conftest import (
     assert_no_exception,
+    commit,
     open_page,
     rerun,
     screenshot,
@@ -30,14 +31,6 @@ PAGES = [
 
 def heading(page):
     return page.locator("h1").first
-
-
-def commit(page, label: str, value: str) -> None:
-    """Type ``value`` into the input labelled ``label`` and wait for the rerun it triggers."""
-    box = page.get_by_label(label, exact=True).first
-    with rerun(page):
-        box.fill(value)
-        box.press("Enter")
 
 
 def apply_ratio(page, percent: str, reason: str) -> None:

@@ -265,6 +265,41 @@ def shadow_phase(candidate_errors: float, seed: int) -> bool:
     return False
 
 
+#: A streamed shadow phase's first-token times: a prompt's own factor (its length, its cache state)
+#: is shared by both arms of a pair, each arm adds its own noise; together they give the baseline's
+#: spread ``SIGMA["ttft"]``.
+SHADOW_PROMPT_SIGMA = 0.5
+SHADOW_TTFT_MULTS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
+
+
+def shadow_ttft(mult: float, seed: int) -> int | None:
+    """One streamed shadow phase judged on "slow first token" alone, as
+    :func:`app.monitor.canary_analysis.analyse_shadow` counts it: the baseline's p95 from a warm-up of
+    its own traffic, a pair's candidate event above that p95 times (1 + the allowed change), the
+    baseline's above the p95, each event tested at share 1/2. The candidate's first token is
+    ``mult`` times the baseline's in distribution, on correlated prompts. Returns the pairs read
+    when the test rejected, or None when ``PAIRS`` pairs passed without it."""
+    rng = random.Random(seed)
+    noise = math.sqrt(SIGMA["ttft"] ** 2 - SHADOW_PROMPT_SIGMA**2)
+
+    def base_draw(prompt: float) -> float:
+        return MEDIAN["ttft"] * math.exp(prompt + rng.gauss(0, noise))
+
+    warm = sorted(base_draw(rng.gauss(0, SHADOW_PROMPT_SIGMA)) for _ in range(4000))
+    limit = warm[int(0.95 * (len(warm) - 1))]
+    cand_limit = limit * (1 + ALLOWED_CHANGE["slow first token"])
+    test = RateRatioTest(theta0=1.0, alpha=signal_alpha("slow first token", ALPHA))
+    for i in range(PAIRS):
+        prompt = rng.gauss(0, SHADOW_PROMPT_SIGMA)
+        if mult * base_draw(prompt) > cand_limit:
+            test.observe(True, 0.5)
+        if base_draw(prompt) > limit:
+            test.observe(False, 0.5)
+        if test.rejected:
+            return i + 1
+    return None
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     if n == 0:
         return (0.0, 1.0)
@@ -361,6 +396,29 @@ def run() -> list[dict]:
             "spread": f"within {PAIRS} mirrored requests",
         }
     )
+    for j, mult in enumerate(SHADOW_TTFT_MULTS):
+        # The allowed change itself (x1.1) is the null's edge: it must be found worse at most at
+        # the signal's share of alpha; beyond it, the power.
+        null = mult <= 1 + ALLOWED_CHANGE["slow first token"]
+        runs = HEALTHY if null else REGRESSED
+        found = [shadow_ttft(mult, 9_700_000 + 100_000 * j + s) for s in range(runs)]
+        hit = [n for n in found if n is not None]
+        lo_t, hi_t = wilson(len(hit), runs)
+        budget = signal_alpha("slow first token", ALPHA)
+        rows.append(
+            {
+                "name": f"rollouts: shadow phase, streamed: first token x{mult:g} "
+                + ("found worse (false abort)" if null else "caught"),
+                "value": round(len(hit) / runs, 4),
+                "unit": "share",
+                "budget": budget if null else None,
+                "ok": len(hit) / runs <= budget if null else True,
+                "n": runs,
+                "spread": f"95 % interval {lo_t:.4f}-{hi_t:.4f}; within {PAIRS} mirrored streamed requests; "
+                f"median {statistics.median(hit) if hit else 'n/a'} pairs to abort; allowed change "
+                f"+{ALLOWED_CHANGE['slow first token']:.0%}, prompts shared by both arms (sigma {SHADOW_PROMPT_SIGMA})",
+            }
+        )
     for i, (name, arm) in enumerate(SCENARIOS.items()):
         outs = [rollout(arm, 1_000_000 * (i + 1) + seed) for seed in range(REGRESSED)]
         early = sum(o.aborted_at is not None and o.aborted_at <= 0.25 for o in outs)

@@ -108,3 +108,13 @@ def test_units_whose_chance_of_the_event_does_not_depend_on_the_arm_are_not_reje
         if rng.random() < chance:
             t.observe(rng.random() < share, share)
     assert not t.rejected and t.events > 200
+
+
+def test_the_streamed_shadow_simulation_finds_a_late_first_token_and_passes_the_allowed_change():
+    """The benchmark's streamed shadow phase, small and seeded: a first token twice as late is found
+    worse well within a phase's pairs, one within the allowed change (+10 %) is not."""
+    from benchmarks.rollouts_bench import PAIRS, shadow_ttft
+
+    late = [shadow_ttft(2.0, seed) for seed in range(5)]
+    assert all(n is not None and n < PAIRS for n in late)
+    assert [shadow_ttft(mult, seed) for mult in (1.0, 1.1) for seed in range(10)] == [None] * 20

@@ -130,7 +130,9 @@ def _rss_mib(pid: int) -> float:
     return total / 1024.0
 
 
-def _start_ours(upstream: str, tmp: Path, repo: Path = REPO, workers: int = 1) -> tuple[subprocess.Popen, str, str]:
+def _start_ours(
+    upstream: str, tmp: Path, repo: Path = REPO, workers: int = 1, route: bool = ROUTE
+) -> tuple[subprocess.Popen, str, str]:
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "gateway.toml"
     providers = "".join(
@@ -140,7 +142,7 @@ def _start_ours(upstream: str, tmp: Path, repo: Path = REPO, workers: int = 1) -
     )
     route = (
         f'[routes."{MODEL}"]\ndeployments = [{{ provider = "holysheep" }}, {{ provider = "direct" }}]\n'
-        if ROUTE
+        if route
         else ""
     )
     cfg.write_text('[routing]\nprimary = "holysheep"\nfallback = "direct"\n' + providers + route)

@@ -17,6 +17,8 @@ that wrk and nginx took in the same run (were they the bottleneck, the compariso
 nothing). Budgets at 1000 streams, each against the same run: CPU per chunk <= 40 us; streams/s
 >= 1.25x Portkey's and >= 0.9x bare; added p99 <= 300 ms; ``--workers 2`` >= 1.6x one worker at
 3000 (only meaningful where wrk and nginx leave a core free: the report says whether they did).
+``BENCH_STREAMS_ROUTE=1`` adds ``ours_route``: one process serving the model through a ``[routes]``
+entry of two weighted deployments, measured in the same rounds as ``ours`` (the two-sided config).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ SECONDS = float(os.environ.get("BENCH_STREAMS_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_STREAMS_ROUNDS", "2"))
 PATH = "/v1/chat/completions"
 BODY = json.dumps({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Tell me a short story."}]})
+ROUTE_TOO = os.environ.get("BENCH_STREAMS_ROUTE", "0") == "1"
 EVENTS = CHUNKS + 3  # role chunk, content chunks, finish, usage (the caller asked for none: withheld)
 
 
@@ -198,6 +201,10 @@ def run() -> list[dict]:
         ours, url, key = _start_ours(upstream, tmp / "ours")
         procs.append(ours)
         targets.append(Target("ours", url, {"Authorization": f"Bearer {key}"}, ours))
+        if ROUTE_TOO:
+            ours_r, url_r, key_r = _start_ours(upstream, tmp / "ours_route", route=True)
+            procs.append(ours_r)
+            targets.append(Target("ours_route", url_r, {"Authorization": f"Bearer {key_r}"}, ours_r))
         ours2, url2, key2 = _start_ours(upstream, tmp / "ours2", workers=2)
         procs.append(ours2)
         targets.append(Target("ours_w2", url2, {"Authorization": f"Bearer {key2}"}, ours2))
@@ -263,7 +270,7 @@ def _report(
     def m(name: str, level: int, key: str) -> float | None:
         return _med(data.get(name, {}).get(level, {}).get(key))
 
-    say("\n  target    conns  streams/s   p50 ms   p99 ms  added p99  us/chunk  nginx cores  wrk cores  errors")
+    say("\n  target      conns  streams/s   p50 ms   p99 ms  added p99  us/chunk  nginx cores  wrk cores  errors")
     for name in data:
         for level in LEVELS:
             s, p50, p99 = m(name, level, "streams_s"), m(name, level, "p50_ms"), m(name, level, "p99_ms")
@@ -274,7 +281,7 @@ def _report(
             wrk = _med(wrk_cpu.get(name, {}).get(level))
             err = m(name, level, "errors")
             say(
-                f"  {name:8s} {level:6d} {s or 0:10.1f} {p50 or 0:8.0f} {p99 or 0:8.0f} "
+                f"  {name:10s} {level:6d} {s or 0:10.1f} {p50 or 0:8.0f} {p99 or 0:8.0f} "
                 f"{_num(added):10.0f} {_num(chunk):9.1f} "
                 f"{up or 0:12.2f} {wrk or 0:10.2f} {err or 0:7.0f}"
             )

@@ -17,10 +17,11 @@ trail. Signals (one per final request):
 - ``broken tool json``: a tool call's ``arguments`` is not valid JSON;
 - ``schema violation``: the caller asked for ``response_format: json_schema`` and the answer does not
   parse or does not validate;
-- ``slow`` / ``slow first token`` / ``slow chunks`` / ``costly``: latency, TTFT, a stream's mean
-  time between chunks or cost above the baseline's p95 *before* the window (so the threshold is
-  fixed before the data it judges); nodata without such a baseline. The candidate has an allowed
-  change on each (:data:`ALLOWED_CHANGE`: latency +10 %, cost +5 %): its event is a value above
+- ``slow`` / ``slow first token`` / ``slow chunks`` / ``verbose`` / ``costly``: latency, TTFT, a
+  stream's mean time between chunks, output tokens or cost above the baseline's p95 *before* the
+  window (so the threshold is fixed before the data it judges); nodata without such a baseline. The
+  candidate has an allowed change on each (:data:`ALLOWED_CHANGE`: latency, TTFT, chunk gaps and
+  output tokens +10 %, cost +5 %): its event is a value above
   that p95 times ``1 + allowed``. A candidate whose values are at most ``1 + allowed`` times the
   baseline's (in distribution) then has its events no more often than the baseline has its own,
   which is the null each test holds; one slower or dearer by more is what it finds.
@@ -74,13 +75,14 @@ SIGNALS = (
     "slow",
     "slow first token",
     "slow chunks",
+    "verbose",
     "costly",
 )
 #: Each signal's share of alpha (relative weights; see the module's docstring).
 SIGNAL_WEIGHTS: dict[str, float] = {s: 2.0 if s in ("attempt failed", "failed") else 1.0 for s in SIGNALS}
-TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "costly")  # judged against the baseline's p95
+TAIL_SIGNALS = ("slow", "slow first token", "slow chunks", "verbose", "costly")  # judged against the baseline's p95
 #: How much worse than the baseline the candidate may be on each tail signal before it counts.
-ALLOWED_CHANGE = {"slow": 0.10, "slow first token": 0.10, "slow chunks": 0.10, "costly": 0.05}
+ALLOWED_CHANGE = {"slow": 0.10, "slow first token": 0.10, "slow chunks": 0.10, "verbose": 0.10, "costly": 0.05}
 
 
 def allowed_text(signal: str) -> str:
@@ -265,7 +267,7 @@ def analyse(
             .limit(MAX_ROWS)
         ).all()
         before = conn.execute(
-            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
+            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
             .where(*where, log.c.final.is_(True), log.c.side == baseline_side, log.c.ts < since, log.c.status == "ok")
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
@@ -333,7 +335,7 @@ class RunningAnalysis:
         self._where = where
         with engine.connect() as conn:
             before = conn.execute(
-                select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
+                select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
                 .where(*where, log.c.final.is_(True), log.c.side == self.baseline_side, log.c.ts < since,
                        log.c.status == "ok")
                 .order_by(log.c.ts.desc())
@@ -427,7 +429,7 @@ def analyse_shadow(
     where.append(log.c.route == route if route is not None else log.c.side.not_in(tuple(ROUTE_SIDES)))
     with engine.connect() as conn:
         before = conn.execute(
-            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms)
+            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
             .where(*where, log.c.final.is_(True), log.c.ts < since, log.c.status == "ok")
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
@@ -473,6 +475,7 @@ def _p95s(before: Sequence) -> dict[str, float | None]:
         "slow": _p95([r.latency_ms for r in before]),
         "slow first token": _p95([r.ttft_ms for r in before]),
         "slow chunks": _p95([r.chunk_gap_ms for r in before]),
+        "verbose": _p95([r.completion_tokens for r in before]),
         "costly": _p95([r.cost_usd for r in before]),
     }
 
@@ -489,6 +492,7 @@ def _events(r, limits: dict[str, float | None], candidate: bool) -> dict[str, bo
             ("slow", r.latency_ms, limits["slow"]),
             ("slow first token", r.ttft_ms, limits["slow first token"]),
             ("slow chunks", r.chunk_gap_ms, limits["slow chunks"]),
+            ("verbose", r.completion_tokens, limits["verbose"]),
             ("costly", r.cost_usd, limits["costly"]),
         )
     }

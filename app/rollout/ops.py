@@ -24,7 +24,7 @@ from db.canary import GLOBAL, get_state, route_scope
 
 #: Signals whose nodata does not hold a step: they need the baseline's p95 from before the rollout,
 #: which a fresh deployment lacks. The counts are critical: nodata never passes them.
-SOFT_SIGNALS = frozenset({"slow", "slow first token", "slow chunks", "costly"})
+SOFT_SIGNALS = frozenset({"slow", "slow first token", "slow chunks", "verbose", "costly"})
 Notify = Callable[[dict[str, Any]], None]
 
 

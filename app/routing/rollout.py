@@ -59,6 +59,7 @@ SIGNAL_WORDS = {
     "slow": "share slower than the baseline's p95",
     "slow first token": "share with first token slower than the baseline's p95",
     "slow chunks": "share of streams with chunks slower than the baseline's p95",
+    "verbose": "share with more output tokens than the baseline's p95",
     "costly": "share costlier than the baseline's p95",
 }
 

@@ -182,6 +182,47 @@ def test_a_shadow_phases_streamed_copies_are_judged_on_their_first_token(setting
         client.close()
 
 
+def test_a_wordier_candidate_is_found_verbose_from_a_shadow_phases_pairs(settings_factory, sqlite_url) -> None:
+    """A candidate that answers the same requests at three times the length (the simulator's
+    verbosity fault) is found worse on output tokens (``verbose``), from pairs alone."""
+    import random
+
+    from app.gateway import build_gateway
+    from app.monitor.canary_analysis import analyse_shadow
+    from app.rollout.shadow import Phase, Shadower
+    from db.shadow import pairs
+
+    settings = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE, database_url=sqlite_url,
+                                latency_scale=0.005)  # fmt: skip
+    gw = build_gateway(settings, guardrail=False)
+    client = gw.client
+    try:
+        set_faults(client.engine, "holysheep", FaultSettings(verbosity_multiplier=3.0), actor="t")
+        client.refresh()
+        for _ in range(60):  # the baseline before the rollout: its p95 of output tokens is the bar
+            client.chat(MSG, model="gpt-4.1")
+        client.flush()
+        since = time.time()
+        sh = Shadower(client.engine, client.settings, make_client=type(client), transports=gw.transports,
+                      rng=random.Random(5), queue_size=64)  # fmt: skip
+        sh.phases = {"gpt-4.1": Phase(rollout_id=11, route="gpt-4.1", share=1.0, budget_usd=100.0, spent_usd=0.0)}
+        client.core.on_plan.append(sh.offer)
+        for _ in range(30):
+            client.chat(MSG, model="gpt-4.1")
+        while not sh._queue.empty():  # the workers' job, done here in order
+            sh._mirror(*sh._queue.get_nowait())
+        client.flush()
+        assert len(pairs(client.engine, 11)) == 30
+        result = analyse_shadow(client.engine, rollout_id=11, since=since, until=time.time(), route="gpt-4.1",
+                                min_samples=20)  # fmt: skip
+        by = {s.signal: s for s in result.signals}
+        assert by["verbose"].verdict == "worse", result.rows()
+        assert by["verbose"].candidate > by["verbose"].baseline
+        sh.close()
+    finally:
+        client.close()
+
+
 def test_the_candidate_has_its_allowed_change_on_each_tail_signal() -> None:
     """A tail event is a value above the baseline's p95; for the candidate, above that p95 times its
     allowed change (latency +10 %, cost +5 %), so a candidate within it is not counted against."""
@@ -190,7 +231,7 @@ def test_the_candidate_has_its_allowed_change_on_each_tail_signal() -> None:
     from app.monitor.canary_analysis import ALLOWED_CHANGE, _events
 
     assert set(ALLOWED_CHANGE) == set(TAIL_SIGNALS)
-    limits = {"slow": 1000.0, "slow first token": 200.0, "slow chunks": 50.0, "costly": 0.01}
+    limits = {"slow": 1000.0, "slow first token": 200.0, "slow chunks": 50.0, "verbose": 400.0, "costly": 0.01}
 
     def row(latency_ms: float, cost_usd: float):
         return SimpleNamespace(status="ok", refused=False, finish_reason="stop", completion_tokens=5, tool_calls=0,
@@ -203,3 +244,8 @@ def test_the_candidate_has_its_allowed_change_on_each_tail_signal() -> None:
     beyond = row(1110.0, 0.0106)
     assert _events(beyond, limits, candidate=True)["slow"] and _events(beyond, limits, candidate=True)["costly"]
     assert not _events(row(1110.0, 0.0), {**limits, "slow": None}, candidate=True)["slow"]  # no baseline: no event
+    # Output tokens (verbosity) the same way: 9 % more than the baseline's p95 is within, 11 % beyond.
+    wordy, wordier = row(1.0, 0.0), row(1.0, 0.0)
+    wordy.completion_tokens, wordier.completion_tokens = 436, 444
+    assert _events(wordy, limits, candidate=False)["verbose"] and not _events(wordy, limits, candidate=True)["verbose"]
+    assert _events(wordier, limits, candidate=True)["verbose"]

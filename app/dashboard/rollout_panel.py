@@ -12,6 +12,7 @@ so the page only lays it out.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.dashboard.identity import Identity, refusal
+from app.monitor.canary_analysis import MAX_ROWS, RunningAnalysis
 from app.rollout import ops
 from app.routing.rollout import manual, pct
 from core.errors import InvalidRequest
@@ -140,13 +142,55 @@ def timeline(r: RolloutState, trail: list[tuple[float, float, float, str, str]],
     return fig
 
 
+class _Readings:
+    """Each shown rollout's analysis, kept up to date across page runs and sessions from the rows
+    logged since the last read (as the controller keeps its own), so a page run during a rollout
+    reads what arrived since the last one, not every row since the rollout started (up to
+    :data:`MAX_ROWS`, 200,000 rows, about 8 minutes of a rollout at 420 requests a second).
+    Only the rollouts shown now are kept; one lock per rollout, since sessions run in threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[int, int, float], tuple[RunningAnalysis, threading.Lock]] = {}
+
+    def read(self, engine: Engine, shown: list[RolloutState], now: float) -> list[ops.Reading]:
+        keys = [(id(engine), r.id, r.started_at) for r in shown]
+        with self._lock:
+            for key in [k for k in self._kept if k[0] == id(engine) and k not in keys]:
+                del self._kept[key]  # no longer shown
+            kept = []
+            for key, r in zip(keys, shown, strict=True):
+                entry = self._kept.get(key)
+                if r.shadowing:
+                    entry = None  # a shadow phase reads its pairs (flat per phase, bounded by its budget)
+                elif entry is None or entry[0].engine is not engine:
+                    plan = r.plan
+                    entry = self._kept[key] = (
+                        RunningAnalysis(engine, since=r.started_at, route=plan.route, alpha=plan.alpha,
+                                        min_samples=plan.min_samples, max_rows=MAX_ROWS, bake_s=plan.bake_s),
+                        threading.Lock(),
+                    )  # fmt: skip
+                kept.append(entry)
+        out = []
+        for r, entry in zip(shown, kept, strict=True):
+            if entry is None:
+                out.append(ops.read(engine, r, now))
+                continue
+            running, lock = entry
+            with lock:  # one update at a time, never back in time (sessions' clocks differ by a run)
+                out.append(ops.read(engine, r, max(now, running.until), running))
+        return out
+
+
+_READINGS = _Readings()
+
+
 def views(engine: Engine, now: float | None = None) -> list[View]:
     """Every active rollout, else the newest one, with its evidence read now."""
     ts = time.time() if now is None else now
     shown = rollouts.all_active(engine) or [r for r in [rollouts.latest(engine)] if r is not None]
     out = []
-    for r in shown:
-        reading = ops.read(engine, r, ts)
+    for r, reading in zip(shown, _READINGS.read(engine, shown, ts), strict=True):
         rows = reading.analysis.rows()
         for row in rows:
             row["critical"] = row["signal"] not in ops.SOFT_SIGNALS

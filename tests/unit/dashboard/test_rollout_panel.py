@@ -120,3 +120,45 @@ def test_the_timeline_draws_each_decision(setup) -> None:
     weight, decisions = view.figure.data
     assert list(weight.y) == [10.0, 50.0, 50.0] and list(decisions.y) == [10.0, 50.0]
     assert decisions.text[1] == f"rollout: #{r.id} step" and view.status == "info"
+
+
+def test_each_page_run_reads_only_what_was_logged_since_the_last(setup) -> None:
+    """The panel keeps each shown rollout's analysis up to date across runs (as the controller does):
+    a later run reads the rows logged since, and shows what one full read of the log would."""
+    import random
+
+    from app.monitor.canary_analysis import analyse
+    from core.records import AttemptRecord
+    from db.requests import insert_batch
+
+    engine, _ = setup
+    since = 1_000_000.0
+    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                       reason="r", now=since)  # fmt: skip
+    rng, n = random.Random(4), [0]
+
+    def log(start: float, count: int) -> None:
+        rows = []
+        for k in range(count):
+            n[0] += 1
+            on = rng.random() < 0.1
+            rows.append(AttemptRecord(f"q{n[0]}", 1, start + k * 0.1, status="error" if rng.random() < 0.05 else "ok",
+                                      latency_ms=300.0, provider="holysheep" if on else "direct", model="gpt-4.1",
+                                      requested_model="gpt-4.1", intent="explicit",
+                                      side="primary" if on else "fallback", completion_tokens=5))  # fmt: skip
+        insert_batch(engine, rows)
+
+    log(since + 1, 3000)
+    rollout_panel.views(engine, now=since + 600)
+    running, _ = rollout_panel._READINGS._kept[(id(engine), r.id, r.started_at)]
+    assert running.rows_read == 3000
+    log(since + 601, 40)
+    [later] = rollout_panel.views(engine, now=since + 700)
+    assert running.rows_read < 3000  # the overlap window and what came since, not the whole rollout
+    full = analyse(engine, since=since, until=since + 700)
+    by_signal = {row["signal"]: row for row in later.metrics}
+    for sig in full.signals:
+        assert (by_signal[sig.signal]["candidate"], by_signal[sig.signal]["baseline"]) == (sig.candidate, sig.baseline)
+        assert by_signal[sig.signal]["verdict"] == sig.verdict
+    assert full.candidate_requests + full.baseline_requests == 3040
+    assert by_signal["failed"]["candidate"] + by_signal["failed"]["baseline"] > 0  # a comparison of something

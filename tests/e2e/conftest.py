@@ -5,6 +5,7 @@ chromium (``playwright install`` is not needed). Screenshots go to ``tests/e2e/s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -643,6 +644,18 @@ def screenshot(page, name: str) -> None:
     page.set_viewport_size({"width": size["width"], "height": tall})
     page.wait_for_function("h => window.innerHeight === h", arg=tall)
     wait_ready(page)
+    # Plotly redraws each chart after the resize: wait (bounded) until every chart has drawn its
+    # plot at its container's width, so the picture shows the charts rather than empty boxes.
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).every(c => {"
+            " const svg = c.querySelector('svg.main-svg'); const plot = c.querySelector('.js-plotly-plot');"
+            " return svg && plot && c.querySelector('.cartesianlayer, .pielayer, .barlayer, .scatterlayer')"
+            " && Math.abs(svg.getBoundingClientRect().width - plot.getBoundingClientRect().width) < 2; })",
+            timeout=10_000,
+        )
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
     page.set_viewport_size(size)
 

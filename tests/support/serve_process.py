@@ -96,6 +96,42 @@ def env_for(config_path: Path, database_url: str) -> dict[str, str]:
     return env
 
 
+def _spawn(
+    config_path: Path,
+    database_url: str,
+    port: int | None,
+    args: tuple[str, ...],
+    preexec_fn: Callable[[], None] | None,
+    stdout: int | None,
+) -> ServeProcess:
+    port = port or free_port()
+    env = env_for(config_path, database_url)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), *args],
+        cwd=REPO,
+        env=env,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
+    )
+    return ServeProcess(proc, port, env)
+
+
+def _wait_ready(sp: ServeProcess, deadline: float, wait_s: float) -> None:
+    proc = sp.proc
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited with {proc.returncode}: {sp.stderr()}")
+        try:
+            if httpx2.get(f"{sp.url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.05)  # polling a condition with a bound
+    sp.terminate()
+    raise RuntimeError(f"serve did not answer /healthz within {wait_s}s")
+
+
 def start(
     config_path: Path,
     database_url: str,
@@ -107,29 +143,27 @@ def start(
     stdout: int | None = subprocess.DEVNULL,
 ) -> ServeProcess:
     """``preexec_fn`` runs in the child before ``serve`` starts (e.g. lowering its open-file limit)."""
-    port = port or free_port()
-    env = env_for(config_path, database_url)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), *args],
-        cwd=REPO,
-        env=env,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        preexec_fn=preexec_fn,
-    )
-    sp = ServeProcess(proc, port, env)
+    sp = _spawn(config_path, database_url, port, args, preexec_fn, stdout)
+    _wait_ready(sp, time.monotonic() + wait_s, wait_s)
+    return sp
+
+
+def start_many(
+    n: int, config_path: Path, database_url: str, *, wait_s: float = 60.0, args: tuple[str, ...] = ()
+) -> list[ServeProcess]:
+    """``n`` serve processes on one config and database, started together (their interpreters load
+    at the same time instead of one after another) and each waited for as :func:`start` does. A new
+    SQLite file is migrated once though they start together (db/test_migrate.py checks that)."""
+    procs = [_spawn(config_path, database_url, None, args, None, subprocess.DEVNULL) for _ in range(n)]
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"serve exited with {proc.returncode}: {sp.stderr()}")
-        try:
-            if httpx2.get(f"{sp.url}/healthz", timeout=1).status_code == 200:
-                return sp
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.05)  # polling a condition with a bound
-    sp.terminate()
-    raise RuntimeError(f"serve did not answer /healthz within {wait_s}s")
+    try:
+        for sp in procs:
+            _wait_ready(sp, deadline, wait_s)
+    except BaseException:
+        for sp in procs:
+            sp.terminate()
+        raise
+    return procs
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:

@@ -85,7 +85,7 @@ def rig(tmp_path):
             + f'[alerts]\nwebhooks = ["{receiver.url}"]\ntimeout_s = 5\n'
         )
         db_url = f"sqlite:///{tmp_path / 'gw.db'}"
-        servers = [sp.start(cfg, db_url), sp.start(cfg, db_url)]
+        servers = sp.start_many(2, cfg, db_url)
         env = servers[0].env
         created = sp.cli(env, "keys", "create", "--name", "main", "--json")
         assert created.returncode == 0, created.stderr
@@ -146,7 +146,7 @@ def test_a_healthy_candidate_is_promoted_once_across_processes_and_restarts(rig)
     # Stop both servers mid-rollout; a new one carries on from the stored step and its clock.
     for s in rig["servers"]:
         s.terminate()
-    rig["servers"] = [sp.start(rig["cfg"], rig["db_url"]), sp.start(rig["cfg"], rig["db_url"])]
+    rig["servers"] = sp.start_many(2, rig["cfg"], rig["db_url"])
     carried = rollouts.get(rig["engine"], rid)
     assert carried is not None and carried.step_index >= 1 and carried.step_started_at == stepped.step_started_at
     done = _drive_until(rig, rid, lambda r: r.state != "running", "completion")

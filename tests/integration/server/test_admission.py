@@ -44,8 +44,7 @@ def test_two_servers_200_concurrent_requests_overspend_at_most_one_request(db_ur
         upstream.set_default(overbilling())
         cfg = tmp_path / "gateway.toml"
         cfg.write_text(sp.chaos_config(upstream.url, timeout_s=60))  # a loaded CI machine is no upstream fault
-        first = sp.start(cfg, db_url)  # migrates the database
-        second = sp.start(cfg, db_url)
+        first, second = sp.start_many(2, cfg, db_url)  # db_url is migrated already
         try:
             out = sp.cli(
                 first.env, "keys", "create", "--name", "tiny", "--budget-usd", "0.01", "--period", "day", "--json"

@@ -560,8 +560,7 @@ def test_two_servers_share_limits_budget_and_ratio(pg_url, tmp_path):
         up.set_default(ok(prompt_tokens=5000))
         cfg = tmp_path / "gateway.toml"
         cfg.write_text(sp.chaos_config(up.url))
-        a = sp.start(cfg, pg_url)
-        b = sp.start(cfg, pg_url)
+        a, b = sp.start_many(2, cfg, pg_url)
         try:
             engine = get_engine(pg_url)
             # rpm: 3 per minute for the key, whichever process counts them.

@@ -116,7 +116,7 @@ def test_four_writer_processes_never_deadlock_on_postgres(pg_url: str) -> None:
     order, at the same moment. With the cells upserted in arrival order instead, this run hits
     ``deadlock detected`` within seconds (checked when the sort went in)."""
     get_engine(pg_url)  # migrate once, before the writers start
-    batches = 60
+    batches = 20
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, pg_url, str(seed), str(batches)],

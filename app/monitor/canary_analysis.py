@@ -267,7 +267,7 @@ def analyse(
             .limit(MAX_ROWS)
         ).all()
         before = conn.execute(
-            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
+            select(*_baseline_columns(log))
             .where(*where, log.c.final.is_(True), log.c.side == baseline_side, log.c.ts < since, log.c.status == "ok")
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
@@ -335,7 +335,7 @@ class RunningAnalysis:
         self._where = where
         with engine.connect() as conn:
             before = conn.execute(
-                select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
+                select(*_baseline_columns(log))
                 .where(*where, log.c.final.is_(True), log.c.side == self.baseline_side, log.c.ts < since,
                        log.c.status == "ok")
                 .order_by(log.c.ts.desc())
@@ -429,7 +429,7 @@ def analyse_shadow(
     where.append(log.c.route == route if route is not None else log.c.side.not_in(tuple(ROUTE_SIDES)))
     with engine.connect() as conn:
         before = conn.execute(
-            select(log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
+            select(*_baseline_columns(log))
             .where(*where, log.c.final.is_(True), log.c.ts < since, log.c.status == "ok")
             .order_by(log.c.ts.desc())
             .limit(BASELINE_ROWS)
@@ -468,6 +468,11 @@ def analyse_shadow(
 def _p95(values: Sequence[float]) -> float | None:
     xs = sorted(v for v in values if v is not None)
     return xs[int(0.95 * (len(xs) - 1))] if len(xs) >= MIN_SAMPLES else None
+
+
+def _baseline_columns(log) -> tuple:
+    """What :func:`_p95s` reads of each baseline row."""
+    return (log.c.latency_ms, log.c.ttft_ms, log.c.cost_usd, log.c.chunk_gap_ms, log.c.completion_tokens)
 
 
 def _p95s(before: Sequence) -> dict[str, float | None]:

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from app.alerts import event
 from app.config import Settings
-from app.monitor.canary_analysis import MAX_ROWS, Analysis, RunningAnalysis, analyse_shadow
+from app.monitor.canary_analysis import MAX_ROWS, TAIL_SIGNALS, Analysis, RunningAnalysis, analyse_shadow
 from app.routing.rollout import Action, Evidence, MetricReading, manual, pct
 from core.errors import InvalidRequest
 from core.rollout import Plan, RolloutState, steps_text
@@ -24,7 +24,7 @@ from db.canary import GLOBAL, get_state, route_scope
 
 #: Signals whose nodata does not hold a step: they need the baseline's p95 from before the rollout,
 #: which a fresh deployment lacks. The counts are critical: nodata never passes them.
-SOFT_SIGNALS = frozenset({"slow", "slow first token", "slow chunks", "verbose", "costly"})
+SOFT_SIGNALS = frozenset(TAIL_SIGNALS)
 Notify = Callable[[dict[str, Any]], None]
 
 

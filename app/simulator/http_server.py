@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
@@ -31,6 +32,8 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 _NOT_FORWARDED = frozenset({"host", "connection", "keep-alive", "transfer-encoding", "content-length"})
 # How often a held (timed-out) request checks whether its client left or the server stops.
 _HOLD_POLL_S = 0.1
+# How long closing the server waits for its connections' threads once their sockets are shut.
+_CLOSE_JOIN_S = 2.0
 
 
 class _BodyTooLarge(Exception):
@@ -40,6 +43,9 @@ class _BodyTooLarge(Exception):
 class SimulatorHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server in front of simulated providers; ``stop()`` ends it cleanly."""
 
+    # Handler threads are daemons, so a stuck one never holds the process; ``server_close`` still
+    # ends them (connections shut, threads joined within ``_CLOSE_JOIN_S``), so none is left running
+    # while the interpreter finalizes, where a thread writing to stderr can wedge the exit.
     daemon_threads = True
 
     def __init__(
@@ -52,7 +58,44 @@ class SimulatorHTTPServer(ThreadingHTTPServer):
         self.hold_s = hold_s
         # Set on stop, so requests held by the timeout fault let go at once.
         self.stopping = threading.Event()
+        self._open: dict[socket.socket, threading.Thread] = {}
+        self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread, args=(request, client_address), name="simulator-conn", daemon=True
+        )
+        with self._open_lock:
+            self._open[request] = thread
+        thread.start()
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if self.stopping.is_set():
+            log.debug("simulator: connection from %s ended by the shutdown", client_address, exc_info=True)
+        else:
+            log.warning("simulator: request from %s failed", client_address, exc_info=True)
+
+    def server_close(self) -> None:
+        """Close the listening socket, then every open connection, and wait (bounded) for their
+        threads: a keep-alive client or a held request never keeps the process up."""
+        self.stopping.set()
+        super().server_close()
+        with self._open_lock:
+            open_now = list(self._open.items())
+        for conn, _thread in open_now:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its thread
+        deadline = time.monotonic() + _CLOSE_JOIN_S
+        for _conn, thread in open_now:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def url(self) -> str:
@@ -77,9 +120,6 @@ class SimulatorHTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams
-    # Headers and body go out in separate writes; with Nagle on, the body waits for the client's
-    # delayed ACK (about 40 ms per call on Linux loopback).
-    disable_nagle_algorithm = True
     server_version = "llm-gateway-simulator"
     # Headers and body go out in separate writes; without TCP_NODELAY, Nagle + delayed ACK stall
     # every keep-alive request on loopback by about 40 ms.

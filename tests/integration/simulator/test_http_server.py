@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -193,6 +194,43 @@ def test_timeout_fault_holds_the_connection_until_the_client_gives_up(
         assert client.chat.completions.create(model="gemini-2.5-flash", messages=HELLO).choices
 
 
+def test_stopping_ends_every_connection_and_its_thread_within_a_bound(faults: Faults) -> None:
+    """An idle keep-alive connection and a request held by the timeout fault are both ended by
+    ``stop()``: no connection thread is left running for the interpreter's exit to race."""
+    provider = SimulatedProvider("solo", ["gpt-4.1"], latency_scale=0, faults=faults)
+    srv = make_server({"solo": provider}, "127.0.0.1", 0, hold_s=60.0)
+    serving = srv.start_in_thread()
+    before = set(threading.enumerate())
+    host, port = srv.server_address[:2]
+    idle = socket.create_connection((host, port), timeout=5)
+    idle.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert idle.recv(12) == b"HTTP/1.1 200"  # answered, and kept alive
+    faults.settings = FaultSettings(timeout_rate=1.0)
+    held = socket.create_connection((host, port), timeout=5)
+    body = b'{"model":"gpt-4.1","messages":[{"role":"user","content":"hi"}]}'
+    held.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+    held.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    deadline = time.monotonic() + 5
+    conn_threads = lambda: [t for t in set(threading.enumerate()) - before if t.is_alive()]  # noqa: E731
+    while len(conn_threads()) < 2:
+        assert time.monotonic() < deadline, "the two connections were not being served"
+        time.sleep(0.01)
+    started = time.monotonic()
+    srv.stop()
+    stopped_in = time.monotonic() - started
+    serving.join(timeout=5)
+    try:
+        assert not serving.is_alive()
+        assert stopped_in < 3.0, stopped_in
+        assert conn_threads() == []
+        for conn in (idle, held):  # closed by the server (EOF after what was sent), not left open
+            while conn.recv(65536):
+                pass
+    finally:
+        idle.close()
+        held.close()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -225,7 +263,7 @@ def test_serve_answers_until_ctrl_c_then_exits_cleanly() -> None:
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=10)
         assert process.returncode == 0, stderr
-        assert b"Traceback" not in stderr
+        assert b"Traceback" not in stderr, stderr.decode(errors="replace")[-3000:]
     finally:
         if process.poll() is None:
             process.kill()

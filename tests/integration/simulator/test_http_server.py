@@ -237,8 +237,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+# The child takes Ctrl-C's default (KeyboardInterrupt) whatever it inherits: a test run started in
+# the background of a non-interactive shell ignores SIGINT, and so would every child it starts.
 SERVE_SCRIPT = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from app.simulator import SimulatedProvider, serve
 serve({"solo": SimulatedProvider("solo", ["gpt-4.1"], latency_scale=0)}, "127.0.0.1", int(sys.argv[1]))
 """

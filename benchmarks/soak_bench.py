@@ -10,15 +10,24 @@ while a second connection holds ``BEGIN EXCLUSIVE`` on the file (no write can co
 after the writer has drained and replayed its journal, rows lost and duplicate rows (both must be
 0). Environment: ``BENCH_SOAK_STALL_S`` (default 30), ``BENCH_SOAK_PHASE_S`` (default 10),
 ``BENCH_SOAK_THREADS`` (default 4).
+
+Memory: ``MEMORY_REQUESTS`` more requests (``BENCH_SOAK_MEMORY_REQUESTS``, default 10,000) through
+a fresh gateway under ``tracemalloc``, with the faults of the shipped config plus 10 % errors and 5 %
+rate limits on both providers (retries, fallbacks, breakers) and the canary ratio changed every
+second; reported: the traced memory after the writer has drained, minus that after the first
+1,000 requests (budget: under 10 MB, so under about 1 KB a request at the default).
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import sqlite3
 import tempfile
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 from app.config import load_settings
@@ -31,6 +40,10 @@ THREADS = int(os.environ.get("BENCH_SOAK_THREADS", "4"))
 REPO = Path(__file__).resolve().parents[1]
 MESSAGES = [{"role": "user", "content": "Summarise the incident timeline in two sentences."}]
 DRAIN_S = 300.0
+MEMORY_REQUESTS = int(os.environ.get("BENCH_SOAK_MEMORY_REQUESTS", "10000"))
+MEMORY_WARMUP = 1_000
+MEMORY_BUDGET_MB = 10.0
+_FAULTS = "\n[providers.{name}.faults]\nerror_rate = 0.10\nrate_limit_rate = 0.05\nretry_after_s = 0.0\n"
 
 
 def _p(values: list[float], q: float) -> float:
@@ -120,6 +133,75 @@ def soak(stall_s: float = STALL_S, phase_s: float = PHASE_S, threads: int = THRE
     }
 
 
+def memory_growth(requests: int = MEMORY_REQUESTS, threads: int = THREADS) -> dict:
+    """Traced memory from after the warm-up to the end of a faulty run with canary churn."""
+    from db.canary import set_ratio
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-soak-mem-"))
+    toml = (REPO / "gateway.toml").read_text()
+    toml = toml.replace("[providers.direct]", _FAULTS.format(name="holysheep") + "\n[providers.direct]")
+    toml += _FAULTS.format(name="direct") + "\n[simulator]\nlatency_scale = 0\nseed = 11\n"
+    (tmp / "gateway.toml").write_text(toml)
+    settings = load_settings(tmp / "gateway.toml", env={"DATABASE_URL": f"sqlite:///{tmp / 'mem.db'}"})
+    gw = build_gateway(settings, source="loadgen", guardrail=False, sleep=lambda _s: None)
+    lock = threading.Lock()
+    next_i = [0]
+    warm = threading.Event()
+    stop_churn = threading.Event()
+
+    def worker() -> None:
+        rng = random.Random(threading.get_ident())
+        while True:
+            with lock:
+                i = next_i[0]
+                if i >= requests:
+                    return
+                next_i[0] += 1
+            try:
+                gw.client.chat(
+                    [{"role": "user", "content": f"request {i}"}], model="auto", session_id=f"s{rng.randrange(50)}"
+                )
+            except Exception:  # noqa: BLE001 - the faults fail some; memory is what is measured
+                pass
+            if i == MEMORY_WARMUP:
+                warm.set()
+
+    def churn() -> None:
+        rng = random.Random(5)
+        while not stop_churn.wait(1.0):
+            set_ratio(gw.engine, round(rng.random(), 2), expected_version=None, actor="soak", reason="churn")
+
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    try:
+        for t in pool:
+            t.start()
+        warm.wait(DRAIN_S)
+        gc.collect()
+        after_warmup = tracemalloc.get_traced_memory()[0]
+        for t in pool:
+            t.join(DRAIN_S)
+        stop_churn.set()
+        churner.join(10)
+        drained = gw.telemetry.drain(DRAIN_S)
+        gc.collect()
+        at_end, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        stop_churn.set()
+        gw.close()
+    return {
+        "growth_mb": (at_end - after_warmup) / 1e6,
+        "peak_mb": peak / 1e6,
+        "requests": requests,
+        "drained": drained,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
 def run() -> list[dict]:
     what = (
         f"{THREADS} threads of chat() through one gateway (shipped settings, instant simulator, fresh SQLite file): "
@@ -150,6 +232,30 @@ def run() -> list[dict]:
         row("p99 added latency during the stall", r["p99"]["during"] - r["p99"]["before"], "ms", digits=3),
         row("rows lost (answered, not logged)", r["lost"], "rows", budget=1, n=r["served"], digits=0),
         row("duplicate rows", r["duplicates"], "rows", budget=1, digits=0),
+        *_memory_rows(),
+    ]
+
+
+def _memory_rows() -> list[dict]:
+    what = (
+        f"{MEMORY_REQUESTS:,} chat() requests on {THREADS} threads through a fresh gateway under tracemalloc, "
+        "10 % errors and 5 % rate limits on both providers, the canary ratio changed every second; traced memory "
+        f"after the writer drained minus after the first {MEMORY_WARMUP:,} requests"
+    )
+    say(f"  soak: {what}")
+    m = memory_growth()
+    say(f"  soak: memory {m}")
+    return [
+        row(
+            "memory growth after warm-up",
+            m["growth_mb"],
+            "MB",
+            budget=MEMORY_BUDGET_MB,
+            n=m["requests"],
+            spread=f"peak traced {m['peak_mb']:.1f} MB, drained={m['drained']}, {m['seconds']:.0f} s",
+            measured=what,
+            digits=2,
+        )
     ]
 
 

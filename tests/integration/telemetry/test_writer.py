@@ -3,7 +3,6 @@ that stops answering."""
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import random
@@ -13,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -297,14 +295,14 @@ seed = 11
 """
 
 
-REQUESTS, THREADS, WARMUP = 3_000, 8, 500
-MEMORY_BOUND = 10 * 1024 * 1024
+# Memory over a long run is the soak benchmark's (`python -m benchmarks soak`, "memory growth").
+REQUESTS, THREADS = 1_500, 8
 
 
 WAIT_S_LOG_SOAK = 60.0
 
 
-def test_bounded_soak_logs_every_request_once_with_exact_rollups_and_flat_memory(settings_factory, sqlite_url):
+def test_a_faulty_concurrent_run_logs_every_request_once_with_exact_rollups(settings_factory, sqlite_url):
     toml = (REPO / "gateway.toml").read_text()
     toml = toml.replace("[providers.direct]", FAULTS.format(name="holysheep") + "\n[providers.direct]")
     toml += FAULTS.format(name="direct") + SOAK_TOML
@@ -313,7 +311,6 @@ def test_bounded_soak_logs_every_request_once_with_exact_rollups_and_flat_memory
     failed = [0]
     lock = threading.Lock()
     next_i = [0]
-    warm = threading.Event()
     stop_churn = threading.Event()
 
     def worker() -> None:
@@ -334,34 +331,25 @@ def test_bounded_soak_logs_every_request_once_with_exact_rollups_and_flat_memory
             else:
                 with lock:
                     answered.append(r.request_id)
-            if i == WARMUP:
-                warm.set()
 
     def churn() -> None:
         rng = random.Random(5)
         while not stop_churn.wait(1.0):
             set_ratio(gw.engine, round(rng.random(), 2), expected_version=None, actor="soak", reason="churn")
 
-    tracemalloc.start()
     churner = threading.Thread(target=churn, daemon=True)
     churner.start()
     pool = [threading.Thread(target=worker) for _ in range(THREADS)]
     try:
         for t in pool:
             t.start()
-        assert warm.wait(WAIT_S_LOG_SOAK)
-        gc.collect()
-        after_warmup = tracemalloc.get_traced_memory()[0]
         for t in pool:
             t.join(WAIT_S_LOG_SOAK * 5)
         assert not any(t.is_alive() for t in pool)
         stop_churn.set()
         churner.join(WAIT_S_LOG_SOAK)
         assert gw.telemetry.drain(WAIT_S_LOG_SOAK)
-        gc.collect()
-        at_end = tracemalloc.get_traced_memory()[0]
     finally:
-        tracemalloc.stop()
         stop_churn.set()
         stats = gw.telemetry.stats()
         gw.close()
@@ -386,4 +374,3 @@ def test_bounded_soak_logs_every_request_once_with_exact_rollups_and_flat_memory
     for span, (attempts, requests, errs) in sums.items():
         assert (attempts, requests, errs) == (len(rows), REQUESTS, errors), f"{span}s rollups disagree with the log"
     assert stats.rejected == 0 and stats.journal_depth == 0
-    assert at_end - after_warmup < MEMORY_BOUND, f"memory grew {(at_end - after_warmup) / 1e6:.1f} MB"

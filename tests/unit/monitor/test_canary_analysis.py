@@ -126,25 +126,63 @@ def test_the_cli_prints_every_signal_and_refuses_bad_input(client_factory, sqlit
         assert says in capsys.readouterr().err
 
 
+class _ShadowPhase:
+    """A gateway serving ``ROUTE`` with ``faults`` on the canary's provider; ``begin`` starts a shadow
+    phase that copies every request of the route, ``judge`` mirrors the queued copies (the workers'
+    job, done here in order) and returns the pairs and the analysis of them."""
+
+    def __init__(self, settings_factory, sqlite_url: str, faults: FaultSettings) -> None:
+        from app.gateway import build_gateway
+
+        settings = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE, database_url=sqlite_url,
+                                    latency_scale=0.005)  # fmt: skip
+        self.gw = build_gateway(settings, guardrail=False)
+        self.client = self.gw.client
+        self.shadower = None
+        set_faults(self.client.engine, "holysheep", faults, actor="t")
+        self.client.refresh()
+
+    def begin(self, rollout_id: int, seed: int) -> None:
+        import random
+
+        from app.rollout.shadow import Phase, Shadower
+
+        self.client.flush()
+        self.rollout_id, self.since = rollout_id, time.time()
+        sh = Shadower(self.client.engine, self.client.settings, make_client=type(self.client),
+                      transports=self.gw.transports, rng=random.Random(seed), queue_size=64)  # fmt: skip
+        sh.phases = {"gpt-4.1": Phase(rollout_id=rollout_id, route="gpt-4.1", share=1.0, budget_usd=100.0,
+                                      spent_usd=0.0)}  # fmt: skip
+        self.client.core.on_plan.append(sh.offer)
+        self.shadower = sh
+
+    def judge(self):
+        from app.monitor.canary_analysis import analyse_shadow
+        from db.shadow import pairs
+
+        sh = self.shadower
+        while not sh._queue.empty():
+            sh._mirror(*sh._queue.get_nowait())
+        self.client.flush()
+        found = pairs(self.client.engine, self.rollout_id)
+        result = analyse_shadow(self.client.engine, rollout_id=self.rollout_id, since=self.since, until=time.time(),
+                                route="gpt-4.1", min_samples=20)  # fmt: skip
+        return found, result, {s.signal: s for s in result.signals}
+
+    def close(self) -> None:
+        if self.shadower is not None:
+            self.shadower.close()
+        self.client.close()
+
+
 def test_a_shadow_phases_streamed_copies_are_judged_on_their_first_token(settings_factory, sqlite_url) -> None:
     """A route's shadow phase, streamed: the copies stream as the requests they copy did, so a
     candidate whose first token comes 100 times later (well past the baseline's spikes) is found
     worse on the slow first token, from pairs alone; a copy sent whole (of a request sent whole)
     carries no first token to compare."""
-    import random
-
-    from app.gateway import build_gateway
-    from app.monitor.canary_analysis import analyse_shadow
-    from app.rollout.shadow import Phase, Shadower
-    from db.shadow import pairs
-
-    settings = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE, database_url=sqlite_url,
-                                latency_scale=0.005)  # fmt: skip
-    gw = build_gateway(settings, guardrail=False)
-    client = gw.client
+    run = _ShadowPhase(settings_factory, sqlite_url, FaultSettings(ttft_multiplier=100.0))
+    client = run.client
     try:
-        set_faults(client.engine, "holysheep", FaultSettings(ttft_multiplier=100.0), actor="t")
-        client.refresh()
 
         def ask(n: int, stream: bool) -> None:
             for _ in range(n):
@@ -155,72 +193,37 @@ def test_a_shadow_phases_streamed_copies_are_judged_on_their_first_token(setting
                     client.chat(MSG, model="gpt-4.1")
 
         ask(60, True)  # the baseline before the rollout: its p95 first token is the bar
-        client.flush()
-        since = time.time()
-        sh = Shadower(client.engine, client.settings, make_client=type(client), transports=gw.transports,
-                      rng=random.Random(3), queue_size=64)  # fmt: skip
-        sh.phases = {"gpt-4.1": Phase(rollout_id=9, route="gpt-4.1", share=1.0, budget_usd=100.0, spent_usd=0.0)}
-        client.core.on_plan.append(sh.offer)
+        run.begin(rollout_id=9, seed=3)
         ask(30, True)
         ask(5, False)
-        while not sh._queue.empty():  # the workers' job, done here in order
-            sh._mirror(*sh._queue.get_nowait())
-        client.flush()
-        found = pairs(client.engine, 9)
+        found, result, by = run.judge()
         assert len(found) == 35
         streamed = [p for p in found if p.shadow.stream]
         assert len(streamed) == 30 and all(p.shadow.ttft_ms is not None for p in streamed)
         assert all(p.shadow.ttft_ms is None and p.shadow.chunk_gap_ms is None for p in found if not p.shadow.stream)
-        result = analyse_shadow(client.engine, rollout_id=9, since=since, until=time.time(), route="gpt-4.1",
-                                min_samples=20)  # fmt: skip
-        by = {s.signal: s for s in result.signals}
         assert by["slow first token"].verdict == "worse", result.rows()
         assert by["slow first token"].candidate >= 25 > by["slow first token"].baseline
         assert by["failed"].verdict != "worse"
-        sh.close()
     finally:
-        client.close()
+        run.close()
 
 
 def test_a_wordier_candidate_is_found_verbose_from_a_shadow_phases_pairs(settings_factory, sqlite_url) -> None:
     """A candidate that answers the same requests at three times the length (the simulator's
     verbosity fault) is found worse on output tokens (``verbose``), from pairs alone."""
-    import random
-
-    from app.gateway import build_gateway
-    from app.monitor.canary_analysis import analyse_shadow
-    from app.rollout.shadow import Phase, Shadower
-    from db.shadow import pairs
-
-    settings = settings_factory((paths.REPO / "gateway.toml").read_text() + ROUTE, database_url=sqlite_url,
-                                latency_scale=0.005)  # fmt: skip
-    gw = build_gateway(settings, guardrail=False)
-    client = gw.client
+    run = _ShadowPhase(settings_factory, sqlite_url, FaultSettings(verbosity_multiplier=3.0))
     try:
-        set_faults(client.engine, "holysheep", FaultSettings(verbosity_multiplier=3.0), actor="t")
-        client.refresh()
         for _ in range(60):  # the baseline before the rollout: its p95 of output tokens is the bar
-            client.chat(MSG, model="gpt-4.1")
-        client.flush()
-        since = time.time()
-        sh = Shadower(client.engine, client.settings, make_client=type(client), transports=gw.transports,
-                      rng=random.Random(5), queue_size=64)  # fmt: skip
-        sh.phases = {"gpt-4.1": Phase(rollout_id=11, route="gpt-4.1", share=1.0, budget_usd=100.0, spent_usd=0.0)}
-        client.core.on_plan.append(sh.offer)
+            run.client.chat(MSG, model="gpt-4.1")
+        run.begin(rollout_id=11, seed=5)
         for _ in range(30):
-            client.chat(MSG, model="gpt-4.1")
-        while not sh._queue.empty():  # the workers' job, done here in order
-            sh._mirror(*sh._queue.get_nowait())
-        client.flush()
-        assert len(pairs(client.engine, 11)) == 30
-        result = analyse_shadow(client.engine, rollout_id=11, since=since, until=time.time(), route="gpt-4.1",
-                                min_samples=20)  # fmt: skip
-        by = {s.signal: s for s in result.signals}
+            run.client.chat(MSG, model="gpt-4.1")
+        found, result, by = run.judge()
+        assert len(found) == 30
         assert by["verbose"].verdict == "worse", result.rows()
         assert by["verbose"].candidate > by["verbose"].baseline
-        sh.close()
     finally:
-        client.close()
+        run.close()
 
 
 def test_the_candidate_has_its_allowed_change_on_each_tail_signal() -> None:

@@ -125,10 +125,12 @@ def _settled_off(rig, provider: str) -> None:
 
     def quiet() -> bool:
         before = len(rig["upstream"].requests_for(provider))
-        _send(rig, 4)
+        _send(rig, 10)
         return len(rig["upstream"].requests_for(provider)) == before
 
-    sp.wait_for(quiet, timeout_s=15, what=f"both servers to stop sending to {provider}")
+    # Two quiet batches in a row: a server still at the last step's weight sends each request to
+    # ``provider`` with that weight's chance, so one small batch can miss it (2 requests at 50 %: 1 in 4).
+    sp.wait_for(lambda: quiet() and quiet(), timeout_s=15, what=f"both servers to stop sending to {provider}")
 
 
 def _start(rig, steps: str) -> dict:

@@ -46,6 +46,59 @@ MEMORY_BUDGET_MB = 10.0
 _FAULTS = "\n[providers.{name}.faults]\nerror_rate = 0.10\nrate_limit_rate = 0.05\nretry_after_s = 0.0\n"
 
 
+def faulty_toml(extra: str = "") -> str:
+    """The shipped configuration with 10 % errors and 5 % rate limits on both providers, then ``extra``."""
+    toml = (REPO / "gateway.toml").read_text()
+    toml = toml.replace("[providers.direct]", _FAULTS.format(name="holysheep") + "\n[providers.direct]")
+    return toml + _FAULTS.format(name="direct") + extra
+
+
+def faulty_run(gw, requests: int, threads: int, done, *, bound_s: float = DRAIN_S) -> bool:
+    """``requests`` chat() calls (``model="auto"``, 50 sessions) on ``threads`` threads while the
+    canary ratio changes every second; ``done(i, result)`` is called after each, ``result`` None when
+    the gateway refused it. True when every thread finished within ``bound_s``."""
+    from core.errors import GatewayError
+    from db.canary import set_ratio
+
+    lock = threading.Lock()
+    next_i = [0]
+    stop_churn = threading.Event()
+
+    def worker() -> None:
+        rng = random.Random(threading.get_ident())
+        while True:
+            with lock:
+                i = next_i[0]
+                if i >= requests:
+                    return
+                next_i[0] += 1
+            try:
+                r = gw.client.chat(
+                    [{"role": "user", "content": f"request {i}"}], model="auto", session_id=f"s{rng.randrange(50)}"
+                )
+            except GatewayError:
+                r = None
+            done(i, r)
+
+    def churn() -> None:
+        rng = random.Random(5)
+        while not stop_churn.wait(1.0):
+            set_ratio(gw.engine, round(rng.random(), 2), expected_version=None, actor="soak", reason="churn")
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    try:
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(bound_s)
+    finally:
+        stop_churn.set()
+        churner.join(10)
+    return not any(t.is_alive() for t in pool)
+
+
 def _p(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -135,69 +188,32 @@ def soak(stall_s: float = STALL_S, phase_s: float = PHASE_S, threads: int = THRE
 
 def memory_growth(requests: int = MEMORY_REQUESTS, threads: int = THREADS) -> dict:
     """Traced memory from after the warm-up to the end of a faulty run with canary churn."""
-    from db.canary import set_ratio
-
     tmp = Path(tempfile.mkdtemp(prefix="bench-soak-mem-"))
-    toml = (REPO / "gateway.toml").read_text()
-    toml = toml.replace("[providers.direct]", _FAULTS.format(name="holysheep") + "\n[providers.direct]")
-    toml += _FAULTS.format(name="direct") + "\n[simulator]\nlatency_scale = 0\nseed = 11\n"
-    (tmp / "gateway.toml").write_text(toml)
+    (tmp / "gateway.toml").write_text(faulty_toml("\n[simulator]\nlatency_scale = 0\nseed = 11\n"))
     settings = load_settings(tmp / "gateway.toml", env={"DATABASE_URL": f"sqlite:///{tmp / 'mem.db'}"})
     gw = build_gateway(settings, source="loadgen", guardrail=False, sleep=lambda _s: None)
-    lock = threading.Lock()
-    next_i = [0]
-    warm = threading.Event()
-    stop_churn = threading.Event()
+    after_warmup = [0]
 
-    def worker() -> None:
-        rng = random.Random(threading.get_ident())
-        while True:
-            with lock:
-                i = next_i[0]
-                if i >= requests:
-                    return
-                next_i[0] += 1
-            try:
-                gw.client.chat(
-                    [{"role": "user", "content": f"request {i}"}], model="auto", session_id=f"s{rng.randrange(50)}"
-                )
-            except Exception:  # noqa: BLE001 - the faults fail some; memory is what is measured
-                pass
-            if i == MEMORY_WARMUP:
-                warm.set()
-
-    def churn() -> None:
-        rng = random.Random(5)
-        while not stop_churn.wait(1.0):
-            set_ratio(gw.engine, round(rng.random(), 2), expected_version=None, actor="soak", reason="churn")
+    def done(i: int, _result) -> None:
+        if i == MEMORY_WARMUP:  # sampled in the worker that made it; the others go on
+            gc.collect()
+            after_warmup[0] = tracemalloc.get_traced_memory()[0]
 
     tracemalloc.start()
     t0 = time.perf_counter()
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
-    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
     try:
-        for t in pool:
-            t.start()
-        warm.wait(DRAIN_S)
-        gc.collect()
-        after_warmup = tracemalloc.get_traced_memory()[0]
-        for t in pool:
-            t.join(DRAIN_S)
-        stop_churn.set()
-        churner.join(10)
+        finished = faulty_run(gw, requests, threads, done)
         drained = gw.telemetry.drain(DRAIN_S)
         gc.collect()
         at_end, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-        stop_churn.set()
         gw.close()
     return {
-        "growth_mb": (at_end - after_warmup) / 1e6,
+        "growth_mb": (at_end - after_warmup[0]) / 1e6,
         "peak_mb": peak / 1e6,
         "requests": requests,
-        "drained": drained,
+        "drained": drained and finished,
         "seconds": time.perf_counter() - t0,
     }
 

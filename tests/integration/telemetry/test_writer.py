@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import sqlite3
 import subprocess
@@ -20,8 +19,6 @@ from sqlalchemy import func, select
 from app.gateway import build_gateway
 from app.refresh import OutageLog
 from app.telemetry.location import open_writer
-from core.errors import GatewayError
-from db.canary import set_ratio
 from db.models import ROLLUP_TABLES, RequestLog
 from tests.support import paths
 from tests.support.db_switch import DbSwitch
@@ -280,9 +277,6 @@ def test_a_second_outage_is_logged_again(caplog):
     assert sum(1 for r in caplog.records if r.levelno == logging.DEBUG and r.exc_info) == 6  # tracebacks: DEBUG
 
 
-FAULTS = "\n[providers.{name}.faults]\nerror_rate = 0.10\nrate_limit_rate = 0.05\nretry_after_s = 0.0\n"
-
-
 SOAK_TOML = """
 [telemetry]
 queue_size = 200
@@ -303,54 +297,25 @@ WAIT_S_LOG_SOAK = 60.0
 
 
 def test_a_faulty_concurrent_run_logs_every_request_once_with_exact_rollups(settings_factory, sqlite_url):
-    toml = (REPO / "gateway.toml").read_text()
-    toml = toml.replace("[providers.direct]", FAULTS.format(name="holysheep") + "\n[providers.direct]")
-    toml += FAULTS.format(name="direct") + SOAK_TOML
-    gw = build_gateway(settings_factory(toml, database_url=sqlite_url), sleep=lambda _s: None, guardrail=False)
+    from benchmarks.soak_bench import faulty_run, faulty_toml
+
+    gw = build_gateway(settings_factory(faulty_toml(SOAK_TOML), database_url=sqlite_url), sleep=lambda _s: None,
+                       guardrail=False)  # fmt: skip
     answered: list[str] = []
     failed = [0]
     lock = threading.Lock()
-    next_i = [0]
-    stop_churn = threading.Event()
 
-    def worker() -> None:
-        rng = random.Random(threading.get_ident())
-        while True:
-            with lock:
-                i = next_i[0]
-                if i >= REQUESTS:
-                    return
-                next_i[0] += 1
-            try:
-                r = gw.client.chat(
-                    [{"role": "user", "content": f"request {i}"}], model="auto", session_id=f"s{rng.randrange(50)}"
-                )
-            except GatewayError:
-                with lock:
-                    failed[0] += 1
+    def done(_i: int, r) -> None:
+        with lock:
+            if r is None:
+                failed[0] += 1
             else:
-                with lock:
-                    answered.append(r.request_id)
+                answered.append(r.request_id)
 
-    def churn() -> None:
-        rng = random.Random(5)
-        while not stop_churn.wait(1.0):
-            set_ratio(gw.engine, round(rng.random(), 2), expected_version=None, actor="soak", reason="churn")
-
-    churner = threading.Thread(target=churn, daemon=True)
-    churner.start()
-    pool = [threading.Thread(target=worker) for _ in range(THREADS)]
     try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join(WAIT_S_LOG_SOAK * 5)
-        assert not any(t.is_alive() for t in pool)
-        stop_churn.set()
-        churner.join(WAIT_S_LOG_SOAK)
+        assert faulty_run(gw, REQUESTS, THREADS, done, bound_s=WAIT_S_LOG_SOAK * 5)
         assert gw.telemetry.drain(WAIT_S_LOG_SOAK)
     finally:
-        stop_churn.set()
         stats = gw.telemetry.stats()
         gw.close()
 

@@ -33,6 +33,7 @@ after) is left alone and calls ``client.close()`` itself.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -79,6 +80,11 @@ class StopSignals:
     received: int | None = None
     exit: Callable[[int], object] = field(default=os._exit, repr=False)  # os._exit runs no Python code
     _closing: bool = field(default=False, repr=False)
+    # Set by stop_on_signals: wakes the relay thread that sets ``stop``. A handler must not set the
+    # event itself: Python runs it between two bytecodes of the main thread, which may be inside
+    # ``stop.wait()`` holding the event's lock (a plain Lock), and ``stop.set()`` then waits for
+    # that lock forever (a load generator that never exited after SIGTERM).
+    _wake: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str | None:
@@ -102,7 +108,10 @@ class StopSignals:
             self.exit(128 + signum)
             return
         self.received = signum
-        self.stop.set()
+        if self._wake is None:
+            self.stop.set()  # not a handler Python installed: called from plain code (tests, a host program)
+        else:
+            self._wake()
         if self.interrupt and not self._closing:
             raise Interrupted(signum)
 
@@ -117,12 +126,39 @@ def stop_on_signals(stop: threading.Event | None = None, *, interrupt: bool = Fa
     if threading.current_thread() is not threading.main_thread():
         yield state
         return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)  # a handler never blocks: one byte is enough to wake the relay
+    relay = threading.Thread(target=_relay, args=(read_fd, state.stop), name="signal-relay", daemon=True)
+    relay.start()
+
+    def wake() -> None:
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: the relay is already woken
+            os.write(write_fd, b"s")
+
+    state._wake = wake
     previous = {s: signal.signal(s, state._handle) for s in STOP_SIGNALS}
     try:
         yield state
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        state._wake = None
+        os.close(write_fd)  # the relay reads end-of-file and returns
+        relay.join(1.0)
+        if not relay.is_alive():
+            os.close(read_fd)
+
+
+def _relay(read_fd: int, stop: threading.Event) -> None:
+    """Sets ``stop`` for the signal handler, outside it (see :attr:`StopSignals._wake`)."""
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        stop.set()
 
 
 class _Closable(Protocol):

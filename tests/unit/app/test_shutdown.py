@@ -52,6 +52,39 @@ def test_handlers_are_installed_for_the_block_and_restored_after():
     assert {s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS} == before
 
 
+def test_a_signal_landing_while_the_main_thread_holds_the_stop_events_lock_does_not_deadlock():
+    """Python runs a handler between two bytecodes of the main thread, which may be inside
+    ``stop.wait()`` with the event's lock held (a plain Lock). A handler that called ``stop.set()``
+    waited for that lock forever: a load generator stopped by SIGTERM never exited (1 fresh-clone CI
+    run in 3; a loop of ``wait(0)`` hangs 61 times in 100). The lock is held here the way
+    ``Event.wait`` holds it; a watchdog releases it after 5 s (any thread may release a plain Lock),
+    so the old handler fails this test instead of hanging it."""
+    with stop_on_signals(interrupt=False) as state:
+        lock = state.stop._cond  # the Condition whose Lock Event.wait holds
+        returned, deadlocked = threading.Event(), threading.Event()
+
+        def watchdog() -> None:
+            if not returned.wait(5):
+                deadlocked.set()
+                lock.release()
+
+        lock.acquire()
+        threading.Thread(target=watchdog, daemon=True).start()
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, in this (the main) thread
+        returned.set()
+        if not deadlocked.is_set():
+            lock.release()
+        assert not deadlocked.is_set(), "the signal handler waited for the stop event's lock"
+        assert state.received == signal.SIGTERM
+        assert state.stop.wait(5), "the stop event was never set"
+
+
+def test_the_relay_thread_ends_with_the_block():
+    with stop_on_signals(interrupt=False):
+        assert any(t.name == "signal-relay" for t in threading.enumerate())
+    assert not any(t.name == "signal-relay" for t in threading.enumerate())
+
+
 def test_outside_the_main_thread_nothing_is_installed():
     before = {s: signal.getsignal(s) for s in shutdown.STOP_SIGNALS}
     seen: list[object] = []

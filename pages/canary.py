@@ -400,9 +400,19 @@ with st.form("rollout_plan"):
     st.form_submit_button("Start rollout", type="primary", on_click=on_start_rollout, disabled=read_only)
 note("rollout")
 
-for view in rollout_panel.views(engine):
+
+def rollout_evidence(shown) -> None:
+    """One rollout's state and evidence, re-read at every refresh while it is active; readings are
+    shared between sessions for a refresh interval. A long rollout's first reading goes on part by
+    part (a bounded read each), the note saying how far it has read, then the evidence is drawn."""
+    view = rollout_panel.view(engine, shown, fresh_s=settings.dashboard.refresh_s)
     r = view.rollout
     render.flash(view.status, view.summary)
+    progress = st.empty()
+    while view.behind:
+        progress.info(view.behind)
+        view = rollout_panel.view(engine, r, fresh_s=settings.dashboard.refresh_s)
+    progress.empty()
     st.plotly_chart(view.figure, width="stretch", key=f"rollout_timeline_{r.id}")
     st.dataframe(
         pd.DataFrame(view.metrics), hide_index=True, width="stretch", key=f"rollout_metrics_{r.id}",
@@ -412,6 +422,17 @@ for view in rollout_panel.views(engine):
             "p (always valid)": st.column_config.NumberColumn(format="%.3g"),
         },
     )  # fmt: skip
+    if not view.live and st.session_state.get(f"_rollout_live_{r.id}"):
+        st.session_state[f"_rollout_live_{r.id}"] = False
+        st.rerun(scope="app")  # it ended: the page (its buttons) drawn once more, then still
+    st.session_state[f"_rollout_live_{r.id}"] = view.live
+
+
+every_shown = rollout_panel.shown(engine)
+rollout_panel.keep_only(engine, every_shown)
+for r in every_shown:
+    live = st.session_state.get(f"_rollout_live_{r.id}", True)
+    st.fragment(run_every=settings.dashboard.refresh_s if live else None)(rollout_evidence)(r)
     if not r.active or read_only:
         continue
     cols = st.columns(len(rollout_panel.VERBS))

@@ -348,6 +348,7 @@ class RunningAnalysis:
         self._first: dict[str, tuple[bool, float]] = {}  # request -> (first attempt failed, start)
         self._resume: float | None = None
         self.rows_read = 0  # by the last update
+        self.rows_total = 0  # by every update
         self.until = since
 
     def update(self, until: float, step_since: float | None = None) -> Analysis:
@@ -368,6 +369,7 @@ class RunningAnalysis:
                 .limit(self.max_rows)
             ).all()
         self.rows_read = len(rows)
+        self.rows_total += len(rows)
         times, ratios = _shares(self.engine, self.scope, self.since)
         fresh = [r for r in rows if r.id not in self._seen]
         for r in fresh:
@@ -399,6 +401,16 @@ class RunningAnalysis:
 
     def step_counts(self) -> tuple[int, int]:
         return self.tally.step[0], self.tally.step[1]
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last update read every row up to its ``until`` (no backlog left)."""
+        return self._resume is None
+
+    @property
+    def read_through(self) -> float:
+        """The start time up to which rows were read: ``until``, or where a backlog stopped the read."""
+        return self.until if self._resume is None else self._resume
 
     def analysis(self) -> Analysis:
         return self.tally.analysis(self.scope, self.since, self.until, self.alpha, self.min_samples, self.limits)

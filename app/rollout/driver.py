@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 ACTOR = "rollout"
 INTERVAL_S = 2.0
 LEASE_TTL_S = 10.0
+ROWS_PER_TICK = 50_000  # rows one tick reads at most: a long log (a restart mid-rollout) is read over several
 
 
 def holder_name() -> str:
@@ -56,6 +57,7 @@ class RolloutDriver:
         lease_ttl_s: float = LEASE_TTL_S,
         wall_clock: Callable[[], float] = time.time,
         stop: threading.Event | None = None,
+        rows_per_tick: int = ROWS_PER_TICK,
     ) -> None:
         if not lease_ttl_s > interval_s:
             raise ValueError("lease_ttl_s must be longer than interval_s, or the lease lapses between ticks")
@@ -67,6 +69,7 @@ class RolloutDriver:
         self._clock = wall_clock
         self.timer = Periodic(self.tick, interval_s, name="rollout-controller", stop=stop)
         self.actions = 0
+        self.rows_per_tick = rows_per_tick
         # Each running rollout's analysis, kept up to date from the rows logged since the last tick
         # (a tick's read is flat in the size of the log); rebuilt when another process acted.
         self._running: dict[tuple[int, float], RunningAnalysis] = {}
@@ -89,7 +92,7 @@ class RolloutDriver:
             if running is None and not r.shadowing:
                 running = self._running[key] = RunningAnalysis(
                     self.engine, since=r.started_at, route=r.plan.route, alpha=r.plan.alpha,
-                    min_samples=r.plan.min_samples, bake_s=r.plan.bake_s,
+                    min_samples=r.plan.min_samples, bake_s=r.plan.bake_s, max_rows=self.rows_per_tick,
                 )  # fmt: skip
             reading = read(self.engine, r, now, running)
             action = decide(r, reading.evidence, now)

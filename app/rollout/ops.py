@@ -117,6 +117,7 @@ def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis |
     running analysis of this rollout, brought up to date with the rows logged since its last read
     (instead of reading every row since the start)."""
     plan = r.plan
+    caught_up = True
     if r.shadowing:
         analysis = analyse_shadow(engine, rollout_id=r.id, since=r.started_at, until=now, route=plan.route,
                                   alpha=plan.alpha, min_samples=plan.min_samples)  # fmt: skip
@@ -124,6 +125,7 @@ def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis |
     elif running is not None:
         analysis = running.update(now, step_since=r.step_started_at)
         step_c, step_b = running.step_counts()
+        caught_up = running.caught_up
     else:
         # One read of every row since the start (what :func:`analyse` reads), counting the step's
         # units as the controller's running analysis does.
@@ -131,10 +133,11 @@ def read(engine: Engine, r: RolloutState, now: float, running: RunningAnalysis |
                                min_samples=plan.min_samples, max_rows=MAX_ROWS, bake_s=plan.bake_s)  # fmt: skip
         analysis = once.update(now, step_since=r.step_started_at)
         step_c, step_b = once.step_counts()
+        caught_up = once.caught_up
     ratio = get_state(engine, r.scope)
     breaker = live_breakers(engine, now=now).get(plan.candidate)
     is_open = breaker is not None and breaker.state == "open"
-    evidence = Evidence(metrics_of(analysis), step_c, step_b, ratio.ratio, breaker_open=is_open)
+    evidence = Evidence(metrics_of(analysis), step_c, step_b, ratio.ratio, breaker_open=is_open, caught_up=caught_up)
     return Reading(r, analysis, evidence, ratio.version)
 
 

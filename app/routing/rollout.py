@@ -90,6 +90,11 @@ class Evidence:
     # The candidate's circuit breaker is open in a live process: its arm's requests are being
     # answered elsewhere, so the analysis no longer sees the candidate (and the breaker saw enough).
     breaker_open: bool = False
+    # The analysis has read the log up to now. A controller that starts mid-rollout (a restart, the
+    # lease taken over) reads a long log part by part: an abort may act on a part (the tests are
+    # anytime-valid, a part is the rollout as of an earlier time), but a step, a completion or an
+    # "inconclusive" pause waits for the whole (the step's samples are not all counted yet).
+    caught_up: bool = True
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ def decide(rollout: RolloutState, evidence: Evidence, now: float) -> Action:
         why = f"rollout pause at {at}: the canary ratio was set to {pct(evidence.canary_ratio)} outside the rollout"
         return Action(PAUSE, why, PAUSED, r.step_index, None)
     elapsed = now - r.step_started_at
-    if elapsed < plan.bake_s:
+    if elapsed < plan.bake_s or not evidence.caught_up:
         return hold
     short = min(evidence.step_candidate, evidence.step_baseline) < plan.min_samples
     missing = [m.name for m in evidence.metrics if m.critical and m.verdict == "nodata"]

@@ -52,10 +52,13 @@ def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, n
         open_page(page, server, "canary")
         _plan(page, "50,100", "drill: new provider")
         expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (50 %", timeout=10_000)
+        expect(page.locator(".st-key-rollout_promote_1")).to_have_count(1)  # the buttons of an active rollout
         _until(server, 1, "completed", seed=1)
-        open_page(page, server, "canary")
+        # The panel follows the rollout on the open page, without a reload (it refreshes while the
+        # rollout is active), and the buttons go once it ended.
         main = page.get_by_test_id("stMain")
-        expect(main).to_contain_text("completed at step 2 of 2 (100 %", timeout=10_000)
+        expect(main).to_contain_text("completed at step 2 of 2 (100 %", timeout=15_000)
+        expect(page.locator(".st-key-rollout_promote_1")).to_have_count(0, timeout=15_000)
         expect(main).to_contain_text("every metric passes")  # ("50 % -> 100 %": markdown shows an arrow)
         assert_no_exception(page)
         screenshot(page, "rollout-completed")
@@ -72,10 +75,9 @@ def test_a_rollout_is_promoted_then_a_degraded_one_aborts_on_its_own(tmp_path, n
         expect(page.get_by_test_id("stMain")).to_contain_text("running at step 1 of 2 (25 %", timeout=10_000)
         _until(server, 2, "aborted", seed=2)
         assert server.query("select ratio from canary_setting where scope = 'global'")[0][0] == 0.0
-        open_page(page, server, "canary")
         # Worse on first-attempt failures, or the candidate's breaker opened first (its requests then
         # go to the fallback, out of the analysis's sight): either way the rollout ends itself.
-        expect(page.get_by_test_id("stMain")).to_contain_text("rollout abort at 25 %: ")
+        expect(page.get_by_test_id("stMain")).to_contain_text("rollout abort at 25 %: ", timeout=15_000)
         reason = server.query("select last_reason from rollout where id = 2")[0][0]
         assert "first-attempt failure rate" in reason or "circuit breaker for holysheep is open" in reason, reason
         assert_no_exception(page)

@@ -125,32 +125,17 @@ def test_the_timeline_draws_each_decision(setup) -> None:
 def test_each_page_run_reads_only_what_was_logged_since_the_last(setup) -> None:
     """The panel keeps each shown rollout's analysis up to date across runs (as the controller does):
     a later run reads the rows logged since, and shows what one full read of the log would."""
-    import random
-
     from app.monitor.canary_analysis import analyse
-    from core.records import AttemptRecord
-    from db.requests import insert_batch
 
     engine, _ = setup
     since = 1_000_000.0
     r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
                        reason="r", now=since)  # fmt: skip
-    rng, n = random.Random(4), [0]
-
-    def log(start: float, count: int) -> None:
-        rows = []
-        for k in range(count):
-            n[0] += 1
-            on = rng.random() < 0.1
-            rows.append(AttemptRecord(f"q{n[0]}", 1, start + k * 0.1, status="error" if rng.random() < 0.05 else "ok",
-                                      latency_ms=300.0, provider="holysheep" if on else "direct", model="gpt-4.1",
-                                      requested_model="gpt-4.1", intent="explicit",
-                                      side="primary" if on else "fallback", completion_tokens=5))  # fmt: skip
-        insert_batch(engine, rows)
+    log = _Log(engine)
 
     log(since + 1, 3000)
     rollout_panel.views(engine, now=since + 600)
-    running, _ = rollout_panel._READINGS._kept[(id(engine), r.id, r.started_at)]
+    running = rollout_panel._READINGS._kept[(id(engine), r.id, r.started_at)].running
     assert running.rows_read == 3000
     log(since + 601, 40)
     [later] = rollout_panel.views(engine, now=since + 700)
@@ -162,3 +147,77 @@ def test_each_page_run_reads_only_what_was_logged_since_the_last(setup) -> None:
         assert by_signal[sig.signal]["verdict"] == sig.verdict
     assert full.candidate_requests + full.baseline_requests == 3040
     assert by_signal["failed"]["candidate"] + by_signal["failed"]["baseline"] > 0  # a comparison of something
+
+
+class _Log:
+    """Final requests of a global canary at 10 %, 5 % of them failed, logged 0.1 s apart."""
+
+    def __init__(self, engine) -> None:
+        import random
+
+        self.engine, self.rng, self.n = engine, random.Random(4), 0
+
+    def __call__(self, start: float, count: int) -> None:
+        from core.records import AttemptRecord
+        from db.requests import insert_batch
+
+        rows = []
+        for k in range(count):
+            self.n += 1
+            on = self.rng.random() < 0.1
+            status = "error" if self.rng.random() < 0.05 else "ok"
+            rows.append(AttemptRecord(f"q{self.n}", 1, start + k * 0.1, status=status,
+                                      latency_ms=300.0, provider="holysheep" if on else "direct", model="gpt-4.1",
+                                      requested_model="gpt-4.1", intent="explicit",
+                                      side="primary" if on else "fallback", completion_tokens=5))  # fmt: skip
+        insert_batch(self.engine, rows)
+
+
+def test_a_long_rollouts_first_reading_is_spread_over_runs_and_says_how_far_it_has_read(setup, monkeypatch) -> None:
+    """Each run reads at most PANEL_ROWS_PER_RUN rows and says up to when its evidence goes; once
+    caught up it shows what one full read of the log would."""
+    from app.monitor.canary_analysis import analyse
+
+    engine, _ = setup
+    monkeypatch.setattr(rollout_panel, "PANEL_ROWS_PER_RUN", 1000)
+    since = 2_000_000.0
+    rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                       reason="r", now=since)  # fmt: skip
+    log = _Log(engine)
+    log(since + 1, 2500)  # 250 s of requests
+    seen = []
+    for _ in range(5):
+        [v] = rollout_panel.views(engine, now=since + 600)
+        seen.append(v)
+        if v.behind is None:
+            break
+    assert [v.behind is not None for v in seen] == [True, True, False]
+    assert "1,000 rows read so far" in seen[0].behind and "2,000 rows read so far" in seen[1].behind
+    # the first run's evidence goes up to the 1,000th request's start: since + 1 + 99.9 s, 03:35:00.9 UTC
+    assert "up to 03:35:00 UTC" in seen[0].behind
+    assert all(v.live for v in seen[:2]) and seen[-1].live  # active: still worth refreshing
+    full = analyse(engine, since=since, until=since + 600)
+    by_signal = {row["signal"]: row for row in seen[-1].metrics}
+    for sig in full.signals:
+        assert (by_signal[sig.signal]["candidate"], by_signal[sig.signal]["baseline"]) == (sig.candidate, sig.baseline)
+    assert full.candidate_requests + full.baseline_requests == 2500
+
+
+def test_sessions_share_a_fresh_reading_and_an_ended_rollout_is_read_once(setup) -> None:
+    engine, _ = setup
+    since = 3_000_000.0
+    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                       reason="r", now=since)  # fmt: skip
+    log = _Log(engine)
+    log(since + 1, 100)
+    [first] = rollout_panel.views(engine, now=since + 20)
+    log(since + 15, 50)
+    again = rollout_panel.view(engine, r, now=since + 21, fresh_s=60.0)  # another session, within fresh_s
+    assert again.metrics == first.metrics
+    moved = rollout_panel.view(engine, r, now=since + 22, fresh_s=0.0)
+    assert moved.metrics != first.metrics  # read again: the 50 later requests counted
+    r = rollouts.apply(engine, r, state="aborted", step_index=0, ratio=0.0, actor="x", reason="stop", now=since + 30)
+    ended = rollout_panel.view(engine, r, now=since + 40)
+    assert not ended.live and ended.behind is None
+    log(since + 25, 50)  # logged late, before the end: the reading of an ended rollout is not read again
+    assert rollout_panel.view(engine, r, now=since + 50).metrics == ended.metrics

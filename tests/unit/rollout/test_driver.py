@@ -96,6 +96,29 @@ def test_a_step_without_samples_pauses_as_inconclusive(client_factory, sqlite_ur
     assert [e["event"] for e in events] == ["rollout.pause"]
 
 
+def test_a_controller_that_reads_a_long_log_in_parts_decides_only_once_it_has_read_it_all(
+    client_factory, sqlite_url
+) -> None:
+    """A controller that starts mid-rollout (a restart, a lease taken over) reads the log a part per
+    tick. The step's samples are not all counted before the last part: the step that had waited
+    long enough to be called inconclusive must not be paused on the first part's few samples."""
+    client = _client(client_factory, sqlite_url)
+    r = _start(client, ago=inconclusive_after(BAKE_S) + 1)
+    _traffic(client, 120)
+    [driver], events = _drivers(client, 1)
+    driver.rows_per_tick = 10  # a part is 10 requests: 5 a side, short of the 20 samples a step needs
+    ticks = []
+    for _ in range(20):
+        ticks.append(driver.tick())
+        if ticks[-1]:
+            break
+    assert ticks[0] == [] and len(ticks) >= 12  # 120 rows, 10 a tick: nothing decided before all were read
+    [action] = ticks[-1]
+    assert action.kind == "complete", action.reason
+    assert rollouts.get(client.engine, r.id).state == "completed"  # type: ignore[union-attr]
+    assert [e["event"] for e in events] == ["rollout.complete"]
+
+
 def test_a_few_long_sessions_are_too_few_samples_however_many_requests(client_factory, sqlite_url) -> None:
     # 240 requests, 50 % on each arm, but from 4 sessions (each sticks to its side): 4 units, far
     # from the 20 a step needs on each arm. Counted request by request, the step would pass.

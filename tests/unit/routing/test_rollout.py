@@ -28,8 +28,10 @@ ERRORS_LEAN = MetricReading("attempt failed", "pass", 0.05, 0.03, 0.01, e_value=
 ERRORS_FADED = MetricReading("attempt failed", "pass", 0.05, 0.012, 0.01, e_value=9.9)
 
 
-def evidence(*metrics: MetricReading, c: int = 500, b: int = 5000, ratio: float = 0.10) -> Evidence:
-    return Evidence(metrics or (ok(),), c, b, ratio)
+def evidence(
+    *metrics: MetricReading, c: int = 500, b: int = 5000, ratio: float = 0.10, caught_up: bool = True
+) -> Evidence:
+    return Evidence(metrics or (ok(),), c, b, ratio, caught_up=caught_up)
 
 
 # (case, rollout, evidence, now, kind, state, step, ratio, words in the reason)
@@ -70,6 +72,11 @@ CASES = [
      "rollout (dry run) step"),
     ("dry run abort says so", rollout(dry=True), evidence(REFUSALS_WORSE, ratio=0.0), 1001, "abort", "aborted", 2,
      0.0, "rollout (dry run) abort"),
+    ("a part of the log read: no inconclusive pause", rollout(), evidence(c=49, caught_up=False), 1000 + 1800, "hold",
+     "running", 2, None, ""),
+    ("... nor a step", rollout(), evidence(caught_up=False), 1000 + 601, "hold", "running", 2, None, ""),
+    ("... but a worse metric in it aborts", rollout(), evidence(REFUSALS_WORSE, caught_up=False), 1000 + 1800,
+     "abort", "aborted", 2, 0.0, "refusal rate"),
 ]  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import select
 import signal
 import sys
 import threading
@@ -238,6 +239,7 @@ def exit_now(code: int) -> None:
 
 _live_gateways: weakref.WeakSet = weakref.WeakSet()
 _sigterm_installed = False
+_flush_pipes: tuple[int, int, int, int] | None = None  # (ask_r, ask_w, done_r, done_w)
 
 
 def flush_on_sigterm(gateway: _Closable) -> bool:
@@ -245,7 +247,7 @@ def flush_on_sigterm(gateway: _Closable) -> bool:
     program leaves SIGTERM to us: called in the main thread while SIGTERM is still the default.
     Returns whether the handler is in place; otherwise the program owns SIGTERM and must call
     ``close()`` itself."""
-    global _sigterm_installed
+    global _sigterm_installed, _flush_pipes
     _live_gateways.add(gateway)
     if _sigterm_installed:
         return signal.getsignal(signal.SIGTERM) is _close_then_default
@@ -253,17 +255,49 @@ def flush_on_sigterm(gateway: _Closable) -> bool:
         return False  # signal.signal works only there; a program with threads decides for itself
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return False  # the program (or a framework) handles SIGTERM: never replace its handler
+    ask_r, ask_w = os.pipe()
+    done_r, done_w = os.pipe()
+    _flush_pipes = (ask_r, ask_w, done_r, done_w)
+    # Started now, not in the handler: the handler runs between two bytecodes of the main thread,
+    # which may hold any lock (Thread.start's own, the writer's queue); the flush runs in this
+    # thread, and the handler only writes to and waits on pipes.
+    threading.Thread(target=_flush_when_asked, args=(ask_r, done_w), name="sigterm-flush", daemon=True).start()
     signal.signal(signal.SIGTERM, _close_then_default)
     _sigterm_installed = True
     return True
 
 
+def _flush_when_asked(ask_r: int, done_w: int) -> None:
+    if not os.read(ask_r, 1):
+        return
+    deadline = time.monotonic() + SHUTDOWN_FLUSH_S  # one bound for all of them, not one each
+    for gateway in list(_live_gateways):
+        if getattr(gateway, "_closed", False):
+            continue
+        try:
+            bounded = _writer_close_with_timeout(gateway.telemetry)
+            if bounded is not None:
+                bounded(max(0.1, deadline - time.monotonic()) * 0.8)  # leaves time for the journal's fsync
+            gateway.close()
+        except Exception as exc:  # noqa: BLE001 - the process is ending; say why the flush stopped
+            os.write(2, f"warning: closing the gateway on SIGTERM failed: {type(exc).__name__}: {exc}\n".encode())
+    os.write(done_w, b"d")
+
+
 def _close_then_default(signum: int, frame: object) -> None:
     # Back to the default first: a second SIGTERM during the flush ends the process at once.
     signal.signal(signum, signal.SIG_DFL)
-    deadline = time.monotonic() + SHUTDOWN_FLUSH_S  # one bound for all of them, not one each
-    for gateway in list(_live_gateways):
-        if not getattr(gateway, "_closed", False):
-            close_within(gateway, max(0.5, deadline - time.monotonic()))
+    if _flush_pipes is not None:
+        _ask_r, ask_w, done_r, _done_w = _flush_pipes
+        os.write(ask_w, b"t")
+        ready, _, _ = select.select([done_r], [], [], SHUTDOWN_FLUSH_S)  # a system call: no lock taken
+        if not ready:
+            pending = [getattr(g.telemetry, "pending", None) for g in list(_live_gateways)]
+            left = sum(n for n in pending if isinstance(n, int))
+            os.write(
+                2,
+                f"warning: the request log did not flush within {SHUTDOWN_FLUSH_S:g} s (database not answering); "
+                f"{left} records queued not written\n".encode(),
+            )
     # Chain to what the program had, the default action: the process ends killed by SIGTERM.
     os.kill(os.getpid(), signum)

@@ -108,6 +108,41 @@ def test_a_program_with_its_own_handler_keeps_it_and_closes_itself(tmp_path):
     assert proc.returncode == 143
 
 
+LOCK_HELD_PROGRAM = """
+import os, signal, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from app.shutdown import flush_on_sigterm
+
+class Gateway:  # what flush_on_sigterm needs of one: its writer and close()
+    telemetry = None
+    _closed = False
+
+    def close(self):
+        print("closed", flush=True)
+
+gateway = Gateway()
+assert flush_on_sigterm(gateway)
+print("installed", flush=True)
+# The handler runs between two bytecodes of the main thread, which may hold a lock the flush needs:
+# here the threading module's own. A thread started by the handler to flush then never got going,
+# and the flush was given up at its bound, the log unwritten.
+with threading._active_limbo_lock:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(60)
+print("not killed", flush=True)
+"""
+
+
+def test_sigterm_landing_while_the_main_thread_holds_a_lock_still_flushes_and_dies_by_sigterm(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(LOCK_HELD_PROGRAM)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(REPO)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.stdout.splitlines() == ["installed", "closed"], proc.stderr
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+
+
 # -- signals ---------------------------------------------------------------------------------------
 # Issue 7 #10: SIGTERM and SIGINT, sent to real ``python -m app`` processes in the middle of their work.
 #

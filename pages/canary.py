@@ -409,10 +409,15 @@ def rollout_evidence(shown) -> None:
     r = view.rollout
     render.flash(view.status, view.summary)
     progress = st.empty()
-    while view.behind:
+    before = None
+    while view.behind and view.read_through != before:  # each part moves on, or the note stays
         progress.info(view.behind)
+        before = view.read_through
         view = rollout_panel.view(engine, r, fresh_s=settings.dashboard.refresh_s)
-    progress.empty()
+    if view.behind:
+        progress.info(view.behind)
+    else:
+        progress.empty()
     st.plotly_chart(view.figure, width="stretch", key=f"rollout_timeline_{r.id}")
     st.dataframe(
         pd.DataFrame(view.metrics), hide_index=True, width="stretch", key=f"rollout_metrics_{r.id}",

@@ -144,6 +144,7 @@ class View:
     metrics: list[dict[str, Any]]
     figure: go.Figure
     behind: str | None = None  # said while the analysis has not yet read the log up to now
+    read_through: float | None = None  # the start time up to which the log was read (None: a shadow phase's pairs)
     live: bool = False  # worth refreshing: the rollout is active, or its analysis is still catching up
 
 
@@ -233,7 +234,8 @@ def view(engine: Engine, r: RolloutState, now: float | None = None, *, fresh_s: 
     summary = f"{ops.summary(r)}. Last: {r.last_reason}"
     behind = _behind(kept)
     figure = timeline(r, rollouts.history(engine, r), ts)
-    return View(r, summary, _status(r), rows, figure, behind, live=r.active or behind is not None)
+    through = None if kept is None else kept.running.read_through
+    return View(r, summary, _status(r), rows, figure, behind, through, live=r.active or behind is not None)
 
 
 def keep_only(engine: Engine, every: list[RolloutState]) -> None:

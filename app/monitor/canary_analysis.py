@@ -348,7 +348,7 @@ class RunningAnalysis:
         self._first: dict[str, tuple[bool, float]] = {}  # request -> (first attempt failed, start)
         self._resume: float | None = None
         self.rows_read = 0  # by the last update
-        self.rows_total = 0  # by every update
+        self.rows_total = 0  # new rows, by every update
         self.until = since
 
     def update(self, until: float, step_since: float | None = None) -> Analysis:
@@ -369,9 +369,9 @@ class RunningAnalysis:
                 .limit(self.max_rows)
             ).all()
         self.rows_read = len(rows)
-        self.rows_total += len(rows)
         times, ratios = _shares(self.engine, self.scope, self.since)
         fresh = [r for r in rows if r.id not in self._seen]
+        self.rows_total += len(fresh)
         for r in fresh:
             self._seen[r.id] = float(r.ts)
             if r.attempt == 1:

@@ -346,7 +346,7 @@ class RunningAnalysis:
         self.cursor = since  # rows that started before this (less the overlap) were read
         self._seen: dict[int, float] = {}  # ids counted within the overlap window -> their ts
         self._first: dict[str, tuple[bool, float]] = {}  # request -> (first attempt failed, start)
-        self._resume: float | None = None
+        self._resume: tuple[float, int] | None = None  # (start time, id) the last full read stopped at
         self.rows_read = 0  # by the last update
         self.rows_total = 0  # new rows, by every update
         self.until = since
@@ -360,12 +360,17 @@ class RunningAnalysis:
                 log.c.finish_reason, log.c.completion_tokens, log.c.tool_calls, log.c.latency_ms, log.c.ttft_ms,
                 log.c.cost_usd, log.c.refused, log.c.tool_json_bad, log.c.schema_bad, log.c.chunk_gap_ms,
                 log.c.session_id)  # fmt: skip
-        low = self._resume if self._resume is not None else max(self.since, self.cursor - self.overlap_s)
+        window = [log.c.ts <= until]
+        if self._resume is not None:  # after a full read: the rows past the last one read, in (ts, id) order
+            at, last_id = self._resume
+            window += [log.c.ts >= at, (log.c.ts > at) | (log.c.id > last_id)]
+        else:
+            window.append(log.c.ts >= max(self.since, self.cursor - self.overlap_s))
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(*cols)
-                .where(*self._where, (log.c.attempt == 1) | log.c.final.is_(True), log.c.ts >= low, log.c.ts <= until)
-                .order_by(log.c.ts)
+                .where(*self._where, (log.c.attempt == 1) | log.c.final.is_(True), *window)
+                .order_by(log.c.ts, log.c.id)
                 .limit(self.max_rows)
             ).all()
         self.rows_read = len(rows)
@@ -387,12 +392,13 @@ class RunningAnalysis:
             self.tally.add(session, started, r.side == self.candidate_side, share, events)
         if rows:
             self.cursor = max(self.cursor, float(rows[-1].ts))
-        # A full read leaves a backlog: the next read goes on from where this one stopped (rows of
-        # the same start time are told apart by their ids) rather than from the overlap window.
-        self._resume = float(rows[-1].ts) if len(rows) >= self.max_rows else None
+        # A full read leaves a backlog: the next read goes on from where this one stopped, in (start
+        # time, id) order, so any number of rows of one start time are read across parts, rather
+        # than from the overlap window.
+        self._resume = (float(rows[-1].ts), int(rows[-1].id)) if len(rows) >= self.max_rows else None
         # Runs end by the clock; with a backlog left, by the newest row read (a run whose later
         # requests are still unread would otherwise be cut short).
-        self.tally.close(until if self._resume is None else min(until, self._resume))
+        self.tally.close(until if self._resume is None else min(until, self._resume[0]))
         horizon = self.cursor - self.overlap_s
         self._seen = {i: t for i, t in self._seen.items() if t >= horizon}
         self._first = {k: v for k, v in self._first.items() if v[1] >= horizon - self.overlap_s}
@@ -410,7 +416,7 @@ class RunningAnalysis:
     @property
     def read_through(self) -> float:
         """The start time up to which rows were read: ``until``, or where a backlog stopped the read."""
-        return self.until if self._resume is None else self._resume
+        return self.until if self._resume is None else self._resume[0]
 
     def analysis(self) -> Analysis:
         return self.tally.analysis(self.scope, self.since, self.until, self.alpha, self.min_samples, self.limits)

@@ -192,8 +192,7 @@ def test_a_long_rollouts_first_reading_is_spread_over_runs_and_says_how_far_it_h
         if v.behind is None:
             break
     assert [v.behind is not None for v in seen] == [True, True, False]
-    # New rows only: a part starts at the start time the last one stopped at, so it reads that row again.
-    assert "1,000 rows read so far" in seen[0].behind and "1,999 rows read so far" in seen[1].behind
+    assert "1,000 rows read so far" in seen[0].behind and "2,000 rows read so far" in seen[1].behind
     # the first run's evidence goes up to the 1,000th request's start: since + 1 + 99.9 s, 03:35:00.9 UTC
     assert "up to 03:35:00 UTC" in seen[0].behind
     assert all(v.live for v in seen[:2]) and seen[-1].live  # active: still worth refreshing
@@ -222,3 +221,28 @@ def test_sessions_share_a_fresh_reading_and_an_ended_rollout_is_read_once(setup)
     assert not ended.live and ended.behind is None
     log(since + 25, 50)  # logged late, before the end: the reading of an ended rollout is not read again
     assert rollout_panel.view(engine, r, now=since + 50).metrics == ended.metrics
+
+
+def test_more_rows_at_one_start_time_than_a_part_reads_are_read_across_parts(setup, monkeypatch) -> None:
+    """A replayed journal can write many rows with one start time: the parts go on in (start time,
+    id) order, so the reading moves past them and counts each once."""
+    from core.records import AttemptRecord
+    from db.requests import insert_batch
+
+    engine, _ = setup
+    monkeypatch.setattr(rollout_panel, "PANEL_ROWS_PER_RUN", 10)
+    since = 4_000_000.0
+    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                       reason="r", now=since)  # fmt: skip
+    insert_batch(engine, [AttemptRecord(f"same{k}", 1, since + 60, status="ok", latency_ms=300.0, provider="direct",
+                                        model="gpt-4.1", requested_model="gpt-4.1", intent="explicit",
+                                        side="fallback", completion_tokens=5) for k in range(35)])  # fmt: skip
+    behind = []
+    for _ in range(10):
+        v = rollout_panel.view(engine, r, now=since + 600)
+        behind.append(v.behind)
+        if v.behind is None:
+            break
+    assert len(behind) == 4 and behind[-1] is None  # 10 + 10 + 10 + 5
+    running = rollout_panel._READINGS._kept[(id(engine), r.id, r.started_at)].running
+    assert running.rows_total == 35 and running.analysis().baseline_requests == 35

@@ -203,14 +203,11 @@ class Portal:
             self._check_thread()
             future = self.submit(wrapped)
         except BaseException:
-            # The exception (a signal's SystemExit) can arrive inside submit after the coroutine
-            # was handed to the loop, which may already be running it: then it is the loop's.
-            try:
-                wrapped.close()
-            except ValueError:
-                pass
-            else:
-                coro.close()
+            # The exception (a signal's SystemExit) can arrive inside submit, before or after the
+            # coroutine was handed to the loop: the loop decides, never this thread (closing a
+            # coroutine the loop suspended would run its cleanup here, outside the loop: anyio then
+            # raised "no running event loop" in place of the SystemExit, and the process exited 1).
+            self._drop(wrapped, coro, ended)
             raise
         try:
             return future.result()
@@ -220,6 +217,37 @@ class Portal:
             future.cancel()
             ended.wait(CLOSE_WAIT_S)
             raise
+
+    def _drop(self, wrapped: Coroutine[Any, Any, Any], coro: Coroutine[Any, Any, Any], ended: threading.Event) -> None:
+        """On the loop, after anything submit had queued (its callbacks run in order): cancel the
+        task running ``wrapped`` and wait for it to end (at most :data:`CLOSE_WAIT_S`), or, when it
+        was never scheduled, close both coroutines there."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or self.in_loop_thread():
+            wrapped.close()
+            coro.close()
+            return
+        decided = threading.Event()
+        cancelled: list[bool] = []
+
+        def drop() -> None:
+            try:
+                task = next((t for t in asyncio.all_tasks(loop) if t.get_coro() is wrapped), None)
+                if task is not None:
+                    task.cancel()
+                    cancelled.append(True)
+                else:
+                    wrapped.close()
+                    coro.close()
+            finally:
+                decided.set()
+
+        try:
+            loop.call_soon_threadsafe(drop)
+        except RuntimeError:  # the loop was closed meanwhile: nothing runs it any more
+            return
+        if decided.wait(CLOSE_WAIT_S) and cancelled:
+            ended.wait(CLOSE_WAIT_S)
 
     def iterate(self, make: Callable[[], AsyncIterator[T]], window: int = WINDOW) -> Generator[T, None, None]:
         """The items of the async iterator ``make()`` returns, for a sync reader. ``make`` is

@@ -210,3 +210,53 @@ def test_an_interrupt_while_waiting_cancels_the_call_and_waits_for_its_cleanup(p
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_interrupt_inside_submit_leaves_the_coroutine_to_the_loop(portal):
+    """A signal's SystemExit can land inside ``submit``, after the loop took the coroutine and
+    suspended it. Closing it from the caller's thread ran its cleanup outside the loop (anyio's
+    limiter then raised "no running event loop" in place of the SystemExit: a program's SIGTERM
+    handler exited 1, in a fresh-clone CI run). The loop cancels it instead, and the caller waits
+    for that cleanup before the SystemExit goes on."""
+    suspended = threading.Event()
+    cleanups: list[bool] = []
+
+    async def attempt() -> None:
+        try:
+            suspended.set()
+            await asyncio.sleep(30)
+        finally:
+            asyncio.get_running_loop()  # raises outside a running loop
+            cleanups.append(threading.current_thread().name == "test-portal")
+
+    real = portal.submit
+
+    def submit_then_interrupt(coro):
+        real(coro)
+        assert suspended.wait(BOUND_S)
+        raise SystemExit(0)
+
+    portal.submit = submit_then_interrupt
+    with pytest.raises(SystemExit):
+        portal.call(attempt())
+    assert cleanups == [True]
+
+
+def test_an_interrupt_before_the_loop_took_the_coroutine_closes_it_unstarted(portal, recwarn):
+    import gc
+
+    started: list[bool] = []
+
+    async def attempt() -> None:
+        started.append(True)
+
+    def submit_interrupted(coro):
+        raise SystemExit(0)
+
+    portal.call(value(1))  # the loop is running
+    portal.submit = submit_interrupted
+    with pytest.raises(SystemExit):
+        portal.call(attempt())
+    gc.collect()
+    assert started == []
+    assert not [w for w in recwarn if "was never awaited" in str(w.message)]

@@ -189,19 +189,12 @@ def close_within(gateway: _Closable, timeout_s: float = SHUTDOWN_FLUSH_S, *, wha
     becomes true: the caller should exit without the interpreter's exit hooks.
     """
     writer = gateway.telemetry
-    bounded_writer_close = _writer_close_with_timeout(writer)
-
-    def close() -> None:
-        if bounded_writer_close is not None:
-            bounded_writer_close(timeout_s * 0.8)  # leaves time for the journal's fsync
-        gateway.close()
-
     done = threading.Event()
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            close()
+            _close_bounded(gateway, timeout_s)
         except BaseException as exc:  # noqa: BLE001 - reported by the caller's thread below
             errors.append(exc)
         finally:
@@ -213,14 +206,23 @@ def close_within(gateway: _Closable, timeout_s: float = SHUTDOWN_FLUSH_S, *, wha
             raise errors[0]
         return True
     pending = getattr(writer, "pending", None)
-    left = f"{pending} records queued" if isinstance(pending, int) else "records"
-    print(
-        f"warning: the {what} did not flush within {timeout_s:g} s (database not answering); {left} not written",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(_not_flushed(what, timeout_s, pending if isinstance(pending, int) else None), file=sys.stderr, flush=True)
     _abandoned.set()
     return False
+
+
+def _close_bounded(gateway: _Closable, timeout_s: float) -> None:
+    """Close ``gateway``, its writer first with most of ``timeout_s`` when it takes a bound (what it
+    cannot write by then stays in its journal)."""
+    bounded_writer_close = _writer_close_with_timeout(gateway.telemetry)
+    if bounded_writer_close is not None:
+        bounded_writer_close(timeout_s * 0.8)  # leaves time for the journal's fsync
+    gateway.close()
+
+
+def _not_flushed(what: str, timeout_s: float, pending: int | None) -> str:
+    left = f"{pending} records queued" if pending is not None else "records"
+    return f"warning: the {what} did not flush within {timeout_s:g} s (database not answering); {left} not written"
 
 
 def abandoned() -> bool:
@@ -239,7 +241,7 @@ def exit_now(code: int) -> None:
 
 _live_gateways: weakref.WeakSet = weakref.WeakSet()
 _sigterm_installed = False
-_flush_pipes: tuple[int, int, int, int] | None = None  # (ask_r, ask_w, done_r, done_w)
+_flush_pipes: tuple[int, int] | None = None  # (ask_w, done_r): the handler's ends of the flush thread's pipes
 
 
 def flush_on_sigterm(gateway: _Closable) -> bool:
@@ -257,7 +259,7 @@ def flush_on_sigterm(gateway: _Closable) -> bool:
         return False  # the program (or a framework) handles SIGTERM: never replace its handler
     ask_r, ask_w = os.pipe()
     done_r, done_w = os.pipe()
-    _flush_pipes = (ask_r, ask_w, done_r, done_w)
+    _flush_pipes = (ask_w, done_r)
     # Started now, not in the handler: the handler runs between two bytecodes of the main thread,
     # which may hold any lock (Thread.start's own, the writer's queue); the flush runs in this
     # thread, and the handler only writes to and waits on pipes.
@@ -275,10 +277,7 @@ def _flush_when_asked(ask_r: int, done_w: int) -> None:
         if getattr(gateway, "_closed", False):
             continue
         try:
-            bounded = _writer_close_with_timeout(gateway.telemetry)
-            if bounded is not None:
-                bounded(max(0.1, deadline - time.monotonic()) * 0.8)  # leaves time for the journal's fsync
-            gateway.close()
+            _close_bounded(gateway, max(0.1, deadline - time.monotonic()))
         except Exception as exc:  # noqa: BLE001 - the process is ending; say why the flush stopped
             os.write(2, f"warning: closing the gateway on SIGTERM failed: {type(exc).__name__}: {exc}\n".encode())
     os.write(done_w, b"d")
@@ -288,16 +287,12 @@ def _close_then_default(signum: int, frame: object) -> None:
     # Back to the default first: a second SIGTERM during the flush ends the process at once.
     signal.signal(signum, signal.SIG_DFL)
     if _flush_pipes is not None:
-        _ask_r, ask_w, done_r, _done_w = _flush_pipes
+        ask_w, done_r = _flush_pipes
         os.write(ask_w, b"t")
         ready, _, _ = select.select([done_r], [], [], SHUTDOWN_FLUSH_S)  # a system call: no lock taken
         if not ready:
             pending = [getattr(g.telemetry, "pending", None) for g in list(_live_gateways)]
             left = sum(n for n in pending if isinstance(n, int))
-            os.write(
-                2,
-                f"warning: the request log did not flush within {SHUTDOWN_FLUSH_S:g} s (database not answering); "
-                f"{left} records queued not written\n".encode(),
-            )
+            os.write(2, (_not_flushed("request log", SHUTDOWN_FLUSH_S, left) + "\n").encode())
     # Chain to what the program had, the default action: the process ends killed by SIGTERM.
     os.kill(os.getpid(), signum)

@@ -405,19 +405,22 @@ def rollout_evidence(shown) -> None:
     """One rollout's state and evidence, re-read at every refresh while it is active; readings are
     shared between sessions for a refresh interval. A long rollout's first reading goes on part by
     part (a bounded read each), the note saying how far it has read, then the evidence is drawn."""
-    view = rollout_panel.view(engine, shown, fresh_s=settings.dashboard.refresh_s)
+    fresh_s = settings.dashboard.refresh_s
+    view = rollout_panel.view(engine, shown, fresh_s=fresh_s)
     r = view.rollout
     render.flash(view.status, view.summary)
     progress = st.empty()
-    before = None
-    while view.behind and view.read_through != before:  # each part moves on, or the note stays
-        progress.info(view.behind)
-        before = view.read_through
-        view = rollout_panel.view(engine, r, fresh_s=settings.dashboard.refresh_s)
-    if view.behind:
-        progress.info(view.behind)
+    behind, through, before = view.behind, view.read_through, None
+    while behind and through != before:  # each part moves on, or the note stays
+        progress.info(behind)
+        before = through
+        behind, through = rollout_panel.read_part(engine, r, fresh_s=fresh_s)
+    if behind:
+        progress.info(behind)
     else:
         progress.empty()
+    if before is not None:  # parts were read: the evidence as it stands after the last one
+        view = rollout_panel.view(engine, r, fresh_s=fresh_s)
     st.plotly_chart(view.figure, width="stretch", key=f"rollout_timeline_{r.id}")
     st.dataframe(
         pd.DataFrame(view.metrics), hide_index=True, width="stretch", key=f"rollout_metrics_{r.id}",

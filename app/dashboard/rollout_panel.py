@@ -223,6 +223,14 @@ def _behind(kept: _Kept | None) -> str | None:
     )
 
 
+def read_part(engine: Engine, r: RolloutState, *, fresh_s: float = 0.0) -> tuple[str | None, float | None]:
+    """Read the next part of ``r``'s log (nothing when the reading is fresh and caught up): the note
+    while still behind (None once caught up) and the start time read through. The evidence is drawn
+    once, by :func:`view`, after the last part."""
+    _, kept = _READINGS.read(engine, r, time.time(), fresh_s)
+    return _behind(kept), None if kept is None else kept.running.read_through
+
+
 def view(engine: Engine, r: RolloutState, now: float | None = None, *, fresh_s: float = 0.0) -> View:
     """One rollout with its evidence read now (``r`` re-read, so a refresh shows its new state)."""
     ts = time.time() if now is None else now

@@ -113,8 +113,7 @@ def test_the_banner_forgets_an_abort_after_a_day_and_a_completion_at_once(setup)
 
 def test_the_timeline_draws_each_decision(setup) -> None:
     engine, _ = setup
-    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
-                       reason="r", now=100.0)  # fmt: skip
+    r = _start(engine, 100.0)
     r = rollouts.apply(engine, r, state="running", step_index=1, ratio=0.5, actor="rollout", reason="step", now=200.0)
     [view] = rollout_panel.views(engine, now=300.0)
     weight, decisions = view.figure.data
@@ -125,12 +124,9 @@ def test_the_timeline_draws_each_decision(setup) -> None:
 def test_each_page_run_reads_only_what_was_logged_since_the_last(setup) -> None:
     """The panel keeps each shown rollout's analysis up to date across runs (as the controller does):
     a later run reads the rows logged since, and shows what one full read of the log would."""
-    from app.monitor.canary_analysis import analyse
-
     engine, _ = setup
     since = 1_000_000.0
-    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
-                       reason="r", now=since)  # fmt: skip
+    r = _start(engine, since)
     log = _Log(engine)
 
     log(since + 1, 3000)
@@ -140,24 +136,38 @@ def test_each_page_run_reads_only_what_was_logged_since_the_last(setup) -> None:
     log(since + 601, 40)
     [later] = rollout_panel.views(engine, now=since + 700)
     assert running.rows_read < 3000  # the overlap window and what came since, not the whole rollout
-    full = analyse(engine, since=since, until=since + 700)
-    by_signal = {row["signal"]: row for row in later.metrics}
-    for sig in full.signals:
-        assert (by_signal[sig.signal]["candidate"], by_signal[sig.signal]["baseline"]) == (sig.candidate, sig.baseline)
-        assert by_signal[sig.signal]["verdict"] == sig.verdict
+    full = _as_one_full_read(engine, later.metrics, since, since + 700)
     assert full.candidate_requests + full.baseline_requests == 3040
+    by_signal = {row["signal"]: row for row in later.metrics}
     assert by_signal["failed"]["candidate"] + by_signal["failed"]["baseline"] > 0  # a comparison of something
 
 
+def _start(engine, now: float):
+    return rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
+                          reason="r", now=now)  # fmt: skip
+
+
+def _as_one_full_read(engine, metrics: list[dict], since: float, until: float):
+    """The panel's figures are what one full read of the log gives; returns that analysis."""
+    from app.monitor.canary_analysis import analyse
+
+    full = analyse(engine, since=since, until=until)
+    by_signal = {row["signal"]: row for row in metrics}
+    for sig in full.signals:
+        assert (by_signal[sig.signal]["candidate"], by_signal[sig.signal]["baseline"]) == (sig.candidate, sig.baseline)
+        assert by_signal[sig.signal]["verdict"] == sig.verdict
+    return full
+
+
 class _Log:
-    """Final requests of a global canary at 10 %, 5 % of them failed, logged 0.1 s apart."""
+    """Final requests of a global canary at 10 %, 5 % of them failed, ``step_s`` apart (0.1 s)."""
 
     def __init__(self, engine) -> None:
         import random
 
         self.engine, self.rng, self.n = engine, random.Random(4), 0
 
-    def __call__(self, start: float, count: int) -> None:
+    def __call__(self, start: float, count: int, step_s: float = 0.1) -> None:
         from core.records import AttemptRecord
         from db.requests import insert_batch
 
@@ -166,7 +176,7 @@ class _Log:
             self.n += 1
             on = self.rng.random() < 0.1
             status = "error" if self.rng.random() < 0.05 else "ok"
-            rows.append(AttemptRecord(f"q{self.n}", 1, start + k * 0.1, status=status,
+            rows.append(AttemptRecord(f"q{self.n}", 1, start + k * step_s, status=status,
                                       latency_ms=300.0, provider="holysheep" if on else "direct", model="gpt-4.1",
                                       requested_model="gpt-4.1", intent="explicit",
                                       side="primary" if on else "fallback", completion_tokens=5))  # fmt: skip
@@ -176,13 +186,10 @@ class _Log:
 def test_a_long_rollouts_first_reading_is_spread_over_runs_and_says_how_far_it_has_read(setup, monkeypatch) -> None:
     """Each run reads at most PANEL_ROWS_PER_RUN rows and says up to when its evidence goes; once
     caught up it shows what one full read of the log would."""
-    from app.monitor.canary_analysis import analyse
-
     engine, _ = setup
     monkeypatch.setattr(rollout_panel, "PANEL_ROWS_PER_RUN", 1000)
     since = 2_000_000.0
-    rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
-                       reason="r", now=since)  # fmt: skip
+    _start(engine, since)
     log = _Log(engine)
     log(since + 1, 2500)  # 250 s of requests
     seen = []
@@ -196,18 +203,14 @@ def test_a_long_rollouts_first_reading_is_spread_over_runs_and_says_how_far_it_h
     # the first run's evidence goes up to the 1,000th request's start: since + 1 + 99.9 s, 03:35:00.9 UTC
     assert "up to 03:35:00 UTC" in seen[0].behind
     assert all(v.live for v in seen[:2]) and seen[-1].live  # active: still worth refreshing
-    full = analyse(engine, since=since, until=since + 600)
-    by_signal = {row["signal"]: row for row in seen[-1].metrics}
-    for sig in full.signals:
-        assert (by_signal[sig.signal]["candidate"], by_signal[sig.signal]["baseline"]) == (sig.candidate, sig.baseline)
+    full = _as_one_full_read(engine, seen[-1].metrics, since, since + 600)
     assert full.candidate_requests + full.baseline_requests == 2500
 
 
 def test_sessions_share_a_fresh_reading_and_an_ended_rollout_is_read_once(setup) -> None:
     engine, _ = setup
     since = 3_000_000.0
-    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
-                       reason="r", now=since)  # fmt: skip
+    r = _start(engine, since)
     log = _Log(engine)
     log(since + 1, 100)
     [first] = rollout_panel.views(engine, now=since + 20)
@@ -226,17 +229,11 @@ def test_sessions_share_a_fresh_reading_and_an_ended_rollout_is_read_once(setup)
 def test_more_rows_at_one_start_time_than_a_part_reads_are_read_across_parts(setup, monkeypatch) -> None:
     """A replayed journal can write many rows with one start time: the parts go on in (start time,
     id) order, so the reading moves past them and counts each once."""
-    from core.records import AttemptRecord
-    from db.requests import insert_batch
-
     engine, _ = setup
     monkeypatch.setattr(rollout_panel, "PANEL_ROWS_PER_RUN", 10)
     since = 4_000_000.0
-    r = rollouts.start(engine, check_plan(candidate="holysheep", steps="10,50,100"), scope="global", actor="a",
-                       reason="r", now=since)  # fmt: skip
-    insert_batch(engine, [AttemptRecord(f"same{k}", 1, since + 60, status="ok", latency_ms=300.0, provider="direct",
-                                        model="gpt-4.1", requested_model="gpt-4.1", intent="explicit",
-                                        side="fallback", completion_tokens=5) for k in range(35)])  # fmt: skip
+    r = _start(engine, since)
+    _Log(engine)(since + 60, 35, step_s=0.0)
     behind = []
     for _ in range(10):
         v = rollout_panel.view(engine, r, now=since + 600)
@@ -245,4 +242,5 @@ def test_more_rows_at_one_start_time_than_a_part_reads_are_read_across_parts(set
             break
     assert len(behind) == 4 and behind[-1] is None  # 10 + 10 + 10 + 5
     running = rollout_panel._READINGS._kept[(id(engine), r.id, r.started_at)].running
-    assert running.rows_total == 35 and running.analysis().baseline_requests == 35
+    analysis = running.analysis()
+    assert running.rows_total == 35 and analysis.candidate_requests + analysis.baseline_requests == 35

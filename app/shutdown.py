@@ -84,7 +84,7 @@ class StopSignals:
     # Set by stop_on_signals: wakes the relay thread that sets ``stop``. A handler must not set the
     # event itself: Python runs it between two bytecodes of the main thread, which may be inside
     # ``stop.wait()`` holding the event's lock (a plain Lock), and ``stop.set()`` then waits for
-    # that lock forever (a load generator that never exited after SIGTERM).
+    # that lock forever: the process never exits.
     _wake: Callable[[], None] | None = field(default=None, repr=False)
 
     @property

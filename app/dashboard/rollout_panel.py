@@ -161,10 +161,10 @@ class _Readings:
     logged since the last read (as the controller keeps its own), so a page run during a rollout
     reads what arrived since the last one, not every row since the rollout started.
 
-    A run reads at most :data:`PANEL_ROWS_PER_RUN` rows: a long rollout's first reading (150,000
-    rows took 3.8 s on SQLite in one read) is spread over the panel's refreshes, each showing the
-    evidence up to where it has read (the tests are anytime-valid: a prefix of the rollout is a
-    valid reading of it, as of an earlier time) and saying so. Readings younger than ``fresh_s``
+    A read takes at most :data:`PANEL_ROWS_PER_RUN` rows: a long rollout's first reading (150,000
+    rows take about 4 s on SQLite in one read) goes part by part, the page saying after each how
+    far it has read (the tests are anytime-valid: a prefix of the rollout is a valid reading of it,
+    as of an earlier time). Readings younger than ``fresh_s``
     are shared by every session instead of read again. One lock per rollout, since sessions run in
     threads; only the rollouts shown now are kept."""
 

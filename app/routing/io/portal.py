@@ -205,8 +205,8 @@ class Portal:
         except BaseException:
             # The exception (a signal's SystemExit) can arrive inside submit, before or after the
             # coroutine was handed to the loop: the loop decides, never this thread (closing a
-            # coroutine the loop suspended would run its cleanup here, outside the loop: anyio then
-            # raised "no running event loop" in place of the SystemExit, and the process exited 1).
+            # coroutine the loop suspended runs its cleanup here, outside the loop, where anyio
+            # raises "no running event loop" in place of the SystemExit).
             self._drop(wrapped, coro, ended)
             raise
         try:

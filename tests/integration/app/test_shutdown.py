@@ -124,8 +124,8 @@ gateway = Gateway()
 assert flush_on_sigterm(gateway)
 print("installed", flush=True)
 # The handler runs between two bytecodes of the main thread, which may hold a lock the flush needs:
-# here the threading module's own. A thread started by the handler to flush then never got going,
-# and the flush was given up at its bound, the log unwritten.
+# here the threading module's own. A thread started inside the handler to flush could not start
+# until the handler returned, so the flush would be given up at its bound, the log unwritten.
 with threading._active_limbo_lock:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(60)

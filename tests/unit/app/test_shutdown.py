@@ -54,11 +54,10 @@ def test_handlers_are_installed_for_the_block_and_restored_after():
 
 def test_a_signal_landing_while_the_main_thread_holds_the_stop_events_lock_does_not_deadlock():
     """Python runs a handler between two bytecodes of the main thread, which may be inside
-    ``stop.wait()`` with the event's lock held (a plain Lock). A handler that called ``stop.set()``
-    waited for that lock forever: a load generator stopped by SIGTERM never exited (1 fresh-clone CI
-    run in 3; a loop of ``wait(0)`` hangs 61 times in 100). The lock is held here the way
+    ``stop.wait()`` with the event's lock held (a plain Lock). A handler that calls ``stop.set()``
+    waits for that lock forever, and the process never exits. The lock is held here the way
     ``Event.wait`` holds it; a watchdog releases it after 5 s (any thread may release a plain Lock),
-    so the old handler fails this test instead of hanging it."""
+    so such a handler fails this test instead of hanging it."""
     with stop_on_signals(interrupt=False) as state:
         lock = state.stop._cond  # the Condition whose Lock Event.wait holds
         returned, deadlocked = threading.Event(), threading.Event()

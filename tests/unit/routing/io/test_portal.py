@@ -214,10 +214,10 @@ def test_an_interrupt_while_waiting_cancels_the_call_and_waits_for_its_cleanup(p
 
 def test_an_interrupt_inside_submit_leaves_the_coroutine_to_the_loop(portal):
     """A signal's SystemExit can land inside ``submit``, after the loop took the coroutine and
-    suspended it. Closing it from the caller's thread ran its cleanup outside the loop (anyio's
-    limiter then raised "no running event loop" in place of the SystemExit: a program's SIGTERM
-    handler exited 1, in a fresh-clone CI run). The loop cancels it instead, and the caller waits
-    for that cleanup before the SystemExit goes on."""
+    suspended it. Closing it from the caller's thread would run its cleanup outside the loop
+    (anyio's limiter raises "no running event loop" in place of the SystemExit, and a program's
+    SIGTERM handler exits 1). The loop cancels it, and the caller waits for that cleanup before the
+    SystemExit goes on."""
     suspended = threading.Event()
     cleanups: list[bool] = []
 

@@ -644,19 +644,18 @@ def error_classes_between(engine: Engine, *, since: float, until: float) -> list
         .where(t.c.minute >= start, t.c.minute < end, t.c.error_class != NO_ERROR_CLASS)
         for t, start, end in _detail_parts(ERROR_ROLLUP_TABLES, lo, hi)
     ]
+    # The partial minutes: the failed rows of a minute at most, read from their ``ts`` index. No
+    # "error_class IS NOT NULL" here: with it, PostgreSQL walks the (error_class, ts) index from
+    # its first class to its last for a minute's worth of ts (a whole day's failures at 30 M rows).
     queries += [
         select(log.c.error_class)
         .distinct()
-        .where(
-            log.c.status != "ok",
-            log.c.ts >= a,
-            (log.c.ts < b) if exclusive else (log.c.ts <= b),
-            log.c.error_class.is_not(None),
-        )
+        .where(log.c.status != "ok", log.c.ts >= a, (log.c.ts < b) if exclusive else (log.c.ts <= b))
         for a, b, exclusive in raw_ranges(since, until, lo, hi)
     ]
     found: set[str] = set()
     with engine.connect() as conn:
         for q in queries:
             found.update(r[0] for r in conn.execute(q))
+    found.discard(None)  # type: ignore[arg-type]
     return sorted(found)

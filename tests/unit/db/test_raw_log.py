@@ -11,6 +11,7 @@ import pytest
 from db import monitor as dbm
 from db import raw_log
 from db.requests import insert_batch, prune
+from tests.support.query_plans import plans as _plans
 from tests.unit.db.test_monitor import SPAN_S, T0, T_ROLLUPS, _windows, make_records, raw_rows, rec
 
 
@@ -83,34 +84,6 @@ def test_rollups_kept_past_the_log_do_not_count_rows_the_table_cannot_show(engin
     prune(engine, raw_before=cutoff)  # the rollups are kept longer than the log
     rows = raw_rows(engine)
     assert raw_log.count_log_rows(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == len(rows)
-
-
-def _plans(engine, call) -> list[str]:
-    """The query plans of the SELECTs on ``request_log`` that ``call`` issues, as the database
-    chooses them for those statements and parameters."""
-    from sqlalchemy import event
-
-    issued: list[tuple[str, object]] = []
-
-    def grab(conn, cursor, statement, parameters, context, executemany) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "request_log" in statement:
-            issued.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
-        call()
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
-    plans = []
-    with engine.connect() as conn:
-        for statement, parameters in issued:
-            if engine.dialect.name == "sqlite":
-                rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters)
-                plans.append(" | ".join(str(r[-1]) for r in rows))
-            else:
-                rows = conn.exec_driver_sql("EXPLAIN " + statement, parameters)
-                plans.append(" | ".join(r[0] for r in rows))
-    return plans
 
 
 def test_a_gateway_key_filter_reads_that_keys_rows_from_its_index(engine) -> None:

@@ -24,7 +24,12 @@ have). SQLite: a file in a temporary directory, WAL as the gateway opens it, nev
 gateway does not). The schema is made by the gateway's own migrations (on PostgreSQL
 ``request_log`` is partitioned by day). Rows are generated in SQL (``generate_series`` / a
 recursive CTE), spread over the two days before the measured ``now`` in a scrambled order so every
-prefix covers the whole span (growing the log raises the rate, as a busier gateway would), 100,000
+prefix covers the whole span (growing the log raises the rate, as a busier gateway would). On disk
+they lie in time order, as a log written while the requests happen does: each million is inserted
+sorted by ``ts``, and on PostgreSQL the table is clustered on ``ts`` after each growth (SQLite keeps
+one time-ordered run per million). Left scrambled, every row of a minute sat on a page of its own,
+and each raw read of a partial minute touched one page per row: at 30 M rows the 24 h Monitor's
+first render took 286 ms, against 163 ms clustered, on the same database. 100,000
 sessions, 5 % failed (three error classes), 2 % substituted, a third with a gateway key. The
 per-minute, 5-minute and hourly rollups are generated too, one row per (minute, provider, model,
 intent, source, side) over the span, so the Monitor reads the number of rollup rows a real day
@@ -161,12 +166,15 @@ def _fill_log(conn, dialect: str, first: int, count: int, start: float) -> None:
             completion_tokens, cost_usd, fallback, final, substituted, stream, source, session_id, api,
             tool_calls, reasoning_tokens, key_name)"""
     if dialect == "postgresql":
-        sql = f"INSERT INTO request_log {cols} {select_rows} FROM generate_series({first}::bigint, {last}) AS g(i)"
+        sql = (
+            f"INSERT INTO request_log {cols} {select_rows} "
+            f"FROM generate_series({first}::bigint, {last}) AS g(i) ORDER BY 3"
+        )
         conn.execute(text(sql))
     else:
         sql = (
             f"WITH RECURSIVE g(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM g WHERE i < {last}) "
-            f"INSERT INTO request_log {cols} {select_rows} FROM g"
+            f"INSERT INTO request_log {cols} {select_rows} FROM g ORDER BY 3"
         )
         conn.execute(sql)  # a DB-API cursor (see _grow)
 
@@ -419,6 +427,11 @@ def _grow(engine, dialect: str, have: int, want: int, start: float) -> float:
                 _fill_log(conn, dialect, first, min(CHUNK, want - first), start)
                 conn.commit()
                 say(f"    {dialect}: {min(first + CHUNK, want):>11,} rows, {time.perf_counter() - t0:.0f} s")
+            # The rows in time order on disk, as a log written while the requests happen lies.
+            conn.execution_options(isolation_level="AUTOCOMMIT")  # CLUSTER runs outside a transaction
+            conn.exec_driver_sql("SET maintenance_work_mem = '1GB'")
+            conn.exec_driver_sql("CLUSTER request_log USING ix_request_log_ts")
+            say(f"    {dialect}: clustered on ts, {time.perf_counter() - t0:.0f} s")
             conn.exec_driver_sql("ANALYZE")
             conn.commit()
         return time.perf_counter() - t0

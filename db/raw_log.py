@@ -254,7 +254,7 @@ def log_page(
             # they are walked. A key or a session has an index of its own.
             batches: Iterator[list[tuple[float, float, bool]]] = iter([[(since, until, False)]])
         else:
-            batches = _match_ranges(conn, since, until, filters, r, ascending)
+            batches = _match_ranges(conn, since, until, filters, r, ascending, limit)
         for batch in batches:
             # One query per batch: its ranges read together, in the page's order, up to the page.
             low, high = min(a for a, _, _ in batch), max(b for _, b, _ in batch)
@@ -274,18 +274,20 @@ GUIDE_FIRST_SPAN_S = 3600  # the rollup minutes a guided page read looks at firs
 
 
 def _match_ranges(
-    conn, since: float, until: float, filters: MonitorFilters, rows: RowFilters, ascending: bool
+    conn, since: float, until: float, filters: MonitorFilters, rows: RowFilters, ascending: bool, limit: int
 ) -> Iterator[list[tuple[float, float, bool]]]:
     """Parts of ``[since, until]`` that hold rows passing the filters, nearest the page's start
     first, as batches of ``(start, end, end_exclusive)`` read one query each: the partial minute
     at that edge, then the runs of whole minutes that the rollups say hold matches (they carry the
-    dimensions, the status and the error class), a batch per span of rollups looked at, then the
-    partial minute at the far edge.
+    dimensions, the status and the error class), in batches that each hold about a page of
+    matches by the rollups' counts (``limit``), then the partial minute at the far edge.
 
     The raw log has no index on the dimensions, so a page read of a filter that matches a few rows
     of a busy window would walk every row of the window (or of an error class) between them; read
     this way it walks only the minutes that hold matches. The caller stops when its page is full,
-    so a dense match reads the nearest minutes only."""
+    so a dense match reads the nearest minutes only, and a sparse one reads the minutes of about one
+    page of matches per query, not every matching minute of a span (the ranges of a query are read
+    from an index each; a rollup that outlived the log's rows only makes a batch read fewer)."""
     lo, hi = split_minutes(since, until)
     edges = raw_ranges(since, until, lo, hi)
     if lo >= hi:
@@ -306,15 +308,22 @@ def _match_ranges(
     while bound < hi if ascending else bound > lo:
         a, b = (bound, min(hi, bound + span)) if ascending else (max(lo, bound - span), bound)
         q = (
-            select(t.c.minute)
+            select(t.c.minute, func.sum(what))
             .where(*conds, t.c.minute >= a, t.c.minute < b)
             .group_by(t.c.minute)
             .having(func.sum(what) > 0)
             .order_by(t.c.minute.asc() if ascending else t.c.minute.desc())
         )
-        runs = _runs([int(m) for m in conn.execute(q).scalars()], ascending)
-        if runs:
-            yield [(float(x), float(y), True) for x, y in runs]
+        minutes: list[int] = []
+        held = 0
+        for minute, n in conn.execute(q):
+            minutes.append(int(minute))
+            held += int(n)
+            if held >= limit:
+                yield [(float(x), float(y), True) for x, y in _runs(minutes, ascending)]
+                minutes, held = [], 0
+        if minutes:
+            yield [(float(x), float(y), True) for x, y in _runs(minutes, ascending)]
         bound, span = (b if ascending else a), span * 4
     if far:
         yield far

@@ -657,5 +657,5 @@ def error_classes_between(engine: Engine, *, since: float, until: float) -> list
     with engine.connect() as conn:
         for q in queries:
             found.update(r[0] for r in conn.execute(q))
-    found.discard(None)  # type: ignore[arg-type]
+    found.discard(None)
     return sorted(found)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, and_, func, literal_column, or_, select, true
+from sqlalchemy import BigInteger, Engine, and_, func, literal_column, or_, select, true, union_all
 
 from core.canary import ROUTE_SIDES
 from db.models import (
@@ -425,11 +425,20 @@ def substitution_sums(
 
 
 def cost_between(engine: Engine, *, since: float, until: float) -> float:
-    """Total cost in USD of the rollup minutes from ``since`` (a minute start) to ``until``."""
-    t = RequestRollup.__table__
-    q = select(func.coalesce(func.sum(t.c.cost_usd), 0.0)).where(t.c.minute >= int(since), t.c.minute <= int(until))
-    with engine.connect() as conn:
-        return _f(conn.execute(q).scalar_one())
+    """Total cost in USD of the rollup minutes that start in ``[since, until]`` (the minute holding
+    ``until`` included). Whole hours come from the hourly rollups and whole five minutes from
+    theirs (:func:`span_parts`), so today's cost reads about 24 + 22 + 8 rows per combination, not
+    one per minute since midnight: the cost is the same at any time of day and any traffic."""
+    parts = span_parts(-(-int(since) // 60) * 60, minute_floor(until) + 60)
+    if not parts:
+        return 0.0
+    sums = []
+    for span, a, b in parts:
+        t = rollup_table_for(span)
+        sums.append(select(func.sum(t.c.cost_usd).label("cost")).where(t.c.minute >= a, t.c.minute < b))
+    both = union_all(*sums).subquery()
+    with engine.connect() as conn:  # one round trip
+        return _f(conn.execute(select(func.sum(both.c.cost))).scalar_one())
 
 
 @dataclass(frozen=True)

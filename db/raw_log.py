@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, and_, case, func, literal, or_, select, true
+from sqlalchemy import ColumnElement, Engine, and_, case, func, literal, or_, select, true
 
 from core.session import validate_session_id
 from db.models import ERROR_ROLLUP_TABLES, RequestLog, rollup_table_for
@@ -188,8 +188,13 @@ NO_ROW_FILTERS = RowFilters()
 
 def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows: RowFilters | None, log=None) -> list:
     log = RequestLog.__table__ if log is None else log
+    return [log.c.ts >= since, log.c.ts <= until, *_filter_conds(filters, rows, log)]
+
+
+def _filter_conds(filters: MonitorFilters | None, rows: RowFilters | None, log) -> list:
+    """What a row must be to pass the filters, its time aside."""
     r = rows or NO_ROW_FILTERS
-    conds = [log.c.ts >= since, log.c.ts <= until, *dimension_filter(filters, log)]
+    conds = [*dimension_filter(filters, log)]
     if r.status == "error":
         # Spelled exactly as the partial index's predicate (migration 0011), so both SQLite and
         # PostgreSQL read the failed rows of a window from it instead of walking every row.
@@ -211,12 +216,12 @@ def _row_conds(since: float, until: float, filters: MonitorFilters | None, rows:
     return conds
 
 
-def _older(c: Cursor, log) -> object:
+def _older(c: Cursor, log) -> ColumnElement[bool]:
     # (ts, id) < c, written so the ts index bounds the range (ts <= c.ts) on both databases.
     return and_(log.c.ts <= c[0], or_(log.c.ts < c[0], log.c.id < c[1]))
 
 
-def _newer(c: Cursor, log) -> object:
+def _newer(c: Cursor, log) -> ColumnElement[bool]:
     return and_(log.c.ts >= c[0], or_(log.c.ts > c[0], log.c.id > c[1]))
 
 
@@ -255,15 +260,18 @@ def log_page(
             batches: Iterator[list[tuple[float, float, bool]]] = iter([[(since, until, False)]])
         else:
             batches = _match_ranges(conn, since, until, filters, r, ascending, limit)
+        shared = _filter_conds(filters, rows, log)  # built once, the same in every range's condition
         for batch in batches:
             # One query per batch: its ranges read together, in the page's order, up to the page.
-            low, high = min(a for a, _, _ in batch), max(b for _, b, _ in batch)
-            conds = [*_row_conds(low, high, filters, rows, log), *cursor_conds]
-            if len(batch) > 1:
-                conds.append(or_(*(and_(log.c.ts >= a, log.c.ts < b if x else log.c.ts <= b) for a, b, x in batch)))
-            elif batch[0][2]:
-                conds.append(log.c.ts < high)  # the range ends before ``high``
-            q = select(*cols).where(*conds).order_by(*order).limit(limit - len(out))
+            # Each range is a whole condition of its own (filters, cursor and all), so each is read
+            # from its own index range and only its rows are walked (SQLite's OR-by-union,
+            # PostgreSQL's BitmapOr); one span from the first range to the last with the ranges as
+            # a filter would walk every row of the filters' index between them.
+            terms = [
+                and_(log.c.ts >= a, log.c.ts < b if x else log.c.ts <= b, *shared, *cursor_conds) for a, b, x in batch
+            ]
+            q = select(*cols).where(or_(*terms) if len(terms) > 1 else terms[0])
+            q = q.order_by(*order).limit(limit - len(out))
             out += [dict(row) for row in conn.execute(q).mappings().all()]
             if len(out) >= limit:
                 break

@@ -265,6 +265,44 @@ def test_empty_window(engine):
 # -- overview, health, split -----------------------------------------------------------------------
 
 
+def test_a_days_cost_is_summed_from_hours_five_minutes_and_minutes_exactly(engine) -> None:
+    """Today's cost reads whole hours from the hourly rollups and whole five minutes from theirs,
+    so it costs the same at 23:59 as at 00:01 (one minute row per combination since midnight took
+    27 ms at 5 M rows on PostgreSQL); the sum is the same as the minutes' to the cent, at every
+    edge."""
+    from sqlalchemy import event
+
+    rng = random.Random(7)
+    records = [
+        rec(DAY0 + rng.uniform(-600, 20 * 3600), cost=round(rng.uniform(0, 0.5), 4), provider=rng.choice(("a", "b")))
+        for _ in range(3000)
+    ]
+    insert_batch(engine, records)
+
+    def want(since: float, until: float) -> float:
+        first, last = -(-int(since) // 60) * 60, int(until) // 60 * 60
+        return sum(r.cost_usd for r in records if first <= int(r.ts) // 60 * 60 <= last)
+
+    tables: list[str] = []
+
+    def grab(conn, cursor, statement, parameters, context, executemany) -> None:
+        tables.extend(t for t in ("request_rollup_1h", "request_rollup_5m") if t in statement)
+
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        for since, until in [
+            (DAY0, DAY0 + 19 * 3600 + 17 * 60 + 31.5),  # today so far, mid-minute
+            (DAY0 + 61, DAY0 + 3 * 3600 + 299),  # edges off every boundary
+            (DAY0 + 300, DAY0 + 600),  # five minutes exactly, the end minute included
+            (DAY0 + 125, DAY0 + 170),  # inside two minutes
+            (DAY0 + 170, DAY0 + 130),  # an empty span
+        ]:
+            assert dbm.cost_between(engine, since=since, until=until) == pytest.approx(want(since, until), abs=1e-9)
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    assert "request_rollup_1h" in tables and "request_rollup_5m" in tables
+
+
 def test_overview_stats(engine):
     now = T0 + 600
     insert_batch(

@@ -213,7 +213,13 @@ def _rollup_rows(start: float, end: float, rows: int):
 def _fill_rollups(engine, start: float, end: float, rows: int) -> None:
     with engine.begin() as conn:
         for table, cells in _rollup_rows(start, end, rows):
-            conn.execute(table.delete())
+            # PostgreSQL: TRUNCATE, not DELETE. Each size refills the rollups, and a DELETE leaves the
+            # last size's rows behind as dead tuples (autovacuum is off here) for every rollup read
+            # to step over, which a gateway's own rollups (updated in place, vacuumed) never carry.
+            if engine.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"TRUNCATE {table.name}")
+            else:
+                conn.execute(table.delete())
             for i in range(0, len(cells), 5000):
                 conn.execute(table.insert(), cells[i : i + 5000])
 

@@ -3,7 +3,9 @@ each request on PORT by streaming UPSTREAM_URL's answer to it, each upstream rea
 to the caller's socket as one HTTP/1.1 chunk, and nothing else (no routing, no accounting, no
 checks). MODE ``pyreqwest``: the upstream read with pyreqwest, as the gateway reads it; ``raw``: the
 upstream's socket read on the event loop itself, its framing not even parsed (a floor below any
-HTTP client). Run by ``benchmarks.stream_floor_bench``."""
+HTTP client); ``asgi``: pyreqwest's reads sent through an ASGI app served by uvicorn (httptools,
+uvloop), as the gateway serves them, with nothing of the gateway's own. Run by
+``benchmarks.stream_floor_bench``."""
 
 import asyncio
 import json
@@ -22,7 +24,7 @@ REQUEST = (
     % (PATH.encode(), len(BODY))
 ) + BODY
 TASKS: set[asyncio.Task] = set()
-if MODE == "pyreqwest":
+if MODE in ("pyreqwest", "asgi"):
     from pyreqwest.client import ClientBuilder
 
     CLIENT = ClientBuilder().http1_only().tcp_nodelay(True).no_proxy().pool_max_idle_per_host(4096).gzip(False).build()
@@ -79,4 +81,24 @@ async def main() -> None:
     await server.serve_forever()
 
 
-uvloop.run(main())
+async def app(scope, receive, send) -> None:
+    """The ``asgi`` mode: each upstream read is one ``http.response.body`` message."""
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    request = CLIENT.post(UP).body_bytes(BODY).headers({"Content-Type": "application/json"})
+    request = request.timeout(timedelta(seconds=60)).streamed_read_buffer_limit(0)
+    async with request.build_streamed() as response:
+        reader = response.body_reader
+        while (chunk := await reader.read_chunk()) is not None:
+            await send({"type": "http.response.body", "body": chunk.to_bytes(), "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+if MODE == "asgi":
+    import uvicorn
+
+    uvicorn.run(
+        app, host="127.0.0.1", port=PORT, http="httptools", loop="uvloop", lifespan="off", log_level="warning",
+        access_log=False, backlog=4096, server_header=False, date_header=False,
+    )  # fmt: skip
+else:
+    uvloop.run(main())

@@ -11,9 +11,10 @@ rounds, CPU per chunk of:
   queues requests past the limit on its one connection per host);
 - minimal proxies (``benchmarks/floor/stream_proxy.py``): each upstream read written straight to
   the caller as one chunk, the upstream read by pyreqwest, or by the event loop itself with no HTTP
-  parsing at all; and pyreqwest's reads sent through a bare ASGI app on uvicorn, as the gateway
-  serves them (the gateway's own interpreter: uvicorn is not in the clients' virtualenv), which
-  splits the gateway's cost above the floor into the server layer and its own work.
+  parsing at all; and the reads sent through a bare ASGI app on uvicorn, as the gateway serves
+  them, by pyreqwest (whose runtime thread takes the GIL from the loop for every read) and by
+  aiohttp (whose reads complete on the loop's own thread): the server layer's cost, and what the
+  hand-over between the two threads costs.
 
 The clients run in the ``upstream-clients`` suite's virtualenv (``benchmarks/_work/clients-venv``).
 """
@@ -24,7 +25,6 @@ import asyncio
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -50,8 +50,7 @@ def _client(name: str, url: str, h2: bool = False) -> dict:
 
 def _proxy(mode: str, url: str) -> float:
     port = _free_port()
-    python = sys.executable if mode == "asgi" else str(PYTHON)
-    proc = subprocess.Popen([python, str(HERE / "stream_proxy.py"), mode, str(port), url])
+    proc = subprocess.Popen([str(PYTHON), str(HERE / "stream_proxy.py"), mode, str(port), url])
     try:
         time.sleep(1.5)  # the proxy listens
         pids = _family(proc.pid)
@@ -93,6 +92,10 @@ def run() -> list[dict]:
                 (
                     "proxy pyreqwest through uvicorn (bare ASGI app)",
                     lambda: {"us_per_chunk": _proxy("asgi", h1.upstream + path)},
+                ),
+                (
+                    "proxy aiohttp through uvicorn (bare ASGI app)",
+                    lambda: {"us_per_chunk": _proxy("asgi-aiohttp", h1.upstream + path)},
                 ),
             ):
                 got = run_one()

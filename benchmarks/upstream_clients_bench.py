@@ -115,12 +115,15 @@ def _pin(name: str) -> str:
 
 def ensure_venv() -> str | None:
     """Create the candidates' virtualenv once; the reason when it cannot be made."""
-    if PYTHON.exists():
-        return None
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
-        pkgs = [*PEERS, _pin("httpx2"), _pin("httptools"), _pin("uvloop")]
-        subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", *pkgs], check=True, capture_output=True)
+        if not PYTHON.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, capture_output=True)
+            pkgs = [*PEERS, _pin("httpx2"), _pin("httptools"), _pin("uvloop"), _pin("uvicorn")]
+            subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", *pkgs], check=True, capture_output=True)
+        elif subprocess.run([str(PYTHON), "-c", "import uvicorn"], capture_output=True).returncode != 0:
+            # uvicorn came later (the stream floor's ASGI proxies): added to a virtualenv made before
+            pip = [str(PYTHON), "-m", "pip", "install", "-q", _pin("uvicorn")]
+            subprocess.run(pip, check=True, capture_output=True)
     except subprocess.CalledProcessError as exc:
         return f"cannot install {', '.join(PEERS)}: {(exc.stderr or b'').decode(errors='replace')[-300:]}"
     return None

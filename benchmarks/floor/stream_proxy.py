@@ -4,12 +4,15 @@ to the caller's socket as one HTTP/1.1 chunk, and nothing else (no routing, no a
 checks). MODE ``pyreqwest``: the upstream read with pyreqwest, as the gateway reads it; ``raw``: the
 upstream's socket read on the event loop itself, its framing not even parsed (a floor below any
 HTTP client); ``asgi``: pyreqwest's reads sent through an ASGI app served by uvicorn (httptools,
-uvloop), as the gateway serves them, with nothing of the gateway's own. Run by
+uvloop), as the gateway serves them, with nothing of the gateway's own; ``asgi-aiohttp``: the same
+with aiohttp, whose reads complete on the event loop's own thread (pyreqwest's complete on its
+runtime thread, which must take the GIL from the loop for each). Run by
 ``benchmarks.stream_floor_bench``."""
 
 import asyncio
 import json
 import sys
+import time
 from datetime import timedelta
 
 import uvloop
@@ -81,19 +84,45 @@ async def main() -> None:
     await server.serve_forever()
 
 
+SESSION = None
+# FLOOR_BURN_US: Python work per read in the asgi modes, a stand-in for the gateway's own, so the
+# loop is as busy as the gateway's and the threads' hand-over of the GIL costs what it costs there.
+BURN_S = float(__import__("os").environ.get("FLOOR_BURN_US", "0")) / 1e6
+
+
+def burn() -> None:
+    if BURN_S:
+        end = time.thread_time() + BURN_S
+        while time.thread_time() < end:
+            pass
+
+
 async def app(scope, receive, send) -> None:
-    """The ``asgi`` mode: each upstream read is one ``http.response.body`` message."""
+    """The ``asgi`` modes: each upstream read is one ``http.response.body`` message."""
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    if MODE == "asgi-aiohttp":
+        global SESSION
+        if SESSION is None:
+            import aiohttp
+
+            SESSION = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+        async with SESSION.post(UP, data=BODY, headers={"Content-Type": "application/json"}) as answer:
+            async for data in answer.content.iter_any():
+                burn()
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
     request = CLIENT.post(UP).body_bytes(BODY).headers({"Content-Type": "application/json"})
     request = request.timeout(timedelta(seconds=60)).streamed_read_buffer_limit(0)
     async with request.build_streamed() as response:
         reader = response.body_reader
         while (chunk := await reader.read_chunk()) is not None:
+            burn()
             await send({"type": "http.response.body", "body": chunk.to_bytes(), "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-if MODE == "asgi":
+if MODE.startswith("asgi"):
     import uvicorn
 
     uvicorn.run(

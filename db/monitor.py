@@ -121,6 +121,11 @@ def minute_floor(ts: float) -> int:
     return int(ts // 60) * 60
 
 
+def minute_ceil(ts: float) -> int:
+    """The first minute start at or after ``ts``."""
+    return int(-(-ts // 60)) * 60
+
+
 def dimension_filter(filters: MonitorFilters | None, table) -> list:
     """The filters as conditions on ``table``: a rollup table (route ``''`` for the two-sided
     routing; a deployment is its provider and model on a route) or the raw log (route NULL, and a
@@ -343,7 +348,7 @@ class SubstitutionSums:
 def split_minutes(since: float, until: float) -> tuple[int, int]:
     """The whole minutes ``[lo, hi)`` inside ``[since, until]``, which rollups answer (``lo == hi``:
     none); the rest of the range (see :func:`raw_ranges`) is at most a partial minute at each end."""
-    lo = int(-(-since // 60)) * 60  # the first minute start at or after ``since``
+    lo = minute_ceil(since)
     hi = minute_floor(until)
     return (lo, hi) if lo < hi else (0, 0)
 
@@ -429,7 +434,7 @@ def cost_between(engine: Engine, *, since: float, until: float) -> float:
     ``until`` included). Whole hours come from the hourly rollups and whole five minutes from
     theirs (:func:`span_parts`), so today's cost reads about 24 + 22 + 8 rows per combination, not
     one per minute since midnight: the cost is the same at any time of day and any traffic."""
-    parts = span_parts(-(-int(since) // 60) * 60, minute_floor(until) + 60)
+    parts = span_parts(minute_ceil(since), minute_floor(until) + 60)
     if not parts:
         return 0.0
     sums = []

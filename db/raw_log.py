@@ -328,10 +328,10 @@ def _match_ranges(
             minutes.append(int(minute))
             held += int(n)
             if held >= limit:
-                yield [(float(x), float(y), True) for x, y in _runs(minutes, ascending)]
+                yield _runs(minutes, ascending)
                 minutes, held = [], 0
         if minutes:
-            yield [(float(x), float(y), True) for x, y in _runs(minutes, ascending)]
+            yield _runs(minutes, ascending)
         bound, span = (b if ascending else a), span * 4
     if far:
         yield far
@@ -350,9 +350,9 @@ def _guide_table(rows: RowFilters):
     return t, t.c.attempts
 
 
-def _runs(minutes: list[int], ascending: bool) -> list[tuple[int, int]]:
-    """Whole minutes (sorted in read order) as ``[start, end)`` runs of adjacent minutes, in read
-    order: one range read per run instead of one per minute."""
+def _runs(minutes: list[int], ascending: bool) -> list[tuple[float, float, bool]]:
+    """Whole minutes (sorted in read order) as ``(start, end, True)`` ranges (end exclusive), one per
+    run of adjacent minutes, in read order: one range read per run instead of one per minute."""
     out: list[list[int]] = []
     for m in minutes:
         if out and (m == out[-1][1] if ascending else m + 60 == out[-1][0]):
@@ -362,7 +362,7 @@ def _runs(minutes: list[int], ascending: bool) -> list[tuple[int, int]]:
                 out[-1][0] = m
         else:
             out.append([m, m + 60])
-    return [(a, b) for a, b in out]
+    return [(float(a), float(b), True) for a, b in out]
 
 
 def count_log_rows(

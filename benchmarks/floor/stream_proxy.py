@@ -11,6 +11,7 @@ runtime thread, which must take the GIL from the loop for each). Run by
 
 import asyncio
 import json
+import os
 import sys
 import time
 from datetime import timedelta
@@ -87,7 +88,7 @@ async def main() -> None:
 SESSION = None
 # FLOOR_BURN_US: Python work per read in the asgi modes, a stand-in for the gateway's own, so the
 # loop is as busy as the gateway's and the threads' hand-over of the GIL costs what it costs there.
-BURN_S = float(__import__("os").environ.get("FLOOR_BURN_US", "0")) / 1e6
+BURN_S = float(os.environ.get("FLOOR_BURN_US", "0")) / 1e6
 
 
 def burn() -> None:

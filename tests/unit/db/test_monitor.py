@@ -267,9 +267,8 @@ def test_empty_window(engine):
 
 def test_a_days_cost_is_summed_from_hours_five_minutes_and_minutes_exactly(engine) -> None:
     """Today's cost reads whole hours from the hourly rollups and whole five minutes from theirs,
-    so it costs the same at 23:59 as at 00:01 (one minute row per combination since midnight took
-    27 ms at 5 M rows on PostgreSQL); the sum is the same as the minutes' to the cent, at every
-    edge."""
+    so it costs the same at 23:59 as at 00:01 (one minute row per combination since midnight grows
+    with the time of day and the traffic); the sum is the minutes' own, at every edge."""
     from sqlalchemy import event
 
     rng = random.Random(7)

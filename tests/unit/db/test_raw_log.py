@@ -86,53 +86,14 @@ def test_rollups_kept_past_the_log_do_not_count_rows_the_table_cannot_show(engin
     assert raw_log.count_log_rows(engine, since=T_ROLLUPS, until=T_ROLLUPS + SPAN_S) == len(rows)
 
 
-def test_a_sparse_filters_page_reads_about_a_page_of_matching_minutes_per_query(engine) -> None:
-    """A filter that matches one row every other minute among many: each query of a page reads the minutes
-    of about one page of matches (the rollups count them), not every matching minute of the span
-    the rollups were asked about (60 ranges in the first hour, then 240, then 960: at 30 M rows
-    the last such query took 34 ms for 21 rows)."""
-    from sqlalchemy import event
-
+def _sparse_timeouts(engine, *, failing_every: int):
+    """150 minutes of rows 2 s apart: provider "beta" once a minute, the rest "alpha"; every
+    ``failing_every``-th row fails with a timeout (60: only beta's rows). Returns the records and a
+    read of the newest 5 rows of beta's timeouts (the guided page read)."""
     start = float(T_ROLLUPS)
     records = [
-        rec(start + k * 2.0, provider="beta" if k % 60 == 7 else "alpha", ok=k % 60 != 7, error_class=(
-            "timeout" if k % 60 == 7 else None
-        ))
-        for k in range(60 * 150)
-    ]  # fmt: skip
-    insert_batch(engine, records)
-    until = start + 60 * 150 * 2.0
-    beta, timeouts = dbm.MonitorFilters(providers=("beta",)), raw_log.RowFilters(error_classes=("timeout",))
-    issued: list[str] = []
-
-    def grab(conn, cursor, statement, parameters, context, executemany) -> None:
-        if "FROM request_log" in statement and "ORDER BY" in statement:
-            issued.append(statement)
-
-    event.listen(engine, "before_cursor_execute", grab)
-    try:
-        page = raw_log.log_page(engine, since=start, until=until, filters=beta, rows=timeouts, limit=5)
-    finally:
-        event.remove(engine, "before_cursor_execute", grab)
-    want = sorted((r.ts for r in records if r.provider == "beta"), reverse=True)[:5]
-    assert [p["ts"] for p in page] == want
-    assert issued
-    for statement in issued:
-        # one "ts >=" per range read (a run of adjacent minutes, or the partial minute at an edge)
-        assert statement.count("request_log.ts >=") <= 5 + 1, statement
-
-
-def test_a_sparse_filters_page_reads_each_range_from_the_index_not_the_span_between(engine) -> None:
-    """A query of a guided page reads its ranges from the index one by one (SQLite's OR-by-union,
-    PostgreSQL's BitmapOr): read as one span from the first range to the last with the ranges as a
-    filter, it walks every failure of that class between them, which grows with the log (SQLite
-    at 15 M rows: 111 ms for a page of 26 rows)."""
-    from tests.support.query_plans import plans
-
-    start = float(T_ROLLUPS)
-    records = [
-        rec(start + k * 2.0, provider="beta" if k % 60 == 7 else "alpha", ok=k % 10 != 7, error_class=(
-            "timeout" if k % 10 == 7 else None
+        rec(start + k * 2.0, provider="beta" if k % 60 == 7 else "alpha", ok=k % failing_every != 7, error_class=(
+            "timeout" if k % failing_every == 7 else None
         ))
         for k in range(60 * 150)
     ]  # fmt: skip
@@ -146,6 +107,43 @@ def test_a_sparse_filters_page_reads_each_range_from_the_index_not_the_span_betw
     def read():
         return raw_log.log_page(engine, since=start, until=until, filters=beta, rows=timeouts, limit=5)
 
+    return records, read
+
+
+def test_a_sparse_filters_page_reads_about_a_page_of_matching_minutes_per_query(engine) -> None:
+    """A filter that matches one row every other minute among many: each query of a page reads the minutes
+    of about one page of matches (the rollups count them), not every matching minute of the span
+    the rollups were asked about (60 ranges in the first hour, then 240, then 960), which grows
+    with the log."""
+    from sqlalchemy import event
+
+    records, read = _sparse_timeouts(engine, failing_every=60)
+    issued: list[str] = []
+
+    def grab(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "FROM request_log" in statement and "ORDER BY" in statement:
+            issued.append(statement)
+
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        page = read()
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    want = sorted((r.ts for r in records if r.provider == "beta"), reverse=True)[:5]
+    assert [p["ts"] for p in page] == want
+    assert issued
+    for statement in issued:
+        # one "ts >=" per range read (a run of adjacent minutes, or the partial minute at an edge)
+        assert statement.count("request_log.ts >=") <= 5 + 1, statement
+
+
+def test_a_sparse_filters_page_reads_each_range_from_the_index_not_the_span_between(engine) -> None:
+    """A query of a guided page reads its ranges from the index one by one (SQLite's OR-by-union,
+    PostgreSQL's BitmapOr): read as one span from the first range to the last with the ranges as a
+    filter, it would walk every failure of that class between them, which grows with the log."""
+    from tests.support.query_plans import plans
+
+    records, read = _sparse_timeouts(engine, failing_every=10)
     want = sorted((r.ts for r in records if r.provider == "beta"), reverse=True)[:5]
     assert [p["ts"] for p in read()] == want
     found = plans(engine, read)

@@ -9,6 +9,7 @@ model routed to.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -308,23 +309,21 @@ class StreamAccount:
         ``\\u`` escape anywhere, which could spell a key differently, sends it the slow way too.
         The chunk must be one UTF-8 JSON object that orjson reads (anything else goes the slow way,
         where the standard parser says what is wrong); it is read for its text, and one that is not
-        a chunk of this API fails the stream before it is handed on, as a parsed one does."""
+        a chunk of this API fails the stream before it is handed on, as a parsed one does. Its
+        bytes stay as they are when its top-level ``model`` is the routed one (or it has none)."""
         if self.ttft_ms is None or self.pending or self.api == "responses":
             return None
-        if data[:1] != b"{" or data[-1:] != b"}" or b"\\u" in data:
+        if data[:1] != b"{" or data[-1:] != b"}" or _READ_BY_ACCOUNTING.search(data) is not None:
             return None
-        for key in _SLOW_KEYS:
-            if key in data:
-                return None
-        for key, null in _NULL_KEYS:
-            if key in data and data.count(key) != data.count(null):
-                return None
         try:
             chunk = orjson.loads(data)  # UTF-8 and JSON, or the parser of the slow path says what is wrong
         except orjson.JSONDecodeError:
             return None
-        text = self._passed_text(chunk)
-        if b'"model"' in data:
+        text = _plain_chat_text(chunk) if self.api == "chat" else None
+        if text is None:
+            text = self._passed_text(chunk)
+        model = chunk.get("model", self.model)
+        if model != self.model:  # the routed name is the upstream's: the bytes stay as they are
             rewritten = self._rewrite_model(data)
             if rewritten is None:
                 return None
@@ -513,9 +512,29 @@ class StreamAccount:
         return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
 
 
-# Keys whose presence means a chunk must be read; keys that may pass only as ``null``.
-_SLOW_KEYS = (b'"tool_calls"', b'"function_call"', b'"audio"', b'"error"')
-_NULL_KEYS = tuple((b'"%s"' % k, b'"%s":null' % k) for k in (b"finish_reason", b"usage", b"refusal"))
+# What sends a chunk the slow way, in one pass over its bytes: a key the accounting reads
+# (``tool_calls``, ``function_call``, ``audio``, ``error``), a ``finish_reason``, ``usage`` or
+# ``refusal`` not followed by a literal ``:null``, or a ``\\u`` escape, which could spell a key
+# differently.
+_READ_BY_ACCOUNTING = re.compile(
+    rb'"(?:tool_calls"|function_call"|audio"|error"|finish_reason"(?!:null)|usage"(?!:null)|refusal"(?!:null))|\\u'
+)
+
+
+def _plain_chat_text(chunk: object) -> str | None:
+    """The text of the common chat chunk, one choice 0 whose delta's content is text; None for any
+    other shape (:func:`choice0_text` reads it, and says what is wrong)."""
+    if type(chunk) is dict:
+        choices = chunk.get("choices")
+        if type(choices) is list and len(choices) == 1:
+            choice = choices[0]
+            if type(choice) is dict and choice.get("index", 0) == 0:
+                delta = choice.get("delta")
+                if type(delta) is dict:
+                    text = delta.get("content")
+                    if type(text) is str:
+                        return text
+    return None
 
 
 def choice0_text(api: str, choices: Iterable[Mapping]) -> str:

@@ -30,6 +30,15 @@ class SSESplitter:
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if not chunk:
             return []
+        if (
+            not self._pending
+            and chunk[:6] == b"data: "
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk[-1] == 10
+            and b"\r" not in chunk
+        ):  # the common read, one whole ``data:`` line and its blank line
+            self._cr = False
+            return [SSEEvent(chunk[6:-2])]
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]
         self._cr = chunk[-1:] == b"\r"

@@ -9,7 +9,6 @@ model routed to.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -302,28 +301,58 @@ class StreamAccount:
         the chunk must be parsed and taken with :meth:`take`.
 
         Only a chunk after the first output can pass, and only one that provably carries nothing
-        the accounting reads: every ``finish_reason``, ``usage`` and ``refusal`` in it is literally
-        ``null``, and it names no ``tool_calls``, ``function_call``, ``audio`` or ``error``. Key
-        names are matched as raw bytes: inside a JSON string every quote is escaped, so a quoted
-        name can only be a key (or a value equal to it, which sends the chunk the slow way); a
-        ``\\u`` escape anywhere, which could spell a key differently, sends it the slow way too.
-        The chunk must be one UTF-8 JSON object that orjson reads (anything else goes the slow way,
-        where the standard parser says what is wrong); it is read for its text, and one that is not
-        a chunk of this API fails the stream before it is handed on, as a parsed one does. Its
-        bytes stay as they are when its top-level ``model`` is the routed one (or it has none)."""
-        if self.ttft_ms is None or self.pending or self.api == "responses":
-            return None
-        if data[:1] != b"{" or data[-1:] != b"}" or _READ_BY_ACCOUNTING.search(data) is not None:
+        the accounting reads: read by orjson (one UTF-8 JSON object; anything else goes the slow
+        way, where the standard parser says what is wrong), it has no top-level ``error`` and a
+        null ``usage``, and every choice a null ``finish_reason`` and (chat) a delta whose
+        ``tool_calls``, ``function_call``, ``audio`` and ``refusal`` are null or absent: what
+        :meth:`take` reads, read the same way, so the slow path would learn nothing more from it.
+        A ``\\u`` escape anywhere sends it the slow way too: the handler finds ``usage`` in the
+        bytes it hands on. Its text is read as :meth:`take` reads it, and a chunk that is not a
+        chunk of this API fails the stream before it is handed on, as a parsed one does. Its bytes
+        stay as they are when its top-level ``model`` is the routed one (or it has none)."""
+        if self.ttft_ms is None or self.pending or self.api == "responses" or b"\\u" in data:
             return None
         try:
             chunk = orjson.loads(data)  # UTF-8 and JSON, or the parser of the slow path says what is wrong
         except orjson.JSONDecodeError:
             return None
-        text = _plain_chat_text(chunk) if self.api == "chat" else None
-        if text is None:
-            text = self._passed_text(chunk)
-        model = chunk.get("model", self.model)
-        if model != self.model:  # the routed name is the upstream's: the bytes stay as they are
+        if type(chunk) is not dict or "error" in chunk or chunk.get("usage") is not None:
+            return None
+        choices = chunk.get("choices")
+        if type(choices) is not list:
+            raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
+        chat = self.api == "chat"
+        text = ""
+        output = False
+        for choice in choices:
+            if type(choice) is not dict:
+                raise BadResponse(f"malformed stream chunk from upstream: choices is {choices!r:.80}")
+            if choice.get("finish_reason") is not None:
+                return None
+            if chat:
+                delta = choice.get("delta")
+                if delta is None:
+                    continue
+                if type(delta) is not dict:
+                    raise BadResponse(f"malformed stream chunk from upstream: delta is {delta!r:.80}")
+                if (
+                    delta.get("tool_calls") is not None
+                    or delta.get("refusal") is not None
+                    or delta.get("audio") is not None
+                    or delta.get("function_call") is not None
+                ):
+                    return None
+                piece = delta.get("content")
+            else:
+                piece = choice.get("text")
+            if type(piece) is str:
+                if piece:
+                    output = True
+                    if choice.get("index", 0) == 0:
+                        text += piece
+            elif piece is not None:
+                raise BadResponse(f"malformed stream chunk from upstream: content is {type(piece).__name__}")
+        if chunk.get("model", self.model) != self.model:  # the routed name is the upstream's: as they are
             rewritten = self._rewrite_model(data)
             if rewritten is None:
                 return None
@@ -331,7 +360,7 @@ class StreamAccount:
         if text:
             self.pieces.append(text)
         self.released += 1
-        if b'"content":""' not in data:  # an output chunk, for the time between chunks
+        if output:  # an output chunk, for the time between chunks
             self.last_out = self.clock()
             self.outputs += 1
         return data
@@ -357,14 +386,6 @@ class StreamAccount:
         if len(self.pieces) != 1:
             self.pieces[:] = ["".join(self.pieces)] if self.pieces else []
         return self.pieces[0] if self.pieces else ""
-
-    def _passed_text(self, chunk: object) -> str:
-        """The text a chunk passed on unparsed adds to choice 0; :class:`BadResponse` (before it is
-        handed on) when it is not a chunk."""
-        choices = chunk.get("choices") if isinstance(chunk, dict) else None
-        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-            raise BadResponse(f"malformed stream chunk from upstream: {_kind(chunk)}")
-        return choice0_text(self.api, choices)
 
     def _chunk(self, chunk: dict) -> bool:
         choices = chunk.get("choices")
@@ -510,31 +531,6 @@ class StreamAccount:
 
     def record_kw(self) -> dict[str, Any]:
         return {"ttft_ms": self.ttft_ms, "attempt_ttft_ms": self.attempt_ttft_ms, "usage": self.usage}
-
-
-# What sends a chunk the slow way, in one pass over its bytes: a key the accounting reads
-# (``tool_calls``, ``function_call``, ``audio``, ``error``), a ``finish_reason``, ``usage`` or
-# ``refusal`` not followed by a literal ``:null``, or a ``\\u`` escape, which could spell a key
-# differently.
-_READ_BY_ACCOUNTING = re.compile(
-    rb'"(?:tool_calls"|function_call"|audio"|error"|finish_reason"(?!:null)|usage"(?!:null)|refusal"(?!:null))|\\u'
-)
-
-
-def _plain_chat_text(chunk: object) -> str | None:
-    """The text of the common chat chunk, one choice 0 whose delta's content is text; None for any
-    other shape (:func:`choice0_text` reads it, and says what is wrong)."""
-    if type(chunk) is dict:
-        choices = chunk.get("choices")
-        if type(choices) is list and len(choices) == 1:
-            choice = choices[0]
-            if type(choice) is dict and choice.get("index", 0) == 0:
-                delta = choice.get("delta")
-                if type(delta) is dict:
-                    text = delta.get("content")
-                    if type(text) is str:
-                        return text
-    return None
 
 
 def choice0_text(api: str, choices: Iterable[Mapping]) -> str:

@@ -231,7 +231,7 @@ class GatewayApp:
                 finished = True
 
         async def respond() -> None:
-            nonlocal started
+            nonlocal started, finished
             try:
                 result = await self.chat_handler(req, key)
             except wire.WireError:
@@ -247,7 +247,8 @@ class GatewayApp:
                     {"type": "http.response.start", "status": 200, "headers": _ct(wire.SSE_CONTENT_TYPE, headers)}
                 )
                 started = True
-                await _pump(stream.events, tracked_send, rid)
+                await _pump(stream.events, send, rid)  # the body's messages, without a wrapper each
+                finished = True  # its last message went out
                 return
             if isinstance(result, ChatReply):
                 body, extra = result.body, result.headers

@@ -368,6 +368,10 @@ class ChatHandler:
 
         def write(batch: list[dict | bytes]) -> bytes:
             nonlocal done
+            if len(batch) == 1 and stream.result is None:  # the common read: one chunk passed as bytes
+                chunk = batch[0]
+                if type(chunk) is bytes and (keep_usage or b'"usage"' not in chunk):
+                    return b"data: " + chunk + b"\n\n"
             parts = []
             for chunk in batch:
                 if isinstance(chunk, bytes):
@@ -415,7 +419,7 @@ _NULL_USAGE_LAST = b',"usage":null}'
 
 def _without_null_usage(chunk: bytes) -> bytes:
     """A chunk passed on unparsed without the ``"usage":null`` the gateway's own ``include_usage``
-    added (every ``usage`` in it is ``null``: :meth:`StreamAccount.pass_raw`)."""
+    added (its top-level ``usage`` is ``null``: :meth:`StreamAccount.pass_raw`)."""
     if chunk.endswith(_NULL_USAGE_LAST) and chunk.count(b'"usage"') == 1:
         return chunk[: -len(_NULL_USAGE_LAST)] + b"}"  # the last top-level key, as upstreams write it
     obj = fastjson.loads(chunk)  # anywhere else: the parser says where it is

@@ -20,6 +20,9 @@ def _engine():
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # numpy (loaded later, by the rollout statistics) would start a BLAS thread per core that spins
+    # after each call, on the cores the event loop needs; the server's arrays are small.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from app.config import load_settings
     from app.server.serve import serve
     from app.telemetry.location import check_writable, journal_dir_for

@@ -329,6 +329,8 @@ class RoutingCore:
         self.source = source
         self.env = env
         self.secrets = secrets
+        # The gateway's own refusal messages, each cleaned once: a flood of refusals repeats a few.
+        self._refusal_texts: dict[str, str] = {}
         # Provider keys, scrubbed from every upstream text before it is stored, logged or shown.
         self.secret_values = tuple(
             v
@@ -1199,7 +1201,7 @@ class RoutingCore:
             latency_ms=0.0,
             http_status=http_status,
             error_class=error_class,
-            error_message=self.clean(message),
+            error_message=self._refusal_text(message),
             final=True,
             stream=stream,
             source=storable(source or self.source, MAX_SOURCE) or "api",
@@ -1207,6 +1209,14 @@ class RoutingCore:
             api=api if api in API_PATHS else "chat",
         )
         self.telemetry.submit_many([record])
+
+    def _refusal_text(self, message: str) -> str:
+        text = self._refusal_texts.get(message)
+        if text is None:
+            if len(self._refusal_texts) >= 256:  # bounded, whatever the messages
+                self._refusal_texts.clear()
+            text = self._refusal_texts[message] = self.clean(message)
+        return text
 
     def no_route(self, plan: Plan, stop: NoRoute) -> None:
         """The request ended with nothing more to try. When no attempt was made at all (every

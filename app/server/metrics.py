@@ -147,6 +147,7 @@ class GatewayMetrics:
         disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._provider = _Bounded(providers)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._model = _Bounded([*models, "auto"])
         self._error = _Bounded((), open_slots=MAX_ERROR_TYPES)
         self._key_name = _Bounded((), open_slots=MAX_KEY_NAMES)
@@ -258,6 +259,16 @@ class GatewayMetrics:
 
     # ------------------------------------------------------------------------------------ observe
 
+    def _labels(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, kept: prometheus_client checks the values and takes a lock on
+        every lookup, and each request makes several. Every value passed here is bounded
+        (:class:`_Bounded`), so the children kept are too; none is ever removed from its metric."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
+
     def observe_attempt(
         self,
         *,
@@ -267,8 +278,8 @@ class GatewayMetrics:
         error_class: str | None = None,
     ) -> None:
         """One upstream attempt (call once per attempt, including the final one)."""
-        self.attempts.labels(
-            self._provider(provider), self._model(model), _status(status), self._err(status, error_class)
+        self._labels(
+            self.attempts, self._provider(provider), self._model(model), _status(status), self._err(status, error_class)
         ).inc()
 
     def observe_request(
@@ -288,20 +299,20 @@ class GatewayMetrics:
     ) -> None:
         """One finished request as the caller saw it (its final attempt's provider and model)."""
         p, m, st = self._provider(provider), self._model(model), _status(status)
-        self.requests.labels(p, m, st, self._err(status, error_class)).inc()
-        self.duration.labels(OPERATION, p, m, st).observe(max(0.0, latency_s))
+        self._labels(self.requests, p, m, st, self._err(status, error_class)).inc()
+        self._labels(self.duration, OPERATION, p, m, st).observe(max(0.0, latency_s))
         if ttft_s is not None:
-            self.ttft.labels(OPERATION, p, m).observe(max(0.0, ttft_s))
+            self._labels(self.ttft, OPERATION, p, m).observe(max(0.0, ttft_s))
         if st == "ok":
-            self.token_usage.labels(OPERATION, p, m, "input").observe(prompt_tokens)
-            self.token_usage.labels(OPERATION, p, m, "output").observe(completion_tokens)
+            self._labels(self.token_usage, OPERATION, p, m, "input").observe(prompt_tokens)
+            self._labels(self.token_usage, OPERATION, p, m, "output").observe(completion_tokens)
         for kind, n in (("prompt", prompt_tokens), ("cached", cached_tokens), ("completion", completion_tokens)):
             if n > 0:
-                self.tokens.labels(p, m, kind).inc(n)
+                self._labels(self.tokens, p, m, kind).inc(n)
         if cost_usd > 0:
-            self.cost.labels(p, m).inc(cost_usd)
+            self._labels(self.cost, p, m).inc(cost_usd)
         if fallback:
-            self.fallbacks.labels(p, m).inc()
+            self._labels(self.fallbacks, p, m).inc()
 
     def observe_record(self, record: Any) -> None:
         """An attempt record (``AttemptRecord`` or anything with its field names, milliseconds for

@@ -47,6 +47,10 @@ ERROR_TYPES: dict[int, tuple[str, str | None]] = {
 }
 
 
+# The gateway's own error bodies, each encoded once: a flood of refusals sends the same few.
+_ERROR_BODIES: dict[tuple[str, str, str | None, str | None], bytes] = {}
+
+
 class WireError(Exception):
     """An error the server answers with as an OpenAI error object; ``headers`` go on the response."""
 
@@ -78,7 +82,15 @@ class WireError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def to_json(self) -> bytes:
-        return _dumps(self.body())
+        if self.upstream is not None:
+            return _dumps(self.upstream)
+        key = (self.message, self.type, self.param, self.code)
+        body = _ERROR_BODIES.get(key)
+        if body is None:
+            if len(_ERROR_BODIES) >= 256:  # bounded, whatever the messages
+                _ERROR_BODIES.clear()
+            body = _ERROR_BODIES[key] = _dumps(self.body())
+        return body
 
     def to_sse(self) -> bytes:
         """The error as an SSE event, for failures after a stream has started (the SDK raises it)."""

@@ -379,3 +379,13 @@ def test_check_expr_catches_a_misspelt_metric():
     series, labels = exported()
     with pytest.raises(AssertionError, match="does not export"):
         check_expr("sum(rate(gateway_request_total[5m]))", series, labels)
+
+
+def test_repeated_observations_accumulate_and_the_kept_label_children_stay_bounded():
+    m = make()
+    for i in range(500):
+        m.observe_attempt(provider="direct", model=f"m{i}", status="error", error_class=f"class_{i}")
+        m.observe_attempt(provider="direct", model="gpt-4.1", status="ok")
+    labels = {"gen_ai_system": "direct", "gen_ai_request_model": "gpt-4.1", "status": "ok", "error_type": ""}
+    assert value(m, "gateway_attempts_total", **labels) == 500
+    assert len(m._children) < 100  # unknown models and classes fold into "other"

@@ -301,3 +301,21 @@ def test_n_choices_and_unknown_fields_are_the_upstreams_to_judge():
     body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 3, "brand_new_field": {"a": [1]}}
     req = wire.validate_chat_request(body)
     assert req.body["n"] == 3 and req.body["brand_new_field"] == {"a": [1]}
+
+
+def test_a_gateway_error_body_is_encoded_once_and_the_kept_bodies_stay_bounded():
+    first, again = wire.overloaded(8), wire.overloaded(8)
+    assert first.to_json() is again.to_json()  # a flood of refusals encodes its body once
+    assert (
+        json.loads(wire.overloaded(9).to_json())["error"]["message"] != json.loads(first.to_json())["error"]["message"]
+    )
+    for i in range(600):
+        assert json.loads(wire.bad_request(f"bad {i}", param="p").to_json())["error"] == {
+            "message": f"bad {i}",
+            "type": "invalid_request_error",
+            "param": "p",
+            "code": None,
+        }
+    assert len(wire._ERROR_BODIES) <= 256
+    upstream = wire.WireError(400, "x", upstream={"error": {"message": "the upstream's own"}})
+    assert json.loads(upstream.to_json()) == {"error": {"message": "the upstream's own"}}

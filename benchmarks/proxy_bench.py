@@ -131,7 +131,12 @@ def _rss_mib(pid: int) -> float:
 
 
 def _start_ours(
-    upstream: str, tmp: Path, repo: Path = REPO, workers: int = 1, route: bool = ROUTE
+    upstream: str,
+    tmp: Path,
+    repo: Path = REPO,
+    workers: int = 1,
+    route: bool = ROUTE,
+    max_in_flight: int | None = None,
 ) -> tuple[subprocess.Popen, str, str]:
     tmp.mkdir(parents=True, exist_ok=True)
     cfg = tmp / "gateway.toml"
@@ -145,7 +150,8 @@ def _start_ours(
         if route
         else ""
     )
-    cfg.write_text('[routing]\nprimary = "holysheep"\nfallback = "direct"\n' + providers + route)
+    server = f"[server]\nmax_in_flight = {max_in_flight}\n" if max_in_flight is not None else ""
+    cfg.write_text(server + '[routing]\nprimary = "holysheep"\nfallback = "direct"\n' + providers + route)
     env = dict(
         os.environ,
         GATEWAY_CONFIG=str(cfg),

@@ -17,8 +17,12 @@ that wrk and nginx took in the same run (were they the bottleneck, the compariso
 nothing). Budgets at 1000 streams, each against the same run: CPU per chunk <= 40 us; streams/s
 >= 1.25x Portkey's and >= 0.9x bare; added p99 <= 300 ms; ``--workers 2`` >= 1.6x one worker at
 3000 (only meaningful where wrk and nginx leave a core free: the report says whether they did).
-``BENCH_STREAMS_ROUTE=1`` adds ``ours_route``: one process serving the model through a ``[routes]``
-entry of two weighted deployments, measured in the same rounds as ``ours`` (the two-sided config).
+``BENCH_STREAMS_MAX_IN_FLIGHT=N`` sets our servers' ``[server] max_in_flight`` (default 1,024 a
+process): past it a process answers 503 with ``Retry-After``, which wrk retries at once, so at 3,000
+connections the default bound measures a flood of refusals, and N above the level measures how
+many streams a process carries. ``BENCH_STREAMS_ROUTE=1`` adds ``ours_route``: one process serving
+the model through a ``[routes]`` entry of two weighted deployments, measured in the same rounds as
+``ours`` (the two-sided config).
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ ROUNDS = int(os.environ.get("BENCH_STREAMS_ROUNDS", "2"))
 PATH = "/v1/chat/completions"
 BODY = json.dumps({"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "Tell me a short story."}]})
 ROUTE_TOO = os.environ.get("BENCH_STREAMS_ROUTE", "0") == "1"
+# ``[server] max_in_flight`` for our servers; unset, the default (1,024). Above the level, the run
+# measures how many streams a process carries rather than its refusals: wrk retries a 503 at once.
+_BOUND = os.environ.get("BENCH_STREAMS_MAX_IN_FLIGHT", "")
+MAX_IN_FLIGHT = int(_BOUND) if _BOUND else None
 EVENTS = CHUNKS + 3  # role chunk, content chunks, finish, usage (the caller asked for none: withheld)
 
 
@@ -198,14 +206,14 @@ def run() -> list[dict]:
     try:
         upstream = nginx.upstream
         targets = [Target("bare", upstream, {}, None), Target("floor", nginx.floor, {}, None)]
-        ours, url, key = _start_ours(upstream, tmp / "ours")
+        ours, url, key = _start_ours(upstream, tmp / "ours", max_in_flight=MAX_IN_FLIGHT)
         procs.append(ours)
         targets.append(Target("ours", url, {"Authorization": f"Bearer {key}"}, ours))
         if ROUTE_TOO:
-            ours_r, url_r, key_r = _start_ours(upstream, tmp / "ours_route", route=True)
+            ours_r, url_r, key_r = _start_ours(upstream, tmp / "ours_route", route=True, max_in_flight=MAX_IN_FLIGHT)
             procs.append(ours_r)
             targets.append(Target("ours_route", url_r, {"Authorization": f"Bearer {key_r}"}, ours_r))
-        ours2, url2, key2 = _start_ours(upstream, tmp / "ours2", workers=2)
+        ours2, url2, key2 = _start_ours(upstream, tmp / "ours2", workers=2, max_in_flight=MAX_IN_FLIGHT)
         procs.append(ours2)
         targets.append(Target("ours_w2", url2, {"Authorization": f"Bearer {key2}"}, ours2))
         portkey, purl = _start_portkey(upstream, tmp)

@@ -38,7 +38,7 @@ import gc
 import logging
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -225,8 +225,15 @@ class UpstreamStream:
                 if chunk is None:
                     break
                 data = chunk.to_bytes()
-                for piece in (count(data),) if plain else body.decoded(data):
-                    events = feed(piece)
+                if plain:  # the common body: no content coding, one piece a read
+                    events = feed(count(data))
+                    if len(events) == 1 and events[0].data[:6] != b"[DONE]":
+                        yield events
+                        continue
+                    pieces: Iterable[list[SSEEvent]] = (events,)
+                else:
+                    pieces = (feed(piece) for piece in body.decoded(data))
+                for events in pieces:
                     for i, sse in enumerate(events):
                         if sse.data.startswith(b"[DONE]"):
                             self.done = True
